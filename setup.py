@@ -1,0 +1,14 @@
+"""Builds the C kernels as one shared library loaded with ctypes (no Python C API: ctypes releases the
+GIL during calls). Portable C plus AVX2 functions compiled with target attributes and chosen at run time."""
+from glob import glob
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension(
+    "llamay.kernels._kernels",
+    sources=sorted(glob("src/llamay/kernels/csrc/*.c")),
+    depends=sorted(glob("src/llamay/kernels/csrc/*.h")),
+    # -ffp-contract=off: no silent FMA, so the portable and AVX2 paths do the same float operations.
+    extra_compile_args=["-O3", "-std=gnu11", "-fopenmp", "-ffp-contract=off", "-fno-fast-math"],
+    extra_link_args=["-fopenmp"],
+)])

@@ -1,0 +1,16 @@
+"""Every environment variable llamay reads, in one place, each with a LLAMAY_ prefix and a type."""
+import os
+
+
+def kernels_path() -> str:
+    """LLAMAY_KERNELS: 'auto' (default; AVX2 where the CPU has it) or 'portable' (force plain C)."""
+    value = os.environ.get("LLAMAY_KERNELS", "auto").strip().lower()
+    if value not in ("auto", "portable"):
+        raise ValueError(f"LLAMAY_KERNELS must be 'auto' or 'portable', not {value!r}")
+    return value
+
+
+def threads() -> int | None:
+    """LLAMAY_THREADS: default thread count for kernels (positive integer); unset means all cores."""
+    value = os.environ.get("LLAMAY_THREADS")
+    return int(value) if value else None

@@ -1,0 +1,57 @@
+/* Shared definitions for the llamay kernels.
+ *
+ * Contract for every kernel: one canonical float operation sequence per output element, the same in the
+ * portable and the AVX2 path and for any thread count (threads split output rows, never a reduction).
+ * Compiled with -ffp-contract=off: write multiply and add separately; never rely on FMA. */
+#ifndef LLAMAY_COMMON_H
+#define LLAMAY_COMMON_H
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <math.h>
+
+#define LY_API __attribute__((visibility("default")))
+#define LY_AVX2 __attribute__((target("avx2,f16c")))
+
+/* 1 when the AVX2 path is in use; set once by ly_init. */
+extern int ly_avx2;
+
+static inline float ly_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) { bits = sign; }
+        else { /* subnormal: normalise */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f; memcpy(&f, &bits, 4); return f;
+}
+
+/* round to nearest even, as F16C's _mm256_cvtps_ph(x, 0) and numpy's astype(float16) do */
+static inline uint16_t ly_f32_to_f16(float f) {
+    uint32_t x; memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow to inf (rounds >= 65520) */
+    if (ax < 0x38800000u) { /* subnormal or zero in f16 */
+        float a; memcpy(&a, &ax, 4);
+        float r = a * 16777216.0f; /* 2^24: f16 subnormal units */
+        uint32_t m = (uint32_t)nearbyintf(r);
+        return (uint16_t)(sign | m);
+    }
+    uint32_t e = (ax >> 23) - 112, m = ax & 0x7fffff;
+    uint32_t h = (e << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float ly_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16; float f; memcpy(&f, &bits, 4); return f;
+}
+#endif
