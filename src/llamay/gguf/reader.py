@@ -202,13 +202,16 @@ class GGUFReader:
         where = f"{self.path}: tensor {name!r}"
         if name in self.tensors:
             raise GGUFError(f"{where}: duplicate tensor name")
+        if 0 in shape:
+            raise GGUFError(f"{where}: zero dimension in shape {shape}")
         n = 1
         for d in shape:
             n *= d
-            if d == 0 or n > self.file_size * 64:
+            if n > self.file_size * 64:
                 raise GGUFError(f"{where}: absurd shape {shape}")
-        if shape and shape[0] % qtype.block_size:
-            raise GGUFError(f"{where}: row of {shape[0]} is not a multiple of {qtype.name} blocks "
+        row = shape[0] if shape else 1
+        if row % qtype.block_size:
+            raise GGUFError(f"{where}: row of {row} is not a multiple of {qtype.name} blocks "
                             f"of {qtype.block_size}")
         if rel % self.alignment:
             raise GGUFError(f"{where}: data offset {rel} is not aligned to {self.alignment}")

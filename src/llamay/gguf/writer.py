@@ -28,6 +28,18 @@ def _infer_type(value) -> int:
     raise TypeError(f"cannot store {type(value).__name__} in GGUF metadata")
 
 
+def _infer_elem_type(values) -> int:
+    """One type for all elements (ints widen to i64, ints among floats become f32): a mixed list
+    must not be truncated to the type of its first element."""
+    types = {_infer_type(v) for v in values} or {5}
+    for wide, narrow in ((11, 5), (6, 5), (6, 11)):
+        if wide in types:
+            types.discard(narrow)
+    if len(types) != 1:
+        raise TypeError(f"cannot store an array of mixed GGUF types {sorted(types)}")
+    return types.pop()
+
+
 def _pack_string(s: str | bytes) -> bytes:
     raw = s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s
     return struct.pack("<Q", len(raw)) + raw
@@ -43,7 +55,7 @@ def _pack_value(value, vtype: int, elem_type: int | None = None) -> bytes:
     if isinstance(value, np.ndarray) and elem_type is None:
         elem_type = _NP_TO_GGUF[value.dtype.newbyteorder("<") if value.dtype.byteorder == ">" else value.dtype]
     if elem_type is None:
-        elem_type = _infer_type(value[0]) if len(value) else 5
+        elem_type = _infer_elem_type(value)
     head = struct.pack("<IQ", elem_type, len(value))
     if elem_type in NUMPY_TYPES:
         return head + np.asarray(value, dtype=NUMPY_TYPES[elem_type]).tobytes()

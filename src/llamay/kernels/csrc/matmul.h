@@ -1,0 +1,28 @@
+/* Quantized matmul interface shared by the per-format kernel files.
+ *
+ * Activations are quantized once per matmul input into the canonical Q8 form (ly_act): per block of 32
+ * values, d = amax / 127 (float32), q = rint(x * (d ? 1/d : 0)) rounded half to even, plus the integer
+ * sums of q over each 16-value half (for formats with per-block minimums).
+ *
+ * A tile function computes y[t * ldy + r] for tokens t in [t0, t1) and weight rows r in [r0, r1). Its
+ * result for each (t, r) must not depend on the tile bounds: one canonical float sequence per element,
+ * blocks accumulated in index order into one float32 accumulator starting at 0.0f. */
+#ifndef LLAMAY_MATMUL_H
+#define LLAMAY_MATMUL_H
+#include "common.h"
+
+typedef struct {
+    const int8_t *q;    /* [n_tokens, k] */
+    const float *d;     /* [n_tokens, k / 32] */
+    const int32_t *s16; /* [n_tokens, k / 16]: sum of q over each 16-value half-block */
+    const float *x;     /* [n_tokens, k] the float input (for F32/F16/BF16 weights) */
+    int64_t k;
+} ly_act;
+
+typedef void (*ly_tile_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                           const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
+
+/* Returns the tile function for a GGML type id in the current path (portable or AVX2), or NULL. */
+ly_tile_fn ly_tile_q32(int type);  /* F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (q32.c) */
+ly_tile_fn ly_tile_qk(int type);   /* Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (qk.c) */
+#endif

@@ -1,0 +1,39 @@
+/* The matmul driver: y[n, m] = x[n, k] . w[m, k]^T for one weight matrix in a GGML block format.
+ * Activations arrive already quantized (ly_act). Threads take static contiguous ranges of 8-row groups
+ * (never a split of a reduction); each thread walks token tiles whose activations fit in L2 and hands
+ * (rows, tokens) tiles to the format's tile function. Every output element follows its format's canonical
+ * sequence, so y does not depend on nthreads, on tile bounds or on n. */
+#include "matmul.h"
+#include <omp.h>
+
+/* qk.c may be absent from a build: then K-quant types are simply unsupported. */
+ly_tile_fn ly_tile_qk(int type) __attribute__((weak));
+
+#define ACT_TILE_BYTES (512 * 1024)
+
+static int64_t token_tile(int64_t k, int64_t n) {
+    int64_t tt = (ACT_TILE_BYTES / (k + 1)) & ~(int64_t)3;
+    tt = tt < 4 ? 4 : tt;
+    return tt < n ? tt : n;
+}
+
+/* w: m rows of row_bytes; y: [n, m]. Returns 0, or -1 for a type without a tile function. */
+LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, const ly_act *a, int64_t n,
+                     float *y, int nthreads) {
+    ly_tile_fn tile = ly_tile_q32(type);
+    if (!tile && ly_tile_qk) tile = ly_tile_qk(type);
+    if (!tile) return -1;
+    if (m <= 0 || n <= 0) return 0;
+    int64_t groups = (m + 7) / 8, tt = token_tile(a->k, n);
+    if (nthreads < 1) nthreads = omp_get_num_procs();
+    if (nthreads > groups) nthreads = (int)groups;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int64_t i = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t ra = groups * i / nt * 8, rb = groups * (i + 1) / nt * 8;
+        rb = rb < m ? rb : m;
+        for (int64_t t0 = 0; t0 < n && ra < rb; t0 += tt)
+            tile(w, row_bytes, ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, y, m);
+    }
+    return 0;
+}

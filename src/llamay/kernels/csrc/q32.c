@@ -1,0 +1,98 @@
+/* Tiles for the 32-block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the portable path and the dispatch.
+ * The canonical formulas are in q32.h; the AVX2 path (q32_avx2.c) and reference.py follow them exactly. */
+#include "q32.h"
+#include <stdlib.h>
+
+static const ly_q32_fmt FORMATS[] = {
+    {LY_Q4_0, 18, -1, 2, 0, 8}, {LY_Q4_1, 20, -1, 4, 1, 0}, {LY_Q5_0, 22, 2, 6, 0, 16},
+    {LY_Q5_1, 24, 4, 8, 1, 0}, {LY_Q8_0, 34, -1, 2, 0, 0},
+};
+
+const ly_q32_fmt *ly_q32_format(int type) {
+    for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++)
+        if (FORMATS[i].type == type) return &FORMATS[i];
+    return NULL;
+}
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* One block -> its 32 integer weight values (signed v, or unsigned u for formats with a min). */
+static void decode_block(const ly_q32_fmt *f, const uint8_t *blk, int32_t v[32]) {
+    if (f->type == LY_Q8_0) {
+        for (int j = 0; j < 32; j++) v[j] = (int8_t)blk[2 + j];
+        return;
+    }
+    uint32_t qh = 0;
+    if (f->qh >= 0) memcpy(&qh, blk + f->qh, 4); /* little-endian host */
+    for (int j = 0; j < 16; j++) {
+        uint8_t b = blk[f->qs + j];
+        v[j] = (int32_t)((b & 15) | ((qh >> j) & 1) << 4) - f->offset;
+        v[j + 16] = (int32_t)((b >> 4) | ((qh >> (j + 16)) & 1) << 4) - f->offset;
+    }
+}
+
+/* Weight row -> integer values [k] and float scales dw, mw [k / 32]. */
+static void decode_row(const ly_q32_fmt *f, const uint8_t *row, int64_t nb, int32_t *v, float *dw, float *mw) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = row + b * f->size;
+        decode_block(f, blk, v + b * 32);
+        dw[b] = ly_f16_to_f32(rd16(blk));
+        mw[b] = f->has_min ? ly_f16_to_f32(rd16(blk + 2)) : 0.0f;
+    }
+}
+
+static float dot_row(const ly_q32_fmt *f, const int32_t *v, const float *dw, const float *mw,
+                     const ly_act *a, int64_t t, int64_t nb) {
+    const int8_t *q = a->q + t * a->k;
+    const float *dx = a->d + t * nb;
+    const int32_t *s16 = a->s16 + t * nb * 2;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++) isum += v[b * 32 + j] * q[b * 32 + j];
+        if (f->has_min)
+            acc = acc + ((dw[b] * dx[b]) * (float)isum + (mw[b] * dx[b]) * (float)(s16[2 * b] + s16[2 * b + 1]));
+        else
+            acc = acc + (dw[b] * dx[b]) * (float)isum;
+    }
+    return acc;
+}
+
+static void tile_portable(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                          const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
+    int64_t nb = a->k / 32;
+    int32_t *v = malloc(nb * 32 * sizeof *v);
+    float *dw = malloc(nb * 2 * sizeof *dw), *mw = dw + nb;
+    for (int64_t r = r0; r < r1; r++) {
+        decode_row(f, w + r * row_bytes, nb, v, dw, mw);
+        for (int64_t t = t0; t < t1; t++) y[t * ldy + r] = dot_row(f, v, dw, mw, a, t, nb);
+    }
+    free(v);
+    free(dw);
+}
+
+#define TILES(NAME, TYPE)                                                                                   \
+    static void NAME##_portable(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,        \
+                                int64_t t0, int64_t t1, float *y, int64_t ldy) {                             \
+        tile_portable(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                               \
+    }                                                                                                        \
+    static void NAME##_avx2(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,            \
+                            int64_t t0, int64_t t1, float *y, int64_t ldy) {                                 \
+        ly_tile_q32_avx2(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                            \
+    }
+TILES(q4_0, LY_Q4_0)
+TILES(q4_1, LY_Q4_1)
+TILES(q5_0, LY_Q5_0)
+TILES(q5_1, LY_Q5_1)
+TILES(q8_0, LY_Q8_0)
+
+ly_tile_fn ly_tile_q32(int type) {
+    switch (type) {
+    case LY_Q4_0: return ly_avx2 ? q4_0_avx2 : q4_0_portable;
+    case LY_Q4_1: return ly_avx2 ? q4_1_avx2 : q4_1_portable;
+    case LY_Q5_0: return ly_avx2 ? q5_0_avx2 : q5_0_portable;
+    case LY_Q5_1: return ly_avx2 ? q5_1_avx2 : q5_1_portable;
+    case LY_Q8_0: return ly_avx2 ? q8_0_avx2 : q8_0_portable;
+    default: return ly_tile_float(type);
+    }
+}

@@ -1,0 +1,194 @@
+/* AVX2 tiles for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (formulas in q32.h, bit-identical to the portable path).
+ *
+ * Rows are processed in groups of 8. A group is unpacked once into int8 "lane-interleaved" vectors:
+ * V[b][j] holds, in its 32-bit lane i, the 4 weight values 4j..4j+3 of block b of row i. The 4 activation
+ * values 4j..4j+3 are broadcast, so maddubs + madd give each row's partial dot in its own lane and the 8
+ * row sums of a block come out as one vector without horizontal adds. Integer sums are exact in any
+ * order, so this equals the portable element-order dot. Each unpacked group serves up to 4 tokens at once. */
+#include "q32.h"
+#include <immintrin.h>
+#include <stdlib.h>
+
+#define LY_INLINE LY_AVX2 static inline __attribute__((always_inline))
+
+enum { K_Q8, K_Q4, K_Q5 }; /* integer dot kind: signed int8, 4-bit unsigned, 5-bit unsigned */
+
+typedef struct {
+    __m256i *v;    /* [nb][8] lane-interleaved values */
+    float *dw, *mw; /* [nb][8] scale and min per (block, row) */
+} group_buf;
+
+/* 32 bits -> 32 bytes, byte j = 0x10 where bit j is set */
+LY_INLINE __m256i hbits(uint32_t qh) {
+    const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+
+/* One block -> its 32 values in element order (unsigned for 4/5-bit formats, before the offset). */
+LY_INLINE __m256i unpack_block(int type, const uint8_t *blk) {
+    if (type == LY_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    int qh_at = type == LY_Q5_0 ? 2 : type == LY_Q5_1 ? 4 : -1, qs_at = type == LY_Q4_0 ? 2 : type == LY_Q4_1 ? 4 : qh_at + 4;
+    __m128i qs = _mm_loadu_si128((const __m128i *)(blk + qs_at)), m = _mm_set1_epi8(15);
+    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m), _mm_and_si128(qs, m));
+    if (qh_at < 0) return v;
+    uint32_t qh;
+    memcpy(&qh, blk + qh_at, 4);
+    return _mm256_or_si256(v, hbits(qh));
+}
+
+/* 8x8 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i */
+LY_INLINE void transpose8(__m256i r[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* The f16 scale (bytes 0-1) and min (bytes 2-3) of 8 blocks -> 8 floats each. */
+LY_INLINE void scales8(const uint8_t *const p[8], __m256 *dw, __m256 *mw) {
+    int32_t h[8];
+    for (int i = 0; i < 8; i++) memcpy(&h[i], p[i], 4);
+    __m256i v = _mm256_setr_epi32(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+    const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sel), 0xd8); /* [d0..d7 | m0..m7] */
+    *dw = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+    *mw = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+}
+
+/* Rows r .. r+nrows-1 (nrows <= 8; missing rows repeat the last one, their lanes are never stored). */
+LY_INLINE void unpack_group(int type, int has_min, const uint8_t *w, size_t row_bytes, int64_t r, int nrows,
+                            int64_t nb, int size, group_buf *g) {
+    const uint8_t *p[8];
+    for (int i = 0; i < 8; i++) p[i] = w + (r + (i < nrows ? i : nrows - 1)) * row_bytes;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i v[8];
+        for (int i = 0; i < 8; i++) { /* the same block two groups ahead */
+            _mm_prefetch((const char *)(p[i] + 16 * row_bytes), _MM_HINT_T0);
+            v[i] = unpack_block(type, p[i]);
+        }
+        transpose8(v);
+        for (int j = 0; j < 8; j++) _mm256_store_si256(g->v + b * 8 + j, v[j]);
+        __m256 dw, mw;
+        scales8(p, &dw, &mw);
+        _mm256_store_ps(g->dw + b * 8, dw);
+        if (has_min) _mm256_store_ps(g->mw + b * 8, mw);
+        for (int i = 0; i < 8; i++) p[i] += size;
+    }
+}
+
+/* Exact int32 dots of block b's 8 rows with NT tokens' activations (qt[u] points at token u's block). */
+LY_INLINE void block_dots(int kind, const __m256i *v, const int8_t *const *qt, int NT, __m256i *s32) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    /* int16 pairs are <= 2 * 128 * 127 (Q8: flush every vector), 2 * 31 * 127 (Q5: 4 fit), 2 * 15 * 127 (8) */
+    const int run = kind == K_Q8 ? 1 : kind == K_Q5 ? 4 : 8;
+    for (int u = 0; u < NT; u++) s32[u] = _mm256_setzero_si256();
+    for (int j0 = 0; j0 < 8; j0 += run) {
+        __m256i s16[4];
+        for (int u = 0; u < NT; u++) s16[u] = _mm256_setzero_si256();
+        #pragma GCC unroll 1
+        for (int j = j0; j < j0 + run; j++) {
+            __m256i vj = _mm256_load_si256(v + j), va = kind == K_Q8 ? _mm256_abs_epi8(vj) : vj;
+            for (int u = 0; u < NT; u++) {
+                int32_t x4;
+                memcpy(&x4, qt[u] + 4 * j, 4);
+                __m256i x = _mm256_set1_epi32(x4); /* |v| * sign(x, v) = v * x for Q8 */
+                x = kind == K_Q8 ? _mm256_sign_epi8(x, vj) : x;
+                s16[u] = _mm256_add_epi16(s16[u], _mm256_maddubs_epi16(va, x));
+            }
+        }
+        for (int u = 0; u < NT; u++) s32[u] = _mm256_add_epi32(s32[u], _mm256_madd_epi16(s16[u], ones));
+    }
+}
+
+/* Per (token, block) of a tile, computed once: sx = s16[2b] + s16[2b+1] as float (min term) and offset * sx
+ * (Q4_0 / Q5_0: the dot of unsigned values minus offset * sx is the dot of the signed values). */
+typedef struct { float *sxf; int32_t *sxo; } tok_aux;
+
+LY_INLINE void token_aux(const ly_act *a, int64_t t0, int64_t t1, int64_t nb, int offset, tok_aux *x) {
+    for (int64_t i = 0; i < (t1 - t0) * nb; i++) {
+        int32_t sx = a->s16[2 * (t0 * nb + i)] + a->s16[2 * (t0 * nb + i) + 1];
+        x->sxf[i] = (float)sx;
+        x->sxo[i] = offset * sx;
+    }
+}
+
+/* y[t+u, r .. r+nrows) for u < NT: the canonical per-block float sequence of q32.h, 8 rows per vector.
+ * it = t - t0 indexes the tile's tok_aux. */
+LY_INLINE void kernel(int kind, int has_min, int offset, const group_buf *g, int64_t nb, const ly_act *a,
+                      const tok_aux *aux, int64_t t, int64_t it, int NT, float *y, int64_t ldy, int nrows) {
+    __m256 acc[4];
+    const int8_t *qt[4];
+    for (int u = 0; u < NT; u++) {
+        acc[u] = _mm256_setzero_ps();
+        qt[u] = a->q + (t + u) * a->k;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i s32[4];
+        block_dots(kind, g->v + b * 8, qt, NT, s32);
+        __m256 dw = _mm256_load_ps(g->dw + b * 8), mw = has_min ? _mm256_load_ps(g->mw + b * 8) : dw;
+        for (int u = 0; u < NT; u++) {
+            int64_t ib = (it + u) * nb + b;
+            __m256 dx = _mm256_broadcast_ss(a->d + (t + u) * nb + b);
+            __m256i isum = offset ? _mm256_sub_epi32(s32[u], _mm256_set1_epi32(aux->sxo[ib])) : s32[u];
+            __m256 c = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum));
+            if (has_min)
+                c = _mm256_add_ps(c, _mm256_mul_ps(_mm256_mul_ps(mw, dx), _mm256_broadcast_ss(aux->sxf + ib)));
+            acc[u] = _mm256_add_ps(acc[u], c);
+            qt[u] += 32;
+        }
+    }
+    for (int u = 0; u < NT; u++) {
+        float *yr = y + (t + u) * ldy;
+        if (nrows == 8) { _mm256_storeu_ps(yr, acc[u]); continue; }
+        float tmp[8];
+        _mm256_storeu_ps(tmp, acc[u]);
+        memcpy(yr, tmp, nrows * sizeof(float));
+    }
+}
+
+LY_INLINE void tile(int type, int kind, int has_min, int offset, int size, const uint8_t *w, size_t row_bytes,
+                    int64_t r0, int64_t r1, const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
+    int64_t nb = a->k / 32, nt = t1 - t0;
+    char *mem = aligned_alloc(32, nb * (8 * 32 + 16 * sizeof(float)) + nt * nb * 8 + 32);
+    group_buf g = {(__m256i *)mem, (float *)(mem + nb * 256), (float *)(mem + nb * 256) + nb * 8};
+    tok_aux aux = {g.mw + nb * 8, (int32_t *)(g.mw + nb * 8 + nt * nb)};
+    token_aux(a, t0, t1, nb, offset, &aux);
+    for (int64_t r = r0; r < r1; r += 8) {
+        int nrows = r1 - r < 8 ? (int)(r1 - r) : 8;
+        unpack_group(type, has_min, w, row_bytes, r, nrows, nb, size, &g);
+        float *yr = y + r;
+        int64_t t = t0;
+        for (; t + 4 <= t1; t += 4) kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 4, yr, ldy, nrows);
+        switch (t1 - t) {
+        case 3: kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 3, yr, ldy, nrows); break;
+        case 2: kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 2, yr, ldy, nrows); break;
+        case 1: kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 1, yr, ldy, nrows); break;
+        }
+    }
+    free(mem);
+}
+
+LY_AVX2 void ly_tile_q32_avx2(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                              const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
+    switch (f->type) {
+    case LY_Q4_0: tile(LY_Q4_0, K_Q4, 0, 8, 18, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q4_1: tile(LY_Q4_1, K_Q4, 1, 0, 20, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q5_0: tile(LY_Q5_0, K_Q5, 0, 16, 22, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q5_1: tile(LY_Q5_1, K_Q5, 1, 0, 24, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q8_0: tile(LY_Q8_0, K_Q8, 0, 0, 34, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    }
+}

@@ -1,0 +1,36 @@
+/* K-quant super-blocks (256 weights) decoded into one shape that the portable and AVX2 tiles share.
+ *
+ * Weight value i of a super-block is q[i] - off, with q unsigned (0..63) and off 0 (Q2_K, Q4_K, Q5_K),
+ * 4 (Q3_K) or 32 (Q6_K). Each 16-value sub-block h has an integer scale sc[h] and a correction multiplier
+ * cm[h]: the sub-block minimum for the formats with dmin, off * sc[h] for the others. For 32-value
+ * activation block b (values 32b..32b+31 of the super-block; x: int8 activations, s16: their half sums):
+ *   raw  = sc[2b] * dot16(q, x)[2b] + sc[2b+1] * dot16(q, x)[2b+1]      (exact int32)
+ *   corr = cm[2b] * s16[2b] + cm[2b+1] * s16[2b+1]                      (exact int32)
+ * The canonical float step, one per format, accumulated over blocks in index order from acc = 0.0f:
+ *   Q2_K, Q4_K, Q5_K: isum = raw, imin = corr;
+ *                     acc = acc + ((d * dx) * (float)isum - (dmin * dx) * (float)imin)
+ *   Q3_K, Q6_K:       isum = raw - corr  (= the dot with the signed values);
+ *                     acc = acc + (d * dx) * (float)isum
+ * where d, dmin are the super-block's f16 scales and dx the activation block's scale. For Q4_K and Q5_K
+ * (one scale and min per 32 values) sc and cm hold each value twice, which gives the same integers. */
+#ifndef LLAMAY_QK_H
+#define LLAMAY_QK_H
+#include "matmul.h"
+
+enum { QK_Q2_K = 10, QK_Q3_K = 11, QK_Q4_K = 12, QK_Q5_K = 13, QK_Q6_K = 14 };
+
+typedef struct {
+    int16_t sc[16], cm[16];
+    float d, dmin;
+} qk_scales;
+
+typedef struct {
+    int type, type_size, has_min;
+    void (*scales)(const uint8_t *blk, qk_scales *s);
+    void (*unpack)(const uint8_t *blk, uint8_t q[256]); /* portable; the AVX2 file has its own */
+} qk_format;
+
+/* NULL for a type that is not a K-quant */
+const qk_format *qk_format_of(int type);
+ly_tile_fn qk_tile_avx2(int type);
+#endif

@@ -1,0 +1,154 @@
+"""matmul(x, w): float32 activations [n, k] times a weight matrix in a GGML block format, [m, k] -> [n, m].
+
+Quantized weights use activations quantized once per input (quantize_act, the Q8 form of csrc/matmul.h);
+float weights (F32/F16/BF16) use x itself. The result is bit-reproducible: independent of n, of the
+thread count and of the kernel path (portable C == AVX2 == reference.py)."""
+import ctypes
+
+import numpy as np
+
+from .. import env
+from ..gguf import BY_NAME, QUANT_TYPES, QuantType
+from . import _lib
+
+_lib.declare("ly_quantize_act", _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.P, _lib.I32)
+_lib.declare("ly_matmul", _lib.P, ctypes.c_size_t, _lib.I32, _lib.I64, _lib.P, _lib.I64, _lib.P, _lib.I32,
+             restype=_lib.I32)
+_FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+def default_threads() -> int:
+    return env.threads() or _lib.lib.ly_max_threads()
+
+
+_THREADS = default_threads()
+
+
+class _ActStruct(ctypes.Structure):
+    _fields_ = [("q", ctypes.c_void_p), ("d", ctypes.c_void_p), ("s16", ctypes.c_void_p),
+                ("x", ctypes.c_void_p), ("k", ctypes.c_int64)]
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _ptr(a: np.ndarray) -> int:
+    """Address of an array's data (c_char.from_buffer is ~4x faster than a.ctypes.data; read-only arrays
+    such as mmap views fall back to the latter)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(a)) if a.flags.writeable else a.ctypes.data
+
+
+def _check_x(x: np.ndarray) -> tuple[int, int]:
+    if not isinstance(x, np.ndarray) or x.dtype is not _F32 or x.ndim != 2 or not x.flags.c_contiguous:
+        raise ValueError("x must be a C-contiguous float32 array [n, k], got "
+                         f"{getattr(x, 'dtype', type(x))} {getattr(x, 'shape', '')}")
+    return x.shape
+
+
+class QAct:
+    """Activations for one matmul input: x float32 [n, k] and, when quantized, q int8 [n, k],
+    d float32 [n, k/32], s16 int32 [n, k/16] (one buffer). Reuse one QAct for every weight that reads x."""
+
+    def __init__(self, x: np.ndarray, quantized: bool, n_threads: int | None = None):
+        self.n, self.k = _check_x(x)
+        self.x = x
+        self._buf = None
+        self.struct = s = _ActStruct()
+        s.x, s.k = _ptr(x), self.k
+        if quantized:
+            n, k = self.n, self.k
+            if k % 32:
+                raise ValueError(f"quantized activations need k % 32 == 0, got k={k}")
+            self._buf = (ctypes.c_char * (n * k * 11 // 8))()  # q [n*k] i8, d [n*k/32] f32, s16 [n*k/16] i32
+            s.q = ctypes.addressof(self._buf)
+            s.d = s.q + n * k
+            s.s16 = s.d + n * k // 8
+            _lib.lib.ly_quantize_act(s.x, n, k, s.q, s.d, s.s16, n_threads or _THREADS)
+
+    @property
+    def quantized(self) -> bool:
+        return self._buf is not None
+
+    def _view(self, dtype, offset: int, count: int, cols: int) -> np.ndarray | None:
+        if self._buf is None:
+            return None
+        return np.frombuffer(self._buf, dtype, count, offset).reshape(self.n, cols)
+
+    @property
+    def q(self) -> np.ndarray | None:  # int8 [n, k]
+        return self._view(np.int8, 0, self.n * self.k, self.k)
+
+    @property
+    def d(self) -> np.ndarray | None:  # float32 [n, k/32]
+        return self._view(np.float32, self.n * self.k, self.n * self.k // 32, self.k // 32)
+
+    @property
+    def s16(self) -> np.ndarray | None:  # int32 [n, k/16]
+        return self._view(np.int32, self.n * self.k * 9 // 8, self.n * self.k // 16, self.k // 16)
+
+
+def quantize_act(x: np.ndarray, n_threads: int | None = None) -> QAct:
+    """x float32 [n, k], k % 32 == 0 -> its canonical Q8 activations (plus x, for float weights)."""
+    return QAct(x, True, n_threads)
+
+
+class QWeight:
+    """A weight matrix of m rows of k values in one GGML type, as raw block bytes (a view, no copy).
+    ctypes arguments are prepared here once so that a matmul costs two foreign calls."""
+
+    def __init__(self, raw: np.ndarray, qtype: QuantType | int | str, m: int, k: int):
+        self.qtype = BY_NAME[qtype] if isinstance(qtype, str) else QUANT_TYPES[qtype] if isinstance(qtype, int) else qtype
+        self.m, self.k = int(m), int(k)
+        if k % self.qtype.block_size:
+            raise ValueError(f"k={k} is not a multiple of {self.qtype.name} blocks of {self.qtype.block_size}")
+        self.row_bytes = self.qtype.row_bytes(self.k)
+        if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or not raw.flags.c_contiguous:
+            raise ValueError("raw must be a C-contiguous uint8 array of block bytes")
+        if raw.size != self.m * self.row_bytes:
+            raise ValueError(f"raw has {raw.size} bytes, {self.qtype.name} [{m}, {k}] needs {m * self.row_bytes}")
+        if not supported(self.qtype):
+            raise ValueError(f"no matmul kernel for {self.qtype.name}")
+        self.raw = raw
+        self.is_float = self.qtype.name in _FLOAT_TYPES
+        self._args = (ctypes.c_void_p(_ptr(raw)), ctypes.c_size_t(self.row_bytes), ctypes.c_int(self.qtype.id),
+                      ctypes.c_int64(self.m))
+
+    @classmethod
+    def from_gguf(cls, reader, name: str) -> "QWeight":
+        """A 2-D tensor of a GGUFReader (GGUF shape (k, m): k is the row length)."""
+        t = reader.tensors[name]
+        if len(t.shape) != 2:
+            raise ValueError(f"{name} has shape {t.shape}, a matmul weight is 2-D")
+        return cls(reader.data(name), t.qtype, t.shape[1], t.shape[0])
+
+    def __repr__(self):
+        return f"QWeight({self.qtype.name}, m={self.m}, k={self.k})"
+
+
+def supported(qtype: QuantType) -> bool:
+    """Whether the C library has a tile for this type (probed with an empty matmul)."""
+    if qtype.id not in _SUPPORTED:
+        _SUPPORTED[qtype.id] = _lib.lib.ly_matmul(None, 0, qtype.id, 0, None, 0, None, 1) == 0
+    return _SUPPORTED[qtype.id]
+
+
+_SUPPORTED: dict[int, bool] = {}
+
+
+def matmul(x: np.ndarray | QAct, w: QWeight, out: np.ndarray | None = None,
+           n_threads: int | None = None) -> np.ndarray:
+    """x float32 [n, k] (or a QAct of it) . w[m, k]^T -> float32 [n, m] (written into out if given)."""
+    if not isinstance(x, QAct):
+        x = QAct(x, not w.is_float, n_threads)
+    elif not (x.quantized or w.is_float):
+        raise ValueError(f"{w!r} needs quantized activations: use quantize_act(x)")
+    if x.k != w.k:
+        raise ValueError(f"x has k={x.k}, {w!r} expects k={w.k}")
+    if out is None:
+        out = np.empty((x.n, w.m), np.float32)
+    elif out.dtype is not _F32 or out.shape != (x.n, w.m) or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"out must be a writable C-contiguous float32 array {(x.n, w.m)}")
+    rc = _lib.lib.ly_matmul(*w._args, ctypes.byref(x.struct), x.n, _ptr(out), n_threads or _THREADS)
+    if rc:
+        raise ValueError(f"no matmul kernel for {w.qtype.name}")
+    return out

