@@ -5,6 +5,7 @@ reported as GB/s of weight bytes read. Prefill (n=512): one tensor per kind, rep
 Usage: python bench/matmul.py [--threads N] [--path auto|portable] [--model smollm|gemma] [--quick]"""
 import argparse
 import collections
+import os
 import sys
 import time
 from pathlib import Path
@@ -50,13 +51,16 @@ def decode_row(ws: list, threads: int, reps: int) -> tuple[float, float]:
 def prefill_row(w, n: int, threads: int, reps: int) -> tuple[float, float]:
     x = np.random.default_rng(0).standard_normal((n, w.k), dtype=np.float32)
     out = np.empty((n, w.m), np.float32)
+    matmul(x, w, out, threads)  # warm-up: first touch of out's pages
     sec = best_time(lambda: matmul(x, w, out, threads), reps)
     return sec, 2.0 * n * w.m * w.k / sec / 1e9
 
 
 def bench_model(label: str, path: Path, threads: int, quick: bool):
     groups = kinds(GGUFReader(path))
-    print(f"\n{label}: {path.name}  ({'AVX2' if _lib.AVX2 else 'portable'}, {threads} threads)")
+    load = os.getloadavg()[0]
+    print(f"\n{label}: {path.name}  ({'AVX2' if _lib.AVX2 else 'portable'}, {threads} threads, "
+          f"load average {load:.1f}{': other processes share the cores' if load > 1.5 else ''})")
     print(f"{'tensor':<18}{'type':<6}{'k':>6}{'m':>8}{'#':>4} | {'decode ms':>9}{'GB/s':>7} | "
           f"{'prefill512 ms':>13}{'GOP/s':>7}")
     total_dec = total_bytes = 0.0

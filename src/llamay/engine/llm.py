@@ -94,6 +94,16 @@ class LLM:
             self._evaluated = list(ids[:hi])
         return np.concatenate(outs) if len(outs) > 1 else outs[0]
 
+    def reset(self):
+        """Forget the evaluated tokens (the next call prefills from scratch)."""
+        self._evaluated = []
+
+    def eval_last(self, ids: list[int]) -> np.ndarray:
+        """Logits after the last of ids [n_vocab], reusing the evaluated prefix."""
+        ids = [int(t) for t in ids]
+        self._check_ids(ids)
+        return self._prefill(ids)
+
     def logits(self, ids: list[int]) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits after every position, from a fresh evaluation."""
         ids = [int(t) for t in ids]

@@ -39,7 +39,7 @@ def _ptr(a: np.ndarray) -> int:
 
 
 def _check_x(x: np.ndarray) -> tuple[int, int]:
-    if not isinstance(x, np.ndarray) or x.dtype is not _F32 or x.ndim != 2 or not x.flags.c_contiguous:
+    if not isinstance(x, np.ndarray) or x.dtype != _F32 or x.ndim != 2 or not x.flags.c_contiguous:
         raise ValueError("x must be a C-contiguous float32 array [n, k], got "
                          f"{getattr(x, 'dtype', type(x))} {getattr(x, 'shape', '')}")
     return x.shape
@@ -97,7 +97,9 @@ class QWeight:
     ctypes arguments are prepared here once so that a matmul costs two foreign calls."""
 
     def __init__(self, raw: np.ndarray, qtype: QuantType | int | str, m: int, k: int):
-        self.qtype = BY_NAME[qtype] if isinstance(qtype, str) else QUANT_TYPES[qtype] if isinstance(qtype, int) else qtype
+        if isinstance(qtype, (str, int)):
+            qtype = BY_NAME[qtype] if isinstance(qtype, str) else QUANT_TYPES[qtype]
+        self.qtype = qtype
         self.m, self.k = int(m), int(k)
         if k % self.qtype.block_size:
             raise ValueError(f"k={k} is not a multiple of {self.qtype.name} blocks of {self.qtype.block_size}")
@@ -105,13 +107,14 @@ class QWeight:
         if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or not raw.flags.c_contiguous:
             raise ValueError("raw must be a C-contiguous uint8 array of block bytes")
         if raw.size != self.m * self.row_bytes:
-            raise ValueError(f"raw has {raw.size} bytes, {self.qtype.name} [{m}, {k}] needs {m * self.row_bytes}")
+            raise ValueError(f"raw has {raw.size} bytes, {self.qtype.name} [{m}, {k}] needs "
+                             f"{m * self.row_bytes}")
         if not supported(self.qtype):
             raise ValueError(f"no matmul kernel for {self.qtype.name}")
         self.raw = raw
         self.is_float = self.qtype.name in _FLOAT_TYPES
-        self._args = (ctypes.c_void_p(_ptr(raw)), ctypes.c_size_t(self.row_bytes), ctypes.c_int(self.qtype.id),
-                      ctypes.c_int64(self.m))
+        self._args = (ctypes.c_void_p(_ptr(raw)), ctypes.c_size_t(self.row_bytes),
+                      ctypes.c_int(self.qtype.id), ctypes.c_int64(self.m))
 
     @classmethod
     def from_gguf(cls, reader, name: str) -> "QWeight":
@@ -146,7 +149,8 @@ def matmul(x: np.ndarray | QAct, w: QWeight, out: np.ndarray | None = None,
         raise ValueError(f"x has k={x.k}, {w!r} expects k={w.k}")
     if out is None:
         out = np.empty((x.n, w.m), np.float32)
-    elif out.dtype is not _F32 or out.shape != (x.n, w.m) or not out.flags.c_contiguous or not out.flags.writeable:
+    elif (out.dtype != _F32 or out.shape != (x.n, w.m) or not out.flags.c_contiguous
+          or not out.flags.writeable):
         raise ValueError(f"out must be a writable C-contiguous float32 array {(x.n, w.m)}")
     rc = _lib.lib.ly_matmul(*w._args, ctypes.byref(x.struct), x.n, _ptr(out), n_threads or _THREADS)
     if rc:

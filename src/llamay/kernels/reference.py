@@ -80,4 +80,6 @@ def matmul(x: np.ndarray, raw: np.ndarray, qtype: QuantType | int, m: int) -> np
     name = (QUANT_TYPES[qtype] if isinstance(qtype, int) else qtype).name
     if name in Q32_LAYOUT:
         return matmul_q32(x, raw, name, m)
+    if name not in ("F32", "F16", "BF16"):
+        raise ValueError(f"no reference here for {name} (K-quants: reference_qk)")
     return matmul_float(x, float_rows(raw, name, m, x.shape[1]))

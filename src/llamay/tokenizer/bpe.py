@@ -4,7 +4,9 @@ ref: llama.cpp src/llama-vocab.cpp (llm_tokenizer_bpe_session), src/unicode.cpp 
 """
 from __future__ import annotations
 
-from .merge import merge_symbols
+from itertools import chain
+
+from .merge import PairTable, merge_symbols
 from .pretokenize import PreTokenizer
 from .vocab import Vocab
 
@@ -48,7 +50,8 @@ class BPEModel:
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
         self.t2i = vocab.token_to_id
-        self.ranks = merge_ranks(vocab.merges)
+        ranks = merge_ranks(vocab.merges)
+        self.pairs = PairTable(ranks, " ", range(len(vocab.merges)))
         self.byte_level = vocab.pre != "gemma4"  # gemma4 merges raw UTF-8 with <0xXX> fallback
         self.pre = PreTokenizer(vocab.pre)
         self.cache: dict[str, tuple[int, ...]] = {}
@@ -56,26 +59,18 @@ class BPEModel:
     def encode(self, text: str) -> list[int]:
         if not self.byte_level:
             text = text.replace(" ", "\u2581")
-        out: list[int] = []
-        cache = self.cache
-        for word in self.pre.split(text):
-            ids = cache.get(word)
-            if ids is None:
-                if len(cache) >= CACHE_LIMIT:
-                    cache.clear()
-                ids = cache[word] = self._word(word)
-            out.extend(ids)
-        return out
+        return cached_encode(self.cache, self.pre.split(text), self._word)
+
+    def encode_parts(self, raws: list[str], ids: list[int]) -> list[int]:
+        return encode_fragments(self.encode, raws, ids)
 
     def _word(self, word: str) -> tuple[int, ...]:
         t2i = self.t2i
         enc = byte_encode(word) if self.byte_level else word
         if enc in t2i and (self.vocab.ignore_merges or (not self.byte_level and not enc.strip("\n"))):
             return (t2i[enc],)  # whole word is a token (llama3 ignore_merges; gemma4 newline runs)
-        ranks = self.ranks
-        pieces = merge_symbols(list(enc), lambda a, b: ranks.get(a + " " + b))
         out: list[int] = []
-        for piece in pieces:
+        for piece in merge_symbols(list(enc), self.pairs):
             tid = t2i.get(piece)
             if tid is not None:
                 out.append(tid)
@@ -92,3 +87,26 @@ class BPEModel:
             if tid is not None:
                 out.append(tid)
         return out
+
+
+def encode_fragments(encode, raws: list[str], ids: list[int]) -> list[int]:
+    """Raw fragments interleaved with special ids (SpecialMatcher.split), each fragment on its own."""
+    out = encode(raws[0]) if raws[0] else []
+    for tid, raw in zip(ids, raws[1:]):
+        out.append(tid)
+        if raw:
+            out += encode(raw)
+    return out
+
+
+def cached_encode(cache: dict[str, tuple[int, ...]], words: list[str], encode_word) -> list[int]:
+    """The ids of `words` in order, each word's ids from `cache` (filled by encode_word on a miss).
+    The cache is cleared before it would outgrow CACHE_LIMIT, never while this call needs it."""
+    missing = set(words).difference(cache)
+    if missing:
+        if len(cache) + len(missing) > CACHE_LIMIT:
+            cache.clear()
+            missing = set(words)
+        for word in missing:
+            cache[word] = encode_word(word)
+    return list(chain.from_iterable(map(cache.__getitem__, words)))

@@ -7,6 +7,8 @@ ref: llama.cpp src/llama-vocab.cpp (llm_tokenizer_bpe), src/unicode.cpp (unicode
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import regex
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -75,36 +77,20 @@ class PreTokenizer:
         if pre not in _CHAINS:
             raise ValueError(f"unknown BPE pre-tokenizer {pre!r} (tokenizer.ggml.pre)")
         self.pre = pre
-        self.patterns = [regex.compile(p) for p in _CHAINS[pre]]
+        self.patterns = [_covering(p) for p in _CHAINS[pre]]
 
     def split(self, text: str) -> list[str]:
-        words = [text]
-        for pat in self.patterns:
-            words = _split_all(pat, words)
+        first, *rest = self.patterns
+        words = first.findall(text)
+        for pat in rest:
+            words = list(chain.from_iterable(map(pat.findall, words)))
         return words
 
 
-def _split_all(pat: regex.Pattern, segments: list[str]) -> list[str]:
-    out: list[str] = []
-    for seg in segments:
-        parts = pat.findall(seg)
-        if sum(map(len, parts)) == len(seg):  # matches cover the segment: no gaps to keep
-            out.extend(parts)
-        else:
-            out.extend(_split_with_gaps(pat, seg))
-    return out
-
-
-def _split_with_gaps(pat: regex.Pattern, seg: str) -> list[str]:
-    out, last = [], 0
-    for m in pat.finditer(seg):
-        start, end = m.span()
-        if start == end:
-            continue
-        if start > last:
-            out.append(seg[last:start])
-        out.append(seg[start:end])
-        last = end
-    if last < len(seg):
-        out.append(seg[last:])
-    return out
+def _covering(pattern: str) -> regex.Pattern:
+    """`pattern`, plus an alternative for a maximal run of characters where no match of it starts: the
+    matches then cover the text, and one findall (in C) yields matches and the gaps between them in order.
+    Contract: `pattern` has no capturing group and never matches the empty string."""
+    pat = regex.compile(f"(?:{pattern})|(?:(?!(?:{pattern}))[\\s\\S])+")
+    assert pat.groups == 0, pattern
+    return pat

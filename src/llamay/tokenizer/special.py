@@ -5,9 +5,16 @@ fragment at its leftmost occurrences in turn, honouring the token's lstrip/rstri
 stripped whitespace is dropped). Control and unknown tokens are only parsed when asked; user-defined
 tokens always are. Here the same choice is made with a map of consumed characters: an occurrence is
 taken iff none of its characters is already consumed by an earlier token or a strip.
+
+Fast path: when no token of a parse mode strips whitespace and none can start before a higher-priority
+token and overlap it (runs of one repeated character excepted, see _overlap_free), that token-by-token
+pass takes exactly the occurrences one leftmost-longest scan takes, so a single regex split (in C) does
+it. Gemma's vocabulary, whose whitespace runs are user-defined tokens, needs this on ordinary text.
 ref: llama.cpp src/llama-vocab.cpp (tokenizer_st_partition)
 """
 from __future__ import annotations
+
+import re
 
 import regex
 
@@ -15,6 +22,7 @@ from .vocab import CONTROL, LSTRIP, RSTRIP, UNKNOWN, Vocab, special_ids
 
 _C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale
 _END = ""  # trie key marking a complete token
+_MAX_FAST_LEN = 400  # longest token the fast-path regex is built for (one nested group per character)
 
 
 class _Trie:
@@ -65,12 +73,27 @@ class SpecialMatcher:
         self.order = special_ids(vocab)
         self.rank = {tid: r for r, tid in enumerate(self.order)}
         self._tries: dict[bool, _Trie] = {}
+        self._scanners: dict[bool, _Scanner | None] = {}
+
+    def split(self, text: str, parse_special: bool) -> tuple[list[str], list[int]]:
+        """(raws, ids), len(raws) == len(ids) + 1: the text, less the whitespace stripped around tokens,
+        is raws[0] + ids[0] + raws[1] + ... + raws[-1]; raws may be empty strings."""
+        if parse_special not in self._scanners:
+            ids = [t for t in self.order if not self.vocab.attrs[t] & self._skip(parse_special)]
+            self._scanners[parse_special] = _Scanner.build(self.vocab, ids)
+        scanner = self._scanners[parse_special]
+        if scanner is not None:
+            return scanner.split(text)
+        return _alternate(text, self.partition(text, parse_special))
+
+    @staticmethod
+    def _skip(parse_special: bool) -> int:
+        return 0 if parse_special else CONTROL | UNKNOWN
 
     def _trie(self, parse_special: bool) -> _Trie:
         trie = self._tries.get(parse_special)
         if trie is None:
-            skip = 0 if parse_special else CONTROL | UNKNOWN
-            ids = [t for t in self.order if not self.vocab.attrs[t] & skip]
+            ids = [t for t in self.order if not self.vocab.attrs[t] & self._skip(parse_special)]
             trie = self._tries[parse_special] = _Trie(self.vocab, ids)
         return trie
 
@@ -134,3 +157,87 @@ def _raw_runs(consumed: bytearray, i: int, end: int, out: list) -> None:
             out.append((i, j))
         k = consumed.find(0, j, end)
         i = end if k < 0 else k
+
+
+def _alternate(text: str, frags: list) -> tuple[list[str], list[int]]:
+    """partition()'s fragments as (raws, ids); two raw spans are never adjacent (a strip only
+    consumes whitespace next to its token), so each gap between tokens is one span or empty."""
+    raws, ids, raw = [], [], ""
+    for frag in frags:
+        if isinstance(frag, int):
+            raws.append(raw)
+            ids.append(frag)
+            raw = ""
+        else:
+            raw = text[frag[0]:frag[1]]
+    raws.append(raw)
+    return raws, ids
+
+
+class _Scanner:
+    """The fast path of one parse mode: a regex over its tokens (longest match first) and text -> id."""
+
+    def __init__(self, pattern: re.Pattern | None, ids: dict[str, int]):
+        self.pattern, self.ids = pattern, ids
+
+    @classmethod
+    def build(cls, vocab: Vocab, order: list[int]) -> "_Scanner | None":
+        """None when the fast path would not reproduce partition() for these tokens."""
+        ids: dict[str, int] = {}
+        for tid in order:  # priority order: a duplicated text keeps its first id, as partition() does
+            ids.setdefault(vocab.tokens[tid], tid)
+        texts = list(ids)
+        if any(vocab.attrs[t] & (LSTRIP | RSTRIP) for t in order) or not _overlap_free(texts):
+            return None
+        if texts and max(map(len, texts)) > _MAX_FAST_LEN:
+            return None
+        return cls(re.compile("(" + _trie_regex(_trie_of(texts)) + ")") if texts else None, ids)
+
+    def split(self, text: str) -> tuple[list[str], list[int]]:
+        if self.pattern is None:
+            return [text], []
+        parts = self.pattern.split(text)  # raw, token text, raw, ..., raw
+        return parts[0::2], list(map(self.ids.__getitem__, parts[1::2]))
+
+
+def _is_run(text: str) -> bool:
+    return text == text[0] * len(text)
+
+
+def _overlap_free(texts: list[str]) -> bool:
+    """`texts` in priority order. True when no proper suffix of a token is a proper prefix of a
+    higher-priority token, except between two runs of the same character (in a run, the longest
+    token that fits wins either way). Then an occurrence that starts before an overlapping one
+    always has the higher priority, and the leftmost-longest scan takes what partition() takes."""
+    best_all: dict[str, int] = {}  # proper prefix -> best rank of a token starting with it
+    best_mixed: dict[str, int] = {}  # the same over tokens that are not runs
+    for rank, text in enumerate(texts):
+        mixed = not _is_run(text)
+        for k in range(1, len(text)):
+            best_all.setdefault(text[:k], rank)
+            if mixed:
+                best_mixed.setdefault(text[:k], rank)
+    for rank, text in enumerate(texts):
+        best = best_mixed if _is_run(text) else best_all
+        if any(best.get(text[k:], rank) < rank for k in range(1, len(text))):
+            return False
+    return True
+
+
+def _trie_of(texts: list[str]) -> dict:
+    root: dict = {}
+    for text in texts:
+        node = root
+        for ch in text:
+            node = node.setdefault(ch, {})
+        node[_END] = True
+    return root
+
+
+def _trie_regex(node: dict) -> str:
+    """A pattern matching the longest text of the trie at a position (children tried before the end)."""
+    kids = [re.escape(ch) + _trie_regex(sub) for ch, sub in node.items() if ch != _END]
+    if not kids:
+        return ""
+    body = kids[0] if len(kids) == 1 else "(?:" + "|".join(kids) + ")"
+    return f"(?:{body})?" if _END in node else body

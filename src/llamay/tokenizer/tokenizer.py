@@ -66,21 +66,11 @@ class Tokenizer:
     # -- text -> ids -----------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         v = self.vocab
-        frags = self.special.partition(text, parse_special)
+        raws, ids = self.special.split(text, parse_special)
         out: list[int] = []
         if add_special and v.bos_id is not None and (v.add_bos or v.model == "bert"):
             out.append(v.bos_id)
-        prev_special = True  # SPM: a space prefix goes before text at the start or after a special
-        for frag in frags:
-            if isinstance(frag, int):
-                out.append(frag)
-                prev_special = True
-                continue
-            piece = text[frag[0]:frag[1]]
-            if v.model == "llama" and v.add_space_prefix and prev_special:
-                piece = " " + piece
-            out.extend(self.model.encode(piece))
-            prev_special = False
+        out += self.model.encode_parts(raws, ids)
         self._append_end(out, add_special)
         return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import unicodedata
 
+from .bpe import encode_fragments
 from .vocab import Vocab
 
 _WHITESPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
@@ -35,6 +36,9 @@ class WPMModel:
         self.t2i = vocab.token_to_id
         self.max_len = max(map(len, vocab.tokens))
         self.cache: dict[str, tuple[int, ...]] = {}
+
+    def encode_parts(self, raws: list[str], ids: list[int]) -> list[int]:
+        return encode_fragments(self.encode, raws, ids)
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []

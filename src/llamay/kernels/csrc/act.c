@@ -26,10 +26,11 @@ static void act_row_portable(const float *x, int64_t k, int8_t *q, float *d, int
     }
 }
 
-LY_AVX2 static inline int32_t hsum_epi32_128(__m128i v) {
-    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
-    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
-    return _mm_cvtsi128_si32(v);
+LY_AVX2 static inline int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
 }
 
 LY_AVX2 static void act_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16) {
@@ -50,11 +51,10 @@ LY_AVX2 static void act_row_avx2(const float *x, int64_t k, int8_t *q, float *d,
         __m256i iv[4];
         for (int j = 0; j < 4; j++) /* cvtps rounds half to even in the default MXCSR mode, as rint */
             iv[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], idv));
-        __m256i s01 = _mm256_add_epi32(iv[0], iv[1]), s23 = _mm256_add_epi32(iv[2], iv[3]);
-        s16[b * 2] = hsum_epi32_128(_mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1)));
-        s16[b * 2 + 1] = hsum_epi32_128(_mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1)));
-        __m256i p16 = _mm256_packs_epi32(iv[0], iv[1]), p16b = _mm256_packs_epi32(iv[2], iv[3]);
-        __m256i p8 = _mm256_packs_epi16(p16, p16b); /* dwords now hold q[0:4], q[8:12], q[16:20], q[24:28], q[4:8], ... */
+        s16[b * 2] = hsum_epi32(_mm256_add_epi32(iv[0], iv[1]));
+        s16[b * 2 + 1] = hsum_epi32(_mm256_add_epi32(iv[2], iv[3]));
+        /* |q| <= 127: the saturating packs are exact; dwords then hold q[0:4], q[8:12], ..., q[4:8], ... */
+        __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
         p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)(q + b * 32), p8);
     }

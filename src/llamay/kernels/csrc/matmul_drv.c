@@ -10,6 +10,8 @@
 ly_tile_fn ly_tile_qk(int type) __attribute__((weak));
 
 #define ACT_TILE_BYTES (512 * 1024)
+/* A thread is worth waking for at least this many weight bytes x tokens (fork/join costs microseconds). */
+#define MIN_THREAD_WORK (48 * 1024)
 
 static int64_t token_tile(int64_t k, int64_t n) {
     int64_t tt = (ACT_TILE_BYTES / (k + 1)) & ~(int64_t)3;
@@ -26,6 +28,8 @@ LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, co
     if (m <= 0 || n <= 0) return 0;
     int64_t groups = (m + 7) / 8, tt = token_tile(a->k, n);
     if (nthreads < 1) nthreads = omp_get_num_procs();
+    int64_t useful = (int64_t)(m * row_bytes) * n / MIN_THREAD_WORK;
+    if (nthreads > useful) nthreads = useful > 1 ? (int)useful : 1;
     if (nthreads > groups) nthreads = (int)groups;
     #pragma omp parallel num_threads(nthreads)
     {

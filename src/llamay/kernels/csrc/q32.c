@@ -51,7 +51,8 @@ static float dot_row(const ly_q32_fmt *f, const int32_t *v, const float *dw, con
         int32_t isum = 0;
         for (int j = 0; j < 32; j++) isum += v[b * 32 + j] * q[b * 32 + j];
         if (f->has_min)
-            acc = acc + ((dw[b] * dx[b]) * (float)isum + (mw[b] * dx[b]) * (float)(s16[2 * b] + s16[2 * b + 1]));
+            acc = acc + ((dw[b] * dx[b]) * (float)isum
+                         + (mw[b] * dx[b]) * (float)(s16[2 * b] + s16[2 * b + 1]));
         else
             acc = acc + (dw[b] * dx[b]) * (float)isum;
     }

@@ -4,7 +4,8 @@
  * the block's f16 scale and min as float, dx the activation block scale, isum the exact int32 dot of the
  * block's integer weight values with q, sx = s16[2b] + s16[2b+1]:
  *   Q4_0, Q5_0, Q8_0 (weight = dw * v, v signed):   acc = acc + (dw * dx) * (float)isum
- *   Q4_1, Q5_1       (weight = dw * u + mw, u >= 0): acc = acc + ((dw * dx) * (float)isum + (mw * dx) * (float)sx)
+ *   Q4_1, Q5_1       (weight = dw * u + mw, u >= 0):
+ *                    acc = acc + ((dw * dx) * (float)isum + (mw * dx) * (float)sx)
  * Integer values: Q4_0 v = nibble - 8; Q5_0 v = (nibble | hbit << 4) - 16; Q8_0 v = int8; Q4_1 u = nibble;
  * Q5_1 u = nibble | hbit << 4. Element j < 16 of a 4/5-bit block is the low nibble of qs[j], element j + 16
  * the high nibble; hbit of element j is bit j of the little-endian uint32 qh. */

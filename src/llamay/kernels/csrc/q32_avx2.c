@@ -18,26 +18,6 @@ typedef struct {
     float *dw, *mw; /* [nb][8] scale and min per (block, row) */
 } group_buf;
 
-/* 32 bits -> 32 bytes, byte j = 0x10 where bit j is set */
-LY_INLINE __m256i hbits(uint32_t qh) {
-    const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
-    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
-    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
-}
-
-/* One block -> its 32 values in element order (unsigned for 4/5-bit formats, before the offset). */
-LY_INLINE __m256i unpack_block(int type, const uint8_t *blk) {
-    if (type == LY_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
-    int qh_at = type == LY_Q5_0 ? 2 : type == LY_Q5_1 ? 4 : -1, qs_at = type == LY_Q4_0 ? 2 : type == LY_Q4_1 ? 4 : qh_at + 4;
-    __m128i qs = _mm_loadu_si128((const __m128i *)(blk + qs_at)), m = _mm_set1_epi8(15);
-    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m), _mm_and_si128(qs, m));
-    if (qh_at < 0) return v;
-    uint32_t qh;
-    memcpy(&qh, blk + qh_at, 4);
-    return _mm256_or_si256(v, hbits(qh));
-}
-
 /* 8x8 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i */
 LY_INLINE void transpose8(__m256i r[8]) {
     __m256i t[8], u[8];
@@ -54,6 +34,46 @@ LY_INLINE void transpose8(__m256i r[8]) {
     for (int i = 0; i < 4; i++) {
         r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
         r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* 4-bit blocks of 8 rows straight into the interleaved layout: transpose the 4 dwords of qs first (low
+ * nibbles of dword j are elements 4j..4j+3, high nibbles elements 16+4j..), then split the nibbles. */
+LY_INLINE void unpack_q4x8(const uint8_t *const p[8], int qs_at, __m256i v[8]) {
+    __m256i r[4], t[4];
+    for (int i = 0; i < 4; i++) /* lane 0: row i, lane 1: row i + 4 */
+        r[i] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(p[i + 4] + qs_at)),
+                                _mm_loadu_si128((const __m128i *)(p[i] + qs_at)));
+    t[0] = _mm256_unpacklo_epi32(r[0], r[1]);
+    t[1] = _mm256_unpackhi_epi32(r[0], r[1]);
+    t[2] = _mm256_unpacklo_epi32(r[2], r[3]);
+    t[3] = _mm256_unpackhi_epi32(r[2], r[3]);
+    r[0] = _mm256_unpacklo_epi64(t[0], t[2]);
+    r[1] = _mm256_unpackhi_epi64(t[0], t[2]);
+    r[2] = _mm256_unpacklo_epi64(t[1], t[3]);
+    r[3] = _mm256_unpackhi_epi64(t[1], t[3]);
+    const __m256i m = _mm256_set1_epi8(15);
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_and_si256(r[j], m);
+        v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(r[j], 4), m);
+    }
+}
+
+/* 5-bit blocks of 8 rows: the nibbles as for 4 bits, then bit 4j+e of each row's qh -> bit 4 of byte e of
+ * that row's lane in v[j]. */
+LY_INLINE void unpack_q5x8(const uint8_t *const p[8], int qh_at, __m256i v[8]) {
+    unpack_q4x8(p, qh_at + 4, v);
+    int32_t h[8];
+    for (int i = 0; i < 8; i++) memcpy(&h[i], p[i] + qh_at, 4);
+    const __m256i qh = _mm256_setr_epi32(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+    const __m256i b4 = _mm256_set1_epi8(0x10), lane_bytes = _mm256_setr_epi32(
+        0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+    for (int j = 0; j < 8; j++) {
+        /* every byte of lane i <- byte j/2 of qh[i]; then test bits 4(j%2) .. 4(j%2)+3 */
+        const __m256i sel = _mm256_add_epi8(_mm256_set1_epi8((char)(j / 2)), lane_bytes);
+        const __m256i bit = _mm256_set1_epi32((int)(0x08040201u << (4 * (j % 2))));
+        __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(qh, sel), bit);
+        v[j] = _mm256_or_si256(v[j], _mm256_and_si256(_mm256_cmpeq_epi8(x, bit), b4));
     }
 }
 
@@ -76,11 +96,16 @@ LY_INLINE void unpack_group(int type, int has_min, const uint8_t *w, size_t row_
     for (int i = 0; i < 8; i++) p[i] = w + (r + (i < nrows ? i : nrows - 1)) * row_bytes;
     for (int64_t b = 0; b < nb; b++) {
         __m256i v[8];
-        for (int i = 0; i < 8; i++) { /* the same block two groups ahead */
+        for (int i = 0; i < 8; i++) /* the same block two groups ahead */
             _mm_prefetch((const char *)(p[i] + 16 * row_bytes), _MM_HINT_T0);
-            v[i] = unpack_block(type, p[i]);
+        if (type == LY_Q8_0) {
+            for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 2));
+            transpose8(v);
+        } else if (type == LY_Q5_0 || type == LY_Q5_1) {
+            unpack_q5x8(p, type == LY_Q5_0 ? 2 : 4, v);
+        } else {
+            unpack_q4x8(p, type == LY_Q4_0 ? 2 : 4, v);
         }
-        transpose8(v);
         for (int j = 0; j < 8; j++) _mm256_store_si256(g->v + b * 8 + j, v[j]);
         __m256 dw, mw;
         scales8(p, &dw, &mw);
@@ -90,25 +115,33 @@ LY_INLINE void unpack_group(int type, int has_min, const uint8_t *w, size_t row_
     }
 }
 
-/* Exact int32 dots of block b's 8 rows with NT tokens' activations (qt[u] points at token u's block). */
+/* s16[u] += the int16 pair sums of vector j (weights vj) with token u's activations 4j..4j+3 */
+LY_INLINE void dot_step(int kind, __m256i vj, const int8_t *const *qt, int j, int NT, __m256i *s16) {
+    __m256i va = kind == K_Q8 ? _mm256_abs_epi8(vj) : vj;
+    for (int u = 0; u < NT; u++) {
+        int32_t x4;
+        memcpy(&x4, qt[u] + 4 * j, 4);
+        __m256i x = _mm256_set1_epi32(x4); /* |v| * sign(x, v) = v * x for Q8 */
+        x = kind == K_Q8 ? _mm256_sign_epi8(x, vj) : x;
+        s16[u] = _mm256_add_epi16(s16[u], _mm256_maddubs_epi16(va, x));
+    }
+}
+
+/* Exact int32 dots of block b's 8 rows with NT tokens' activations (qt[u] points at token u's block).
+ * int16 pair sums are <= 2 * 128 * 127 (Q8: widen every vector), 2 * 31 * 127 (Q5: 4 fit), 2 * 15 * 127 (8). */
 LY_INLINE void block_dots(int kind, const __m256i *v, const int8_t *const *qt, int NT, __m256i *s32) {
     const __m256i ones = _mm256_set1_epi16(1);
-    /* int16 pairs are <= 2 * 128 * 127 (Q8: flush every vector), 2 * 31 * 127 (Q5: 4 fit), 2 * 15 * 127 (8) */
     const int run = kind == K_Q8 ? 1 : kind == K_Q5 ? 4 : 8;
     for (int u = 0; u < NT; u++) s32[u] = _mm256_setzero_si256();
     for (int j0 = 0; j0 < 8; j0 += run) {
         __m256i s16[4];
         for (int u = 0; u < NT; u++) s16[u] = _mm256_setzero_si256();
-        #pragma GCC unroll 1
-        for (int j = j0; j < j0 + run; j++) {
-            __m256i vj = _mm256_load_si256(v + j), va = kind == K_Q8 ? _mm256_abs_epi8(vj) : vj;
-            for (int u = 0; u < NT; u++) {
-                int32_t x4;
-                memcpy(&x4, qt[u] + 4 * j, 4);
-                __m256i x = _mm256_set1_epi32(x4); /* |v| * sign(x, v) = v * x for Q8 */
-                x = kind == K_Q8 ? _mm256_sign_epi8(x, vj) : x;
-                s16[u] = _mm256_add_epi16(s16[u], _mm256_maddubs_epi16(va, x));
-            }
+        if (NT == 1) { /* decode: unrolled, the loads of the next vectors overlap the add chain */
+            #pragma GCC unroll 8
+            for (int j = j0; j < j0 + run; j++) dot_step(kind, _mm256_load_si256(v + j), qt, j, NT, s16);
+        } else { /* rolled: NT accumulators already give independent chains, and fewer registers spill */
+            #pragma GCC unroll 1
+            for (int j = j0; j < j0 + run; j++) dot_step(kind, _mm256_load_si256(v + j), qt, j, NT, s16);
         }
         for (int u = 0; u < NT; u++) s32[u] = _mm256_add_epi32(s32[u], _mm256_madd_epi16(s16[u], ones));
     }

@@ -48,8 +48,8 @@ LY_AVX2 static void row_to_f32_avx2(int type, const uint8_t *row, int64_t k, flo
 }
 
 /* NT tokens from t against one float row; the vector lane j is accumulator l[j]. */
-LY_AVX2 static inline __attribute__((always_inline)) void dots(const float *wr, const ly_act *a, int64_t t, int NT,
-                                                               float *y, int64_t ldy) {
+LY_AVX2 static inline __attribute__((always_inline))
+void dots(const float *wr, const ly_act *a, int64_t t, int NT, float *y, int64_t ldy) {
     int64_t k = a->k, i = 0;
     __m256 acc[4];
     for (int u = 0; u < NT; u++) acc[u] = _mm256_setzero_ps();

@@ -1,0 +1,27 @@
+"""Measure prefill and decode speed (tok/s, medians of repeated runs)."""
+from __future__ import annotations
+
+import json
+
+from ..tools.bench import run_bench
+from .common import add_model_args, resolve_model
+
+
+def add_parser(p):
+    add_model_args(p)
+    p.add_argument("--prefill", type=int, default=512, help="prompt tokens (default 512)")
+    p.add_argument("--decode", type=int, default=128, help="generated tokens (default 128)")
+    p.add_argument("-r", "--reps", type=int, default=3, help="repetitions (median reported)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args):
+    r = run_bench(resolve_model(args.model), args.threads, args.prefill, args.decode, args.reps)
+    if args.json:
+        print(json.dumps(r.as_dict()))
+        return
+    print(f"model        {r.model}")
+    print(f"threads      {r.threads}")
+    print(f"prefill {r.n_prefill:<4} {r.prefill_tok_s:8.1f} tok/s")
+    print(f"decode  {r.n_decode:<4} {r.decode_tok_s:8.1f} tok/s")
+    print(f"load {r.load_s:.3f} s, first token {r.first_token_s:.3f} s after open")

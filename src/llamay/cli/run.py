@@ -1,0 +1,74 @@
+"""Complete a prompt (-p), streamed to stdout; without -p, chat interactively with the model's template."""
+from __future__ import annotations
+
+import sys
+
+from ..chat import ChatTemplateError, prompt_ids, template_for
+from .common import CLIError, add_model_args, eprint, load_model
+
+
+def add_parser(p):
+    add_model_args(p)
+    p.add_argument("-p", "--prompt", help="text to complete (no chat template); omit for a chat")
+    p.add_argument("-n", "--n-predict", type=int, default=256, help="maximum tokens to generate")
+    p.add_argument("-c", "--ctx-size", type=int, default=None, help="context length in tokens")
+    p.add_argument("--temp", type=float, default=0.8, help="temperature (0: greedy)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--verbose", action="store_true", help="print timings to stderr")
+
+
+def _sampling(args) -> dict:
+    return dict(max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                min_p=args.min_p, repeat_penalty=args.repeat_penalty, seed=args.seed)
+
+
+def _stream(llm, prompt, args) -> str:
+    out = []
+    for piece in llm.generate(prompt, **_sampling(args)):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+        out.append(piece)
+    if args.verbose:
+        s = llm.stats
+        eprint(f"\nprompt: {s.prompt_tokens} tokens ({s.cached_tokens} cached) in {s.prefill_s:.3f} s; "
+               f"generated {s.generated_tokens} tokens in {s.decode_s:.3f} s "
+               f"({s.generated_tokens / max(s.decode_s, 1e-9):.1f} tok/s); finish: {s.finish_reason}")
+    return "".join(out)
+
+
+def run(args):
+    llm = load_model(args.model, args.threads, args.ctx_size)
+    if args.prompt is not None:
+        _stream(llm, args.prompt, args)
+        print()
+        return
+    _chat(llm, args)
+
+
+def _chat(llm, args):
+    try:
+        template = template_for(llm.metadata, llm.tokenizer)
+    except ChatTemplateError as e:
+        raise CLIError(f"the model's chat template is broken: {e}") from None
+    messages: list[dict] = []
+    eprint("Chat with the model; an empty line or Ctrl-D ends it.")
+    while True:
+        try:
+            line = input(">>> ")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        messages.append({"role": "user", "content": line})
+        try:
+            ids = prompt_ids(template, llm.tokenizer, messages)
+        except ChatTemplateError as e:
+            eprint(f"llamay: the chat template refused this conversation: {e}")
+            messages.pop()
+            continue
+        messages.append({"role": "assistant", "content": _stream(llm, ids, args)})
+        print()

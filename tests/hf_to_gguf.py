@@ -1,0 +1,133 @@
+"""Test-only converter: a transformers causal LM -> GGUF with F32 tensors, following llama.cpp's
+convert_hf_to_gguf.py. Names and keys come from gguf-py (llama.cpp's own package), not from llamay.
+
+Conventions reproduced (ref: llama.cpp convert_hf_to_gguf.py):
+- llama: q/k projection rows permuted from HF's rotate-half layout to GGUF's interleaved pairs
+  (LlamaModel.permute); qwen2 and gemma3 keep HF's layout (NeoX RoPE).
+- gemma3: every `*norm.weight` is stored as (1 + w) (Gemma3Model.norm_shift: Gemma3RMSNorm multiplies by
+  1 + weight); global-layer RoPE base as rope.freq_base; lm_head dropped (tied).
+- tied embeddings: no output.weight.
+"""
+from __future__ import annotations
+
+import os
+
+import gguf
+import numpy as np
+
+from llamay.gguf import GGUFWriter
+
+ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gemma3": gguf.MODEL_ARCH.GEMMA3}
+U32, F32 = int(gguf.GGUFValueType.UINT32), int(gguf.GGUFValueType.FLOAT32)
+
+
+def permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """[n_head * head_dim, ...]: per head, rows (i, i + d/2) -> (2i, 2i + 1)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _rope_theta(cfg, layer_type: str) -> float:
+    rp = cfg.rope_parameters  # transformers 5: one dict, or one per layer type (gemma3)
+    return float(rp.get(layer_type, rp)["rope_theta"])
+
+
+def hparams(arch: str, cfg) -> dict[str, tuple]:
+    """GGUF metadata key -> (value, GGUF value type) for the model part (no tokenizer)."""
+    k = lambda key: key.format(arch=arch)  # noqa: E731
+    K = gguf.Keys
+    meta = {
+        K.General.ARCHITECTURE: (arch, None),
+        k(K.LLM.CONTEXT_LENGTH): (cfg.max_position_embeddings, U32),
+        k(K.LLM.EMBEDDING_LENGTH): (cfg.hidden_size, U32),
+        k(K.LLM.BLOCK_COUNT): (cfg.num_hidden_layers, U32),
+        k(K.LLM.FEED_FORWARD_LENGTH): (cfg.intermediate_size, U32),
+        k(K.Attention.HEAD_COUNT): (cfg.num_attention_heads, U32),
+        k(K.Attention.HEAD_COUNT_KV): (cfg.num_key_value_heads, U32),
+        k(K.Attention.KEY_LENGTH): (cfg.head_dim, U32),
+        k(K.Attention.VALUE_LENGTH): (cfg.head_dim, U32),
+        k(K.Attention.LAYERNORM_RMS_EPS): (cfg.rms_norm_eps, F32),
+        k(K.Rope.FREQ_BASE): (_rope_theta(cfg, "full_attention"), F32),
+    }
+    if arch == "llama":
+        meta[k(K.LLM.VOCAB_SIZE)] = (cfg.vocab_size, U32)
+        meta[k(K.Rope.DIMENSION_COUNT)] = (cfg.head_dim, U32)
+    if arch == "gemma3":
+        meta[k(K.Attention.SLIDING_WINDOW)] = (cfg.sliding_window, U32)
+        if cfg.final_logit_softcapping:
+            meta[k(K.LLM.FINAL_LOGIT_SOFTCAPPING)] = (cfg.final_logit_softcapping, F32)
+    return meta
+
+
+def tensors(arch: str, model) -> dict[str, np.ndarray]:
+    """GGUF tensor name -> float32 array in HF (row-major, [out, in]) shape."""
+    cfg = model.config
+    names = gguf.get_tensor_name_map(ARCHS[arch], cfg.num_hidden_layers)
+    out = {}
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        w = t.detach().float().numpy().copy()
+        if arch == "llama" and name.endswith("q_proj.weight"):
+            w = permute(w, cfg.num_attention_heads)
+        elif arch == "llama" and name.endswith("k_proj.weight"):
+            w = permute(w, cfg.num_key_value_heads)
+        elif arch == "gemma3" and name.endswith("norm.weight"):
+            w = w + np.float32(1.0)
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise ValueError(f"cannot map tensor {name!r} for {arch}")
+        out[new] = np.ascontiguousarray(w, dtype=np.float32)
+    return out
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's byte -> printable character table (the alphabet of every byte-level BPE vocab)."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
+def gpt2_vocab(n_vocab: int) -> dict[str, tuple]:
+    """A made-up byte-level BPE vocab: 256 bytes, merged letter pairs, <|endoftext|> last."""
+    n_merged = n_vocab - 257
+    assert 0 <= n_merged <= 26 * 26
+    pairs = [(chr(97 + i % 26), chr(97 + i // 26)) for i in range(n_merged)]
+    tokens = _byte_chars() + [a + b for a, b in pairs] + ["<|endoftext|>"]
+    types = [1] * (n_vocab - 1) + [3]
+    return {"tokenizer.ggml.model": ("gpt2", None), "tokenizer.ggml.pre": ("default", None),
+            "tokenizer.ggml.tokens": (tokens, None),
+            "tokenizer.ggml.token_type": (np.array(types, np.int32), None),
+            "tokenizer.ggml.merges": ([f"{a} {b}" for a, b in pairs], None),
+            "tokenizer.ggml.bos_token_id": (n_vocab - 1, U32),
+            "tokenizer.ggml.eos_token_id": (n_vocab - 1, U32)}
+
+
+def spm_vocab(n_vocab: int) -> dict[str, tuple]:
+    """A made-up SentencePiece vocab in Gemma's id order: pad, eos, bos, unk, 256 bytes, pieces."""
+    n_pieces = n_vocab - 260
+    assert 0 <= n_pieces <= 26 * 27
+    pieces = ["\u2581" + chr(97 + i % 26) + ("" if i < 26 else chr(97 + i // 26 - 1)) for i in range(n_pieces)]
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [3, 3, 3, 2] + [6] * 256 + [1] * n_pieces
+    scores = [0.0] * 260 + [-float(i) for i in range(n_pieces)]
+    return {"tokenizer.ggml.model": ("llama", None), "tokenizer.ggml.tokens": (tokens, None),
+            "tokenizer.ggml.scores": (np.array(scores, np.float32), None),
+            "tokenizer.ggml.token_type": (np.array(types, np.int32), None),
+            "tokenizer.ggml.add_space_prefix": (False, None),
+            "tokenizer.ggml.padding_token_id": (0, U32), "tokenizer.ggml.eos_token_id": (1, U32),
+            "tokenizer.ggml.bos_token_id": (2, U32), "tokenizer.ggml.unknown_token_id": (3, U32)}
+
+
+def convert(arch: str, model) -> tuple[dict[str, tuple], dict[str, np.ndarray]]:
+    """(metadata, tensors) of `model` (a transformers *ForCausalLM) as llama.cpp would convert it."""
+    vocab = spm_vocab if arch == "gemma3" else gpt2_vocab
+    return {**hparams(arch, model.config), **vocab(model.config.vocab_size)}, tensors(arch, model)
+
+
+def write(path: str | os.PathLike, metadata: dict[str, tuple], tensors: dict[str, np.ndarray]):
+    w = GGUFWriter()
+    for key, (value, vtype) in metadata.items():
+        w.add(key, value, vtype=vtype)
+    for name, data in tensors.items():
+        w.add_tensor(name, data)
+    w.write(path)

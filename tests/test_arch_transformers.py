@@ -1,0 +1,171 @@
+"""Per-architecture logits against HF transformers on tiny random models converted as llama.cpp would.
+
+Tolerances (relative to max |logit|). The engine stores K and V in float16 (kv/pool.py), all else float32.
+- Against transformers with K/V rounded to float16 after RoPE (what the pool holds), what is left is
+  float32 summation order, ~1e-6 relative, but it matters through the rounding: an element that lands on
+  the other side of a float16 rounding boundary moves by 2^-11. Transformers against itself with 1e-6
+  relative noise on K/V before the rounding differs by 3e-5 .. 3.3e-4 on these models; the engine
+  measures 3e-5 .. 2.9e-4. Bound: 1e-3.
+- Against plain float32 transformers the float16 K/V rounding (unit roundoff 2^-11 = 4.9e-4 per element)
+  dominates: measured 7.7e-4 .. 1.5e-3. Bound: 5e-3.
+What each gemma3 feature changes (sliding window, its size +-1, local RoPE base, final softcap) moves the
+logits by 0.6 .. 1.6, far above either bound: test_gemma3_features_are_exercised keeps that true.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from transformers import (AttentionInterface, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+import hf_to_gguf
+import llamay
+from llamay.models import UnsupportedModel
+
+TIGHT, LOOSE = 1e-3, 5e-3
+N_TOKENS = 24
+COMMON = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, attn_implementation="eager")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    arch: str
+    model: type
+    config: type
+    extra: dict
+
+
+CASES = {
+    "llama": Case("llama", LlamaForCausalLM, LlamaConfig, dict(num_hidden_layers=3, tie_word_embeddings=False)),
+    "qwen2": Case("qwen2", Qwen2ForCausalLM, Qwen2Config, dict(num_hidden_layers=3, tie_word_embeddings=True)),
+    # 7 layers: llama.cpp (and llamay) fix Gemma 3's pattern at 5 sliding layers per global one, so layer 5
+    # is global and layer 6 slides again; head_dim 32 != hidden / heads, as in Gemma 3 270M
+    "gemma3": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
+                   dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8)),
+    "gemma3-softcap": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
+                           dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                                final_logit_softcapping=3.0)),
+}
+
+
+def _f16_kv_sdpa(module, query, key, value, *args, **kwargs):
+    """SDPA on K/V rounded to float16, as llamay's page pool stores them."""
+    return sdpa_attention_forward(module, query, key.half().float(), value.half().float(), *args, **kwargs)
+
+
+# one torch thread (and one llamay thread below): torch's OpenMP pool and llamay's spin against each other
+# on 2 cores, which made each tiny op ~30x slower; llamay's results do not depend on its thread count
+torch.set_num_threads(1)
+AttentionInterface.register("llamay_f16_kv", _f16_kv_sdpa)
+AttentionMaskInterface.register("llamay_f16_kv", sdpa_mask)
+
+
+def build(case: Case, **overrides):
+    """A seeded random model. Every parameter is redrawn: HF's init leaves norms at 1 (0 for Gemma) and
+    biases at 0, which would hide a wrong norm or bias; scale 0.15 gives attention far from uniform."""
+    torch.manual_seed(0)
+    model = case.model(case.config(**{**COMMON, **case.extra, **overrides}))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):  # HF Gemma3RMSNorm scales by (1 + w): same range for all
+                p.copy_(torch.rand(p.shape, generator=g) + (-0.5 if case.arch == "gemma3" else 0.5))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * (0.1 if p.ndim == 1 else 0.15))
+    return model.eval()
+
+
+def hf_logits(model, ids, attn: str = "eager") -> np.ndarray:
+    model.set_attn_implementation(attn)
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def token_ids(n_vocab: int) -> list[int]:
+    return np.random.default_rng(2).integers(0, n_vocab, N_TOKENS).tolist()
+
+
+def write_gguf(tmp_path, arch, model, edit=None):
+    metadata, tensors = hf_to_gguf.convert(arch, model)
+    if edit:
+        edit(metadata, tensors)
+    path = tmp_path / f"{arch}.gguf"
+    hf_to_gguf.write(path, metadata, tensors)
+    return path
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def converted(request, tmp_path_factory):
+    case = CASES[request.param]
+    model = build(case)
+    path = write_gguf(tmp_path_factory.mktemp(request.param), case.arch, model)
+    ids = token_ids(model.config.vocab_size)
+    return request.param, model, llamay.load(path, threads=1).logits(ids), ids
+
+
+def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
+    assert got.shape == ref.shape and np.isfinite(got).all()
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def test_logits_match_transformers_with_f16_kv(converted):
+    name, model, got, ids = converted
+    diff = rel_diff(got, hf_logits(model, ids, "llamay_f16_kv"))
+    assert diff < TIGHT, f"{name}: max |diff| / max |logit| = {diff:.2e}"
+
+
+def test_logits_match_transformers_f32(converted):
+    name, model, got, ids = converted
+    diff = rel_diff(got, hf_logits(model, ids))
+    assert diff < LOOSE, f"{name}: max |diff| / max |logit| = {diff:.2e}"
+
+
+@pytest.mark.parametrize("change", [dict(sliding_window=1000), dict(sliding_window=7), dict(sliding_window=9),
+                                    dict(rope_parameters={t: dict(rope_type="default", rope_theta=1e6) for t in
+                                                         ("sliding_attention", "full_attention")}),
+                                    dict(final_logit_softcapping=None)])
+def test_gemma3_features_are_exercised(change):
+    """Each gemma3 feature changes the reference by far more than the tolerance the engine meets."""
+    case = CASES["gemma3-softcap"]
+    ids = token_ids(COMMON["vocab_size"])
+    ref = hf_logits(build(case), ids)
+    assert rel_diff(hf_logits(build(case, **change), ids), ref) > 10 * LOOSE
+
+
+@pytest.mark.parametrize("arch", ["mamba", "rwkv6", "deepseek2", "not-an-arch"])
+def test_unsupported_architecture_refused(tmp_path, arch):
+    w = hf_to_gguf.GGUFWriter()
+    w.add("general.architecture", arch)
+    for key, (value, vtype) in hf_to_gguf.gpt2_vocab(300).items():
+        w.add(key, value, vtype=vtype)
+    w.write(tmp_path / "m.gguf")
+    with pytest.raises(UnsupportedModel, match=f"architecture '{arch}' is not supported"):
+        llamay.load(tmp_path / "m.gguf")
+
+
+@pytest.fixture(scope="module")
+def small_models():
+    return {arch: build(dataclasses.replace(CASES[arch], extra={**CASES[arch].extra, "num_hidden_layers": 2}))
+            for arch in ("llama", "qwen2")}
+
+
+@pytest.mark.parametrize("arch, name", [("llama", "blk.1.ffn_up.weight"), ("llama", "output_norm.weight"),
+                                        ("qwen2", "blk.0.attn_k.bias")])
+def test_missing_tensor_refused(tmp_path, small_models, arch, name):
+    path = write_gguf(tmp_path, arch, small_models[arch], lambda meta, t: t.pop(name))
+    with pytest.raises(UnsupportedModel, match=f"missing tensors.*'{name}'"):
+        llamay.load(path)
+
+
+@pytest.mark.parametrize("arch, name", [("llama", "blk.0.attn_q_norm.weight"), ("llama", "blk.1.attn_q.bias"),
+                                        ("qwen2", "blk.2.attn_norm.weight")])
+def test_unexpected_tensor_refused(tmp_path, small_models, arch, name):
+    def add(meta, tensors):
+        tensors[name] = np.ones(64, np.float32)
+    path = write_gguf(tmp_path, arch, small_models[arch], add)
+    with pytest.raises(UnsupportedModel, match=f"unexpected tensors.*'{name}'"):
+        llamay.load(path)

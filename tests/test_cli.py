@@ -1,0 +1,60 @@
+"""The llamay command: clear one-line errors, and `run -p` printing what the API generates."""
+import subprocess
+import sys
+
+import pytest
+
+import llamay
+from llamay.cli.main import main
+from llamay.gguf import GGUFWriter
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_missing_file_is_one_line_error(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "run", "-m", str(tmp_path / "nope.gguf"), "-p", "hi")
+    assert code == 1 and err.strip().count("\n") == 0 and "not found" in err
+
+
+def test_non_gguf_file_is_one_line_error(capsys, tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"this is not a gguf file at all, just text" * 4)
+    code, _, err = run_cli(capsys, "run", "-m", str(bad), "-p", "hi")
+    assert code == 1 and "not a GGUF file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("arch,words", [("mamba", "state-space"), ("deepseek2", "latent attention"),
+                                        ("bloomz-unknown", "not supported")])
+def test_unsupported_architecture_is_refused(capsys, tmp_path, arch, words):
+    w = GGUFWriter()
+    w.add("general.architecture", arch)
+    path = tmp_path / f"{arch}.gguf"
+    w.write(path)
+    code, _, err = run_cli(capsys, "run", "-m", str(path), "-p", "hi")
+    assert code == 1 and arch in err and words in err
+
+
+@pytest.mark.model
+def test_run_prints_the_greedy_completion(capsys, smollm_path):
+    code, out, _ = run_cli(capsys, "run", "-m", str(smollm_path), "-p", "The capital of France is",
+                           "-n", "8", "--temp", "0")
+    want = "".join(llamay.load(smollm_path).generate("The capital of France is", max_tokens=8, temperature=0))
+    assert code == 0 and out == want + "\n"
+
+
+@pytest.mark.model
+def test_tokenize_command_prints_ids(capsys, smollm_path):
+    code, out, _ = run_cli(capsys, "tokenize", "-m", str(smollm_path), "--ids", "The capital of France is")
+    assert code == 0 and out.split() == ["504", "3575", "282", "4649", "314"]  # llama.cpp's ids (anchors.json)
+
+
+@pytest.mark.model
+def test_console_script_chat_reads_stdin(smollm_path):
+    proc = subprocess.run([sys.executable, "-m", "llamay.cli.main", "run", "-m", str(smollm_path), "-n", "4",
+                           "--temp", "0"], input="Hi\n\n", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Chat with the model" in proc.stderr and len(proc.stdout.strip()) > 0
