@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..gguf import GGUFReader
-from ..kernels import _lib
+from ..kernels.matmul import default_threads
 from ..kernels.ops import BatchMeta
 from ..models import Decoder, arch_spec
 from ..tokenizer import IncrementalDecoder, Tokenizer
@@ -48,7 +48,7 @@ class LLM:
         self.metadata = reader.metadata
         self.spec = arch_spec(reader.metadata)
         self.tokenizer = Tokenizer.from_gguf(reader)
-        self.threads = threads or _lib.lib.ly_max_threads()
+        self.threads = threads or default_threads()
         self.decoder = Decoder(reader, self.spec, self.threads)
         self.n_ctx = min(n_ctx or DEFAULT_N_CTX, self.spec.n_ctx_train)
         n_pages = -(-self.n_ctx // PAGE_SIZE)

@@ -1,50 +1,51 @@
-"""Python side of the non-matmul C ops. Each launcher checks dtype, contiguity and shape before calling C."""
+"""Python side of the non-matmul C ops, one op at a time (the decoder builds whole graphs instead).
+Each launcher checks dtype, contiguity and shape before calling C."""
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._lib import F32, I32, I64, P, declare
-
-_rmsnorm = declare("ly_rmsnorm", P, P, P, I64, I64, F32, I32)
-_rope = declare("ly_rope", P, P, I64, I64, I64, I64, F32, I32, I32)
-_gated = declare("ly_gated_act", P, P, P, I64, I32, I32)
-_kv_write = declare("ly_kv_write", P, P, P, P, P, I64, I64, I64, I64)
+from .graph import Batch, Graph, addr
 
 ACTS = {"silu": 0, "gelu_tanh": 1}
 
 
-def _f32(a: np.ndarray, name: str) -> np.ndarray:
+def f32(a: np.ndarray, name: str) -> np.ndarray:
     if a.dtype != np.float32 or not a.flags.c_contiguous:
         raise TypeError(f"{name} must be a C-contiguous float32 array, got {a.dtype}")
     return a
 
 
+def _one(op, ptrs, sizes=(), floats=(), nthreads=1, keep=()):
+    g = Graph()
+    g.add(op, ptrs, sizes, floats, keep)
+    g.run(nthreads)
+
+
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, nthreads: int, out: np.ndarray | None = None):
     """RMSNorm over the last axis of x [..., d] with weight w [d]; `out` may be x (in place)."""
-    _f32(x, "x"), _f32(w, "w")
+    f32(x, "x"), f32(w, "w")
     d = x.shape[-1]
     assert w.shape == (d,), (w.shape, d)
-    out = np.empty_like(x) if out is None else _f32(out, "out")
-    _rmsnorm(x.ctypes.data, w.ctypes.data, out.ctypes.data, x.size // d, d, eps, nthreads)
+    out = np.empty_like(x) if out is None else f32(out, "out")
+    _one("rmsnorm", (x, w, out), (x.size // d, d), (eps,), nthreads)
     return out
 
 
 def rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, neox: bool, nthreads: int):
     """In place on x [n_tokens, n_heads, head_dim]; pos int32 [n_tokens]."""
-    _f32(x, "x")
+    f32(x, "x")
     n, h, d = x.shape
     assert pos.dtype == np.int32 and pos.shape == (n,) and n_rot <= d and n_rot % 2 == 0 and n_rot <= 1024
-    _rope(x.ctypes.data, pos.ctypes.data, n, h, d, n_rot, base, int(neox), nthreads)
+    _one("rope", (x, pos), (n, h, d, n_rot, int(neox)), (base,), nthreads)
 
 
 def gated_act(gate: np.ndarray, up: np.ndarray, act: str, nthreads: int) -> np.ndarray:
     """act(gate) * up, elementwise; result written into gate's buffer."""
-    _f32(gate, "gate"), _f32(up, "up")
+    f32(gate, "gate"), f32(up, "up")
     assert gate.shape == up.shape
-    _gated(gate.ctypes.data, up.ctypes.data, gate.ctypes.data, gate.size, ACTS[act], nthreads)
+    _one("gated", (gate, up), (gate.size, ACTS[act]), (), nthreads)
     return gate
 
 
@@ -61,36 +62,28 @@ class BatchMeta:
             assert a.dtype == np.int32 and a.flags.c_contiguous
         assert self.page_tables.ndim == 2 and self.tok_pos.shape == self.tok_seq.shape
 
+    def fill(self, b: Batch) -> Batch:
+        """Point a C ly_batch at these arrays (they must outlive its use)."""
+        b.tok_pos, b.tok_seq, b.page_tables = addr(self.tok_pos), addr(self.tok_seq), addr(self.page_tables)
+        b.n_tokens, b.max_pages, b.page_size = len(self.tok_pos), self.page_tables.shape[1], self.page_size
+        return b
+
 
 def kv_write(pool: np.ndarray, x: np.ndarray, meta: BatchMeta):
     """x float32 [n_tokens, row] -> pool f16 [n_slots, row] at each token's slot."""
-    _f32(x, "x")
+    f32(x, "x")
     assert pool.dtype == np.float16 and pool.flags.c_contiguous and pool.shape[1] == x.shape[1]
-    _kv_write(pool.ctypes.data, x.ctypes.data, meta.tok_pos.ctypes.data, meta.tok_seq.ctypes.data,
-              meta.page_tables.ctypes.data, meta.page_tables.shape[1], meta.page_size, x.shape[0],
-              x.shape[1])
-
-
-class _AttnArgs(ctypes.Structure):
-    _fields_ = [(n, P) for n in ("q", "out", "k_pool", "v_pool", "tok_pos", "tok_seq", "page_tables")] + \
-               [(n, I64) for n in ("n_tokens", "n_head", "n_kv_head", "head_dim", "page_size",
-                                   "max_pages", "window")] + [("scale", F32), ("softcap", F32)]
-
-
-_attention = declare("ly_attention", ctypes.POINTER(_AttnArgs), I32)
+    _one("kv_write", (pool, x, meta.fill(Batch())), (x.shape[1],), keep=(meta,))
 
 
 def attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, meta: BatchMeta, scale: float,
               window: int = 0, softcap: float = 0.0, nthreads: int = 1) -> np.ndarray:
     """q [n_tokens, n_head, head_dim] float32; pools f16 [n_slots, n_kv_head, head_dim]. -> like q."""
-    _f32(q, "q")
+    f32(q, "q")
     n, n_head, d = q.shape
     assert k_pool.dtype == v_pool.dtype == np.float16 and k_pool.shape == v_pool.shape
     assert k_pool.shape[2] == d and n_head % k_pool.shape[1] == 0 and meta.tok_pos.shape == (n,)
     out = np.empty_like(q)
-    args = _AttnArgs(q.ctypes.data, out.ctypes.data, k_pool.ctypes.data, v_pool.ctypes.data,
-                     meta.tok_pos.ctypes.data, meta.tok_seq.ctypes.data, meta.page_tables.ctypes.data,
-                     n, n_head, k_pool.shape[1], d, meta.page_size, meta.page_tables.shape[1], window,
-                     scale, softcap)
-    _attention(ctypes.byref(args), nthreads)
+    _one("attention", (q, out, k_pool, v_pool, meta.fill(Batch())), (n_head, k_pool.shape[1], d, window),
+         (scale, softcap), nthreads, keep=(meta,))
     return out

@@ -36,13 +36,17 @@ _DEEPSEEK_LETTERS = ("\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u
 _DEEPSEEK_PUNCT = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"
 _BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
 
+# starcoder's chain [\p{N}, GPT2] as one regex: digits are words of their own, no other alternative
+# consumes a digit, and a digit ends a whitespace run as the end of its segment did (`(?!\S)`)
+STARCODER_FUSED = (r"\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])")
+
 # pre-tokenizer name -> regex chain
 _CHAINS = {
     "llama3": [LLAMA3],
     "deepseek-llm": ["[\r\n]", _DEEPSEEK_LETTERS, _DEEPSEEK_PUNCT, r"\s+\Z", _CJK, r"\p{N}+"],
     "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"],
     "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", GPT2, "[0-9][0-9][0-9]"],
-    "starcoder": [r"\p{N}", GPT2],
+    "starcoder": [STARCODER_FUSED],  # = [r"\p{N}", GPT2]
     "gpt-2": [GPT2],
     "qwen2": [QWEN2],
     "qwen35": [QWEN35],
@@ -77,13 +81,17 @@ class PreTokenizer:
         if pre not in _CHAINS:
             raise ValueError(f"unknown BPE pre-tokenizer {pre!r} (tokenizer.ggml.pre)")
         self.pre = pre
-        self.patterns = [_covering(p) for p in _CHAINS[pre]]
+        patterns = _CHAINS[pre]
+        # one regex: a findall that also yields the gaps; a chain: splits that keep the matches
+        self.covering = _covering(patterns[0]) if len(patterns) == 1 else None
+        self.splitters = [_splitter(p) for p in patterns]
 
     def split(self, text: str) -> list[str]:
-        first, *rest = self.patterns
-        words = first.findall(text)
-        for pat in rest:
-            words = list(chain.from_iterable(map(pat.findall, words)))
+        if self.covering is not None:
+            return self.covering.findall(text)
+        words = [text]
+        for pat in self.splitters:
+            words = list(filter(None, chain.from_iterable(map(pat.split, words))))
         return words
 
 
@@ -93,4 +101,11 @@ def _covering(pattern: str) -> regex.Pattern:
     Contract: `pattern` has no capturing group and never matches the empty string."""
     pat = regex.compile(f"(?:{pattern})|(?:(?!(?:{pattern}))[\\s\\S])+")
     assert pat.groups == 0, pattern
+    return pat
+
+
+def _splitter(pattern: str) -> regex.Pattern:
+    """split() of this gives gap, match, gap, ..., gap (empty gaps included). Same contract."""
+    pat = regex.compile(f"({pattern})")
+    assert pat.groups == 1, pattern
     return pat

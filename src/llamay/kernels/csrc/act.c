@@ -5,7 +5,8 @@
  * s16[h] = sum of q over the 16-value half h. Portable and AVX2 are bit-identical. */
 #include "common.h"
 #include <immintrin.h>
-#include <omp.h>
+#include "graph.h"
+#include "matmul.h"
 
 static void act_row_portable(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16) {
     for (int64_t b = 0; b < k / 32; b++) {
@@ -60,14 +61,25 @@ LY_AVX2 static void act_row_avx2(const float *x, int64_t k, int8_t *q, float *d,
     }
 }
 
-/* x: [n, k] float32, k % 32 == 0 -> q: [n, k] int8, d: [n, k/32], s16: [n, k/16]. Tokens split across
- * threads (each token is independent, so the result does not depend on nthreads). */
+/* x: [n, k] float32, k % 32 == 0 -> q: [n, k] int8, d: [n, k/32], s16: [n, k/16]. Shares: tokens (each
+ * token is independent, so the result does not depend on the thread count). */
+void ly_quant_slice(const ly_node *nd, int ith, int nth) {
+    ly_act *a = nd->p[0];
+    int64_t k = a->k, lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const float *x = a->x + t * k;
+        int8_t *q = (int8_t *)a->q + t * k;
+        float *d = (float *)a->d + t * (k / 32);
+        int32_t *s16 = (int32_t *)a->s16 + t * (k / 16);
+        if (ly_avx2) act_row_avx2(x, k, q, d, s16);
+        else act_row_portable(x, k, q, d, s16);
+    }
+}
+
 LY_API void ly_quantize_act(const float *x, int64_t n, int64_t k, int8_t *q, float *d, int32_t *s16,
                             int nthreads) {
-    int nt = n * k >= 65536 && nthreads > 1 ? nthreads : 1;
-    #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t t = 0; t < n; t++) {
-        if (ly_avx2) act_row_avx2(x + t * k, k, q + t * k, d + t * (k / 32), s16 + t * (k / 16));
-        else act_row_portable(x + t * k, k, q + t * k, d + t * (k / 32), s16 + t * (k / 16));
-    }
+    ly_act a = {q, d, s16, x, k};
+    ly_node nd = {.op = LY_OP_QUANT, .p = {&a}, .n = {n}};
+    ly_graph_run(&nd, 1, n * k >= 65536 ? nthreads : 1);
 }

@@ -4,6 +4,7 @@
  * (rows, tokens) tiles to the format's tile function. Every output element follows its format's canonical
  * sequence, so y does not depend on nthreads, on tile bounds or on n. */
 #include "matmul.h"
+#include "graph.h"
 #include <omp.h>
 
 /* qk.c may be absent from a build: then K-quant types are simply unsupported. */
@@ -40,4 +41,18 @@ LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, co
             tile(w, row_bytes, ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, y, m);
     }
     return 0;
+}
+
+/* Graph form: thread ith takes its contiguous share of 8-row groups. An unsupported type was refused
+ * when the node was built (QWeight checks support), so a missing tile here computes nothing. */
+void ly_matmul_slice(const ly_node *nd, int ith, int nth) {
+    const ly_act *a = nd->p[1];
+    int64_t m = nd->n[2], n = nd->n[3], groups = (m + 7) / 8, ga, gb;
+    ly_tile_fn tile = ly_tile_q32((int)nd->n[1]);
+    if (!tile && ly_tile_qk) tile = ly_tile_qk((int)nd->n[1]);
+    if (!tile || n <= 0) return;
+    ly_share(groups, ith, nth, &ga, &gb);
+    int64_t ra = ga * 8, rb = gb * 8 < m ? gb * 8 : m, tt = token_tile(a->k, n);
+    for (int64_t t0 = 0; t0 < n && ra < rb; t0 += tt)
+        tile(nd->p[0], (size_t)nd->n[0], ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, nd->p[2], m);
 }

@@ -13,6 +13,9 @@
 
 enum { K_Q8, K_Q4, K_Q5 }; /* integer dot kind: signed int8, 4-bit unsigned, 5-bit unsigned */
 
+/* A format's constants (each tile instantiation sees literals, so the branches on them fold away). */
+typedef struct { int type, kind, has_min, offset, size; } q_fmt;
+
 typedef struct {
     __m256i *v;    /* [nb][8] lane-interleaved values */
     float *dw, *mw; /* [nb][8] scale and min per (block, row) */
@@ -90,8 +93,9 @@ LY_INLINE void scales8(const uint8_t *const p[8], __m256 *dw, __m256 *mw) {
 }
 
 /* Rows r .. r+nrows-1 (nrows <= 8; missing rows repeat the last one, their lanes are never stored). */
-LY_INLINE void unpack_group(int type, int has_min, const uint8_t *w, size_t row_bytes, int64_t r, int nrows,
-                            int64_t nb, int size, group_buf *g) {
+LY_INLINE void unpack_group(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r, int nrows, int64_t nb,
+                            group_buf *g) {
+    const int type = f.type;
     const uint8_t *p[8];
     for (int i = 0; i < 8; i++) p[i] = w + (r + (i < nrows ? i : nrows - 1)) * row_bytes;
     for (int64_t b = 0; b < nb; b++) {
@@ -110,8 +114,8 @@ LY_INLINE void unpack_group(int type, int has_min, const uint8_t *w, size_t row_
         __m256 dw, mw;
         scales8(p, &dw, &mw);
         _mm256_store_ps(g->dw + b * 8, dw);
-        if (has_min) _mm256_store_ps(g->mw + b * 8, mw);
-        for (int i = 0; i < 8; i++) p[i] += size;
+        if (f.has_min) _mm256_store_ps(g->mw + b * 8, mw);
+        for (int i = 0; i < 8; i++) p[i] += f.size;
     }
 }
 
@@ -159,57 +163,68 @@ LY_INLINE void token_aux(const ly_act *a, int64_t t0, int64_t t1, int64_t nb, in
     }
 }
 
-/* y[t+u, r .. r+nrows) for u < NT: the canonical per-block float sequence of q32.h, 8 rows per vector.
- * it = t - t0 indexes the tile's tok_aux. */
-LY_INLINE void kernel(int kind, int has_min, int offset, const group_buf *g, int64_t nb, const ly_act *a,
-                      const tok_aux *aux, int64_t t, int64_t it, int NT, float *y, int64_t ldy, int nrows) {
+/* What the kernel reads and writes for one row group: y points at row r of token 0; ty = t - t0 of the
+ * first token of the tile (indexes aux). */
+typedef struct {
+    group_buf g;
+    tok_aux aux;
+    const ly_act *a;
+    int64_t nb, t0, ldy;
+    float *y;
+    int nrows;
+} group_ctx;
+
+/* y[t+u, r .. r+nrows) for u < NT: the canonical per-block float sequence of q32.h, 8 rows per vector. */
+LY_INLINE void kernel(q_fmt f, const group_ctx *c, int64_t t, int NT) {
+    const int64_t nb = c->nb;
     __m256 acc[4];
     const int8_t *qt[4];
     for (int u = 0; u < NT; u++) {
         acc[u] = _mm256_setzero_ps();
-        qt[u] = a->q + (t + u) * a->k;
+        qt[u] = c->a->q + (t + u) * c->a->k;
     }
     for (int64_t b = 0; b < nb; b++) {
         __m256i s32[4];
-        block_dots(kind, g->v + b * 8, qt, NT, s32);
-        __m256 dw = _mm256_load_ps(g->dw + b * 8), mw = has_min ? _mm256_load_ps(g->mw + b * 8) : dw;
+        block_dots(f.kind, c->g.v + b * 8, qt, NT, s32);
+        __m256 dw = _mm256_load_ps(c->g.dw + b * 8), mw = f.has_min ? _mm256_load_ps(c->g.mw + b * 8) : dw;
         for (int u = 0; u < NT; u++) {
-            int64_t ib = (it + u) * nb + b;
-            __m256 dx = _mm256_broadcast_ss(a->d + (t + u) * nb + b);
-            __m256i isum = offset ? _mm256_sub_epi32(s32[u], _mm256_set1_epi32(aux->sxo[ib])) : s32[u];
-            __m256 c = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum));
-            if (has_min)
-                c = _mm256_add_ps(c, _mm256_mul_ps(_mm256_mul_ps(mw, dx), _mm256_broadcast_ss(aux->sxf + ib)));
-            acc[u] = _mm256_add_ps(acc[u], c);
+            int64_t ib = (t + u - c->t0) * nb + b;
+            __m256 dx = _mm256_broadcast_ss(c->a->d + (t + u) * nb + b);
+            __m256i isum = f.offset ? _mm256_sub_epi32(s32[u], _mm256_set1_epi32(c->aux.sxo[ib])) : s32[u];
+            __m256 v = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum));
+            if (f.has_min)
+                v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(mw, dx), _mm256_broadcast_ss(c->aux.sxf + ib)));
+            acc[u] = _mm256_add_ps(acc[u], v);
             qt[u] += 32;
         }
     }
     for (int u = 0; u < NT; u++) {
-        float *yr = y + (t + u) * ldy;
-        if (nrows == 8) { _mm256_storeu_ps(yr, acc[u]); continue; }
+        float *yr = c->y + (t + u) * c->ldy;
+        if (c->nrows == 8) { _mm256_storeu_ps(yr, acc[u]); continue; }
         float tmp[8];
         _mm256_storeu_ps(tmp, acc[u]);
-        memcpy(yr, tmp, nrows * sizeof(float));
+        memcpy(yr, tmp, c->nrows * sizeof(float));
     }
 }
 
-LY_INLINE void tile(int type, int kind, int has_min, int offset, int size, const uint8_t *w, size_t row_bytes,
-                    int64_t r0, int64_t r1, const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
+LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
+                    int64_t t0, int64_t t1, float *y, int64_t ldy) {
     int64_t nb = a->k / 32, nt = t1 - t0;
     char *mem = aligned_alloc(32, nb * (8 * 32 + 16 * sizeof(float)) + nt * nb * 8 + 32);
-    group_buf g = {(__m256i *)mem, (float *)(mem + nb * 256), (float *)(mem + nb * 256) + nb * 8};
-    tok_aux aux = {g.mw + nb * 8, (int32_t *)(g.mw + nb * 8 + nt * nb)};
-    token_aux(a, t0, t1, nb, offset, &aux);
+    group_ctx c = {.a = a, .nb = nb, .t0 = t0, .ldy = ldy};
+    c.g = (group_buf){(__m256i *)mem, (float *)(mem + nb * 256), (float *)(mem + nb * 256) + nb * 8};
+    c.aux = (tok_aux){c.g.mw + nb * 8, (int32_t *)(c.g.mw + nb * 8 + nt * nb)};
+    token_aux(a, t0, t1, nb, f.offset, &c.aux);
     for (int64_t r = r0; r < r1; r += 8) {
-        int nrows = r1 - r < 8 ? (int)(r1 - r) : 8;
-        unpack_group(type, has_min, w, row_bytes, r, nrows, nb, size, &g);
-        float *yr = y + r;
+        c.nrows = r1 - r < 8 ? (int)(r1 - r) : 8;
+        c.y = y + r;
+        unpack_group(f, w, row_bytes, r, c.nrows, nb, &c.g);
         int64_t t = t0;
-        for (; t + 4 <= t1; t += 4) kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 4, yr, ldy, nrows);
+        for (; t + 4 <= t1; t += 4) kernel(f, &c, t, 4);
         switch (t1 - t) {
-        case 3: kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 3, yr, ldy, nrows); break;
-        case 2: kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 2, yr, ldy, nrows); break;
-        case 1: kernel(kind, has_min, offset, &g, nb, a, &aux, t, t - t0, 1, yr, ldy, nrows); break;
+        case 3: kernel(f, &c, t, 3); break;
+        case 2: kernel(f, &c, t, 2); break;
+        case 1: kernel(f, &c, t, 1); break;
         }
     }
     free(mem);
@@ -218,10 +233,10 @@ LY_INLINE void tile(int type, int kind, int has_min, int offset, int size, const
 LY_AVX2 void ly_tile_q32_avx2(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                               const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
     switch (f->type) {
-    case LY_Q4_0: tile(LY_Q4_0, K_Q4, 0, 8, 18, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q4_1: tile(LY_Q4_1, K_Q4, 1, 0, 20, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q5_0: tile(LY_Q5_0, K_Q5, 0, 16, 22, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q5_1: tile(LY_Q5_1, K_Q5, 1, 0, 24, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q8_0: tile(LY_Q8_0, K_Q8, 0, 0, 34, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q4_0: tile((q_fmt){LY_Q4_0, K_Q4, 0, 8, 18}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q4_1: tile((q_fmt){LY_Q4_1, K_Q4, 1, 0, 20}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q5_0: tile((q_fmt){LY_Q5_0, K_Q5, 0, 16, 22}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q5_1: tile((q_fmt){LY_Q5_1, K_Q5, 1, 0, 24}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_Q8_0: tile((q_fmt){LY_Q8_0, K_Q8, 0, 0, 34}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
     }
 }

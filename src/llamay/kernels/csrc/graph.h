@@ -1,0 +1,54 @@
+/* A forward pass as a list of nodes run inside ONE OpenMP parallel region, with a barrier between
+ * nodes: threads stay hot for the whole pass instead of a fork/join per op (hundreds per token).
+ * Every op is a slice function: thread ith of nth does its fixed share. Shares split output rows,
+ * tokens or (token, head) pairs, never a reduction, so results do not depend on nth. */
+#ifndef LLAMAY_GRAPH_H
+#define LLAMAY_GRAPH_H
+#include "common.h"
+
+enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_OP_KV_WRITE = 5,
+       LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_BIAS = 9 };
+
+/* Where each token of a batch lives; shared by every attention and KV-write node of a pass. */
+typedef struct {
+    const int32_t *tok_pos;     /* [n_tokens] */
+    const int32_t *tok_seq;     /* [n_tokens] row of page_tables */
+    const int32_t *page_tables; /* [n_seq, max_pages] */
+    int64_t n_tokens, max_pages, page_size;
+} ly_batch;
+
+/* Operands by op (p: pointers, n: sizes, f: floats):
+ * RMSNORM   p: x, w, y            n: rows, d                f: eps
+ * QUANT     p: ly_act* (x in, q/d/s16 out)  n: tokens
+ * MATMUL    p: w, ly_act*, y      n: row_bytes, type, m, tokens
+ * ROPE      p: x, pos             n: tokens, heads, head_dim, n_rot, neox   f: base
+ * KV_WRITE  p: pool(f16), x, ly_batch*       n: row
+ * ATTENTION p: q, out, k_pool, v_pool, ly_batch*  n: n_head, n_kv_head, head_dim, window
+ *           f: scale, softcap
+ * GATED     p: gate (out), up     n: count, act
+ * ADD       p: x (x += y), y      n: count
+ * BIAS      p: y [rows, m] += b, b   n: rows, m */
+typedef struct {
+    int64_t op;
+    void *p[5];
+    int64_t n[5];
+    float f[2];
+} ly_node;
+
+/* [lo, hi) of n items for thread ith of nth, contiguous. */
+static inline void ly_share(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads);
+void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth);
+void ly_rope_slice(const ly_node *nd, int ith, int nth);
+void ly_gated_slice(const ly_node *nd, int ith, int nth);
+void ly_add_slice(const ly_node *nd, int ith, int nth);
+void ly_bias_slice(const ly_node *nd, int ith, int nth);
+void ly_quant_slice(const ly_node *nd, int ith, int nth);
+void ly_matmul_slice(const ly_node *nd, int ith, int nth);
+void ly_kv_write_slice(const ly_node *nd, int ith, int nth);
+void ly_attention_slice(const ly_node *nd, int ith, int nth);
+#endif

@@ -1,0 +1,60 @@
+"""Graphs of C ops run in one parallel region (csrc/graph.h). A Graph keeps every buffer its nodes point
+at alive; nodes are built once and rerun, so a forward pass costs one foreign call."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ._lib import I32, I64, P, declare
+
+OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attention": 6, "gated": 7,
+       "add": 8, "bias": 9}
+
+
+class Node(ctypes.Structure):
+    _fields_ = [("op", I64), ("p", P * 5), ("n", I64 * 5), ("f", ctypes.c_float * 2)]
+
+
+class Batch(ctypes.Structure):
+    """ly_batch: where each token lives (positions, sequence rows, page tables)."""
+    _fields_ = [("tok_pos", P), ("tok_seq", P), ("page_tables", P), ("n_tokens", I64), ("max_pages", I64),
+                ("page_size", I64)]
+
+
+_run = declare("ly_graph_run", ctypes.POINTER(Node), I64, I32, restype=I64)
+
+
+def addr(a) -> int:
+    """Data address of a numpy array (writeable or not) or of a ctypes object."""
+    if isinstance(a, np.ndarray):
+        return ctypes.addressof(ctypes.c_char.from_buffer(a)) if a.flags.writeable else a.ctypes.data
+    return ctypes.addressof(a)
+
+
+class Graph:
+    def __init__(self):
+        self._specs: list[tuple[int, list, list, list]] = []
+        self._keep: list = []  # everything a node points at
+        self._nodes = None
+
+    def add(self, op: str, ptrs=(), sizes=(), floats=(), keep=()):
+        """ptrs: up to 5 arrays or ctypes objects; keep: more objects that must outlive the graph."""
+        self._keep.extend(ptrs)
+        self._keep.extend(keep)
+        self._specs.append((OPS[op], [addr(p) for p in ptrs], list(sizes), list(floats)))
+        self._nodes = None
+
+    def _build(self):
+        nodes = (Node * len(self._specs))()
+        for node, (op, ptrs, sizes, floats) in zip(nodes, self._specs):
+            node.op = op
+            node.p[:len(ptrs)], node.n[:len(sizes)], node.f[:len(floats)] = ptrs, sizes, floats
+        self._nodes = nodes
+
+    def run(self, nthreads: int):
+        if self._nodes is None:
+            self._build()
+        bad = _run(self._nodes, len(self._specs), nthreads)
+        if bad >= 0:
+            raise ValueError(f"graph node {bad} has an unknown op")
