@@ -114,3 +114,38 @@ def test_kv_write_rounds_like_numpy_float16():
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)
     assert np.array_equal(pool[slots].view(np.uint16), want.view(np.uint16))
+
+
+def test_kv_write_q8_matches_reference_bytes():
+    x = (rng.standard_normal((6, 2 * 64)) * 3).astype(np.float32)
+    x[1, :32] = 0.0  # an all-zero block has scale 0
+    pool = np.zeros((8, 2 * 2 * 36), np.uint8)
+    meta = ops.BatchMeta(np.arange(6, dtype=np.int32), np.zeros(6, np.int32), np.array([[1, 0]], np.int32), 4)
+    a, b = both_paths(lambda: (ops.kv_write(pool, x, meta, n_kv_head=2, kv="q8"), pool.copy())[1])
+    assert np.array_equal(a, b)
+    slots = [4, 5, 6, 7, 0, 1]
+    assert np.array_equal(pool[slots], ref.q8_heads(x.reshape(6, 2, 64)).reshape(6, -1))
+
+
+@pytest.mark.parametrize("k_kv,v_kv", [("f32", "f32"), ("q8", "q8"), ("f16", "q8")])
+def test_attention_kv_types_match_reference_and_agree_across_paths(k_kv, v_kv):
+    n_ctx, n_head, kvh, d, ps = 21, 4, 2, 64, 8
+    k = rng.standard_normal((n_ctx, kvh * d)).astype(np.float32)
+    v = rng.standard_normal((n_ctx, kvh * d)).astype(np.float32)
+    q = rng.standard_normal((n_ctx, n_head, d)).astype(np.float32)
+    row = {"f32": d * 4, "f16": d * 2, "q8": d // 32 * 36}
+    kp, vp = np.zeros((24, kvh * row[k_kv]), np.uint8), np.zeros((24, kvh * row[v_kv]), np.uint8)
+    pos = np.arange(n_ctx, dtype=np.int32)
+    meta = ops.BatchMeta(pos, np.zeros(n_ctx, np.int32), np.array([[2, 0, 1]], np.int32), ps)
+    ops.kv_write(kp, k, meta, kvh, k_kv)
+    ops.kv_write(vp, v, meta, kvh, v_kv)
+    run = lambda nt: ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, nt, kvh, k_kv, v_kv)  # noqa: E731
+    portable, avx2 = both_paths(lambda: run(2))
+    assert np.array_equal(portable, avx2) and np.array_equal(run(1), avx2)
+
+    def stored(x, kind):  # what the pool holds, as floats, in position order
+        if kind == "q8":
+            return ref.q8_values(ref.q8_heads(x.reshape(n_ctx, kvh, d)), d)
+        return x.reshape(n_ctx, kvh, d).astype(np.float16 if kind == "f16" else np.float32)
+    want = ref.attention(q, stored(k, k_kv), stored(v, v_kv), pos, 0.125)
+    np.testing.assert_allclose(avx2, want, rtol=1e-5, atol=1e-6)

@@ -15,6 +15,7 @@ import numpy as np
 from ..gguf import GGUFReader
 from ..kernels.matmul import default_threads
 from ..kernels.ops import BatchMeta
+from ..kv import DEFAULT_KV_TYPE
 from ..models import Decoder, arch_spec
 from ..tokenizer import IncrementalDecoder, Tokenizer
 from .sampling import Sampler, SamplingParams
@@ -42,7 +43,8 @@ class Stats:
 
 
 class LLM:
-    def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None):
+    def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
+                 kv: str = DEFAULT_KV_TYPE):
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -52,7 +54,8 @@ class LLM:
         self.decoder = Decoder(reader, self.spec, self.threads)
         self.n_ctx = min(n_ctx or DEFAULT_N_CTX, self.spec.n_ctx_train)
         n_pages = -(-self.n_ctx // PAGE_SIZE)
-        self._pool = self.decoder.new_pool(n_pages, PAGE_SIZE)
+        self.kv = kv
+        self._pool = self.decoder.new_pool(n_pages, PAGE_SIZE, kv)
         self._table = np.arange(n_pages, dtype=np.int32)[None, :].copy()
         self._evaluated: list[int] = []  # tokens whose K/V are in the pool, positions 0..len-1
         self.stats = Stats()
@@ -164,5 +167,7 @@ class LLM:
         self.stats.finish_reason = reason
 
 
-def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None) -> LLM:
-    return LLM(path, threads=threads, n_ctx=n_ctx)
+def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
+         kv: str = DEFAULT_KV_TYPE) -> LLM:
+    """kv: KV cache element type: 'f16' (default), 'f32', 'q8' (int8 keys and values), 'vq8' (int8 values)."""
+    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv)

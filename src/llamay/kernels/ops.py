@@ -69,21 +69,32 @@ class BatchMeta:
         return b
 
 
-def kv_write(pool: np.ndarray, x: np.ndarray, meta: BatchMeta):
-    """x float32 [n_tokens, row] -> pool f16 [n_slots, row] at each token's slot."""
+KV_CODES = {"f32": 0, "f16": 1, "q8": 2}  # csrc/kvtypes.h
+_DTYPE_KV = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+
+
+def kv_write(pool: np.ndarray, x: np.ndarray, meta: BatchMeta, n_kv_head: int = 1, kv: str | None = None):
+    """x float32 [n_tokens, n_kv_head * head_dim] -> pool [n_slots, ...] at each token's slot, stored
+    as element type kv ('f32', 'f16', 'q8'; default from the pool's dtype)."""
     f32(x, "x")
-    assert pool.dtype == np.float16 and pool.flags.c_contiguous and pool.shape[1] == x.shape[1]
-    _one("kv_write", (pool, x, meta.fill(Batch())), (x.shape[1],), keep=(meta,))
+    kv = kv or _DTYPE_KV[pool.dtype]
+    assert pool.flags.c_contiguous and x.shape[1] % n_kv_head == 0
+    _one("kv_write", (pool, x, meta.fill(Batch())), (n_kv_head, x.shape[1] // n_kv_head, KV_CODES[kv]),
+         keep=(meta,))
 
 
 def attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, meta: BatchMeta, scale: float,
-              window: int = 0, softcap: float = 0.0, nthreads: int = 1) -> np.ndarray:
-    """q [n_tokens, n_head, head_dim] float32; pools f16 [n_slots, n_kv_head, head_dim]. -> like q."""
+              window: int = 0, softcap: float = 0.0, nthreads: int = 1, n_kv_head: int | None = None,
+              k_kv: str | None = None, v_kv: str | None = None) -> np.ndarray:
+    """q [n_tokens, n_head, head_dim] float32; pools [n_slots, n_kv_head, head_dim] f32/f16 (or uint8
+    rows of q8 heads, with n_kv_head and the element types given). -> like q."""
     f32(q, "q")
     n, n_head, d = q.shape
-    assert k_pool.dtype == v_pool.dtype == np.float16 and k_pool.shape == v_pool.shape
-    assert k_pool.shape[2] == d and n_head % k_pool.shape[1] == 0 and meta.tok_pos.shape == (n,)
+    n_kv_head = n_kv_head or k_pool.shape[1]
+    k_kv, v_kv = k_kv or _DTYPE_KV[k_pool.dtype], v_kv or _DTYPE_KV[v_pool.dtype]
+    assert n_head % n_kv_head == 0 and meta.tok_pos.shape == (n,)
     out = np.empty_like(q)
-    _one("attention", (q, out, k_pool, v_pool, meta.fill(Batch())), (n_head, k_pool.shape[1], d, window),
+    codes = KV_CODES[k_kv] | KV_CODES[v_kv] << 8
+    _one("attention", (q, out, k_pool, v_pool, meta.fill(Batch())), (n_head, n_kv_head, d, window, codes),
          (scale, softcap), nthreads, keep=(meta,))
     return out

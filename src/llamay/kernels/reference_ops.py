@@ -64,3 +64,22 @@ def attention(q, k_pos_major, v_pos_major, tok_pos, scale, window=0, softcap=0.0
                 o = o + e[j] * v[j]
             out[t, h] = o / np.float32(np.cumsum(e, dtype=np.float32)[-1])
     return out
+
+
+def q8_heads(x: np.ndarray) -> np.ndarray:
+    """KV q8 storage of x [..., d] (d % 32 == 0): per 32 values float32 d = amax/127 then int8
+    rint(x * (1/d)) -> uint8 [..., d/32*36]."""
+    blocks = x.reshape(x.shape[:-1] + (-1, 32)).astype(np.float32)
+    d = np.abs(blocks).max(axis=-1) / np.float32(127)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv[..., None]).astype(np.int8)
+    out = np.concatenate([d[..., None].view(np.uint8).reshape(d.shape + (4,)), q.view(np.uint8)], axis=-1)
+    return out.reshape(x.shape[:-1] + (-1,))
+
+
+def q8_values(raw: np.ndarray, d: int) -> np.ndarray:
+    """Inverse view of q8_heads: uint8 [..., d/32*36] -> float32 [..., d] (d * q)."""
+    blocks = raw.reshape(raw.shape[:-1] + (d // 32, 36))
+    scale = blocks[..., :4].copy().view(np.float32)
+    q = blocks[..., 4:].view(np.int8).astype(np.float32)
+    return (scale * q).reshape(raw.shape[:-1] + (d,))

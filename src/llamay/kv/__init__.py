@@ -1,4 +1,4 @@
 """KV state: the page pool (arrays) and, later, page allocation, radix prefix tree, forks, snapshots."""
-from .pool import PagePool
+from .pool import DEFAULT_KV_TYPE, KV_TYPES, KVType, PagePool, kv_type
 
-__all__ = ["PagePool"]
+__all__ = ["DEFAULT_KV_TYPE", "KV_TYPES", "KVType", "PagePool", "kv_type"]

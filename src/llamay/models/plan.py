@@ -47,10 +47,12 @@ class Plan:
             base = s.layer_rope_base(il)
             for t, heads in ((q, s.n_head), (k, s.n_head_kv)):
                 self.g.add("rope", (t, self.pos), (n, heads, s.head_dim, s.n_rot, int(s.rope_neox)), (base,))
-            self.g.add("kv_write", (pool.k[il], k, self.batch), (s.kv_dim,))
-            self.g.add("kv_write", (pool.v[il], v, self.batch), (s.kv_dim,))
+            kv = pool.kv
+            self.g.add("kv_write", (pool.k[il], k, self.batch), (s.n_head_kv, s.head_dim, kv.codes & 0xff))
+            self.g.add("kv_write", (pool.v[il], v, self.batch), (s.n_head_kv, s.head_dim, kv.codes >> 8))
             self.g.add("attention", (q, attn, pool.k[il], pool.v[il], self.batch),
-                       (s.n_head, s.n_head_kv, s.head_dim, s.layer_window(il)), (s.scale, s.attn_logit_softcap))
+                       (s.n_head, s.n_head_kv, s.head_dim, s.layer_window(il), kv.codes),
+                       (s.scale, s.attn_logit_softcap))
             self._quant(act_a)
             self._linear(act_a, L.o, o)
             if s.post_attn_norm:

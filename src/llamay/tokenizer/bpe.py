@@ -69,9 +69,12 @@ class BPEModel:
         enc = byte_encode(word) if self.byte_level else word
         if enc in t2i and (self.vocab.ignore_merges or (not self.byte_level and not enc.strip("\n"))):
             return (t2i[enc],)  # whole word is a token (llama3 ignore_merges; gemma4 newline runs)
+        pieces = merge_symbols(list(enc), self.pairs)
+        ids = tuple(map(t2i.get, pieces))
+        if None not in ids:
+            return ids
         out: list[int] = []
-        for piece in merge_symbols(list(enc), self.pairs):
-            tid = t2i.get(piece)
+        for piece, tid in zip(pieces, ids):
             if tid is not None:
                 out.append(tid)
             else:

@@ -1,14 +1,15 @@
-/* Attention over paged f16 KV.
+/* Attention over paged KV (f32, f16 or q8 per K and V: kvtypes.h).
  *
- * KV pool of one layer: [n_slots, n_kv_head, head_dim] f16, slot = page * page_size + pos % page_size, the
+ * KV pool of one layer: [n_slots, n_kv_head, head bytes] in the K or V type of kvtypes.h, slot = page * page_size + pos % page_size, the
  * page taken from the token's sequence page table (ly_batch). A query at position p attends keys at
  * positions [lo, p], lo = window ? max(0, p - window + 1) : 0 (causal, optionally sliding).
  *
+ * n: n_head, n_kv_head, head_dim, window, k_type | v_type << 8.
  * Canonical order per (token, head): s_j = dot(q, k_j) * scale (lanes.h order), optional softcap,
  * m = max s_j, p_j = exp(s_j - m), sum = sum of p_j in key order, o = sum of p_j * v_j in key order,
  * then o / sum. Keys in position order whatever the page layout. */
 #include "graph.h"
-#include "lanes.h"
+#include "kvtypes.h"
 #include <stdlib.h>
 
 static inline int64_t slot_of(const ly_batch *b, int64_t seq, int64_t pos) {
@@ -16,34 +17,22 @@ static inline int64_t slot_of(const ly_batch *b, int64_t seq, int64_t pos) {
     return (int64_t)page * b->page_size + pos % b->page_size;
 }
 
-static void accumulate_v_portable(float *o, float p, const uint16_t *v, int64_t d) {
-    for (int64_t i = 0; i < d; i++) o[i] = o[i] + p * ly_f16_to_f32(v[i]);
-}
-
-LY_AVX2 static void accumulate_v_avx2(float *o, float p, const uint16_t *v, int64_t d) {
-    __m256 vp = _mm256_set1_ps(p);
-    int64_t i = 0;
-    for (; i + 8 <= d; i += 8) {
-        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
-        _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i), _mm256_mul_ps(vp, vv)));
-    }
-    for (; i < d; i++) o[i] = o[i] + p * ly_f16_to_f32(v[i]);
-}
-
 static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     const ly_batch *b = nd->p[4];
-    const uint16_t *k_pool = nd->p[2], *v_pool = nd->p[3];
+    const uint8_t *k_pool = nd->p[2], *v_pool = nd->p[3];
     int64_t n_head = nd->n[0], n_kv_head = nd->n[1], d = nd->n[2], window = nd->n[3];
+    int kt = (int)(nd->n[4] & 0xff), vt = (int)(nd->n[4] >> 8);
+    int64_t kb = ly_kv_head_bytes(kt, d), vb = ly_kv_head_bytes(vt, d);
     float scale = nd->f[0], softcap = nd->f[1];
-    int64_t kvh = h / (n_head / n_kv_head), seq = b->tok_seq[t], row = n_kv_head * d;
+    int64_t kvh = h / (n_head / n_kv_head), seq = b->tok_seq[t];
     int64_t p = b->tok_pos[t], lo = window ? p - window + 1 : 0;
     if (lo < 0) lo = 0;
     const float *q = (const float *)nd->p[0] + (t * n_head + h) * d;
     float *o = (float *)nd->p[1] + (t * n_head + h) * d;
     float m = -INFINITY;
     for (int64_t j = lo; j <= p; j++) {
-        const uint16_t *k = k_pool + slot_of(b, seq, j) * row + kvh * d;
-        float sj = (ly_avx2 ? ly_dot_f16_avx2(q, k, d) : ly_dot_f16_portable(q, k, d)) * scale;
+        const uint8_t *k = k_pool + (slot_of(b, seq, j) * n_kv_head + kvh) * kb;
+        float sj = ly_kv_dot(kt, q, k, d) * scale;
         if (softcap != 0.0f) sj = softcap * tanhf(sj / softcap);
         s[j - lo] = sj;
         if (sj > m) m = sj;
@@ -53,8 +42,8 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     for (int64_t j = lo; j <= p; j++) {
         float pj = expf(s[j - lo] - m);
         sum = sum + pj;
-        const uint16_t *v = v_pool + slot_of(b, seq, j) * row + kvh * d;
-        if (ly_avx2) accumulate_v_avx2(o, pj, v, d); else accumulate_v_portable(o, pj, v, d);
+        const uint8_t *v = v_pool + (slot_of(b, seq, j) * n_kv_head + kvh) * vb;
+        if (ly_avx2) ly_acc_avx2(vt, o, pj, v, d); else ly_acc_portable(vt, o, pj, v, d);
     }
     for (int64_t i = 0; i < d; i++) o[i] = o[i] / sum;
 }
@@ -69,15 +58,19 @@ void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     free(s);
 }
 
-/* Rows of K or V [n_tokens, row] (float) into a pool as f16 at the tokens' slots. Shares: tokens. */
+/* x [n_tokens, n_kv_head * head_dim] (float) into a pool of KV type `type` at the tokens' slots.
+ * n: n_kv_head, head_dim, type. Shares: tokens. */
 void ly_kv_write_slice(const ly_node *nd, int ith, int nth) {
-    uint16_t *pool = nd->p[0];
+    uint8_t *pool = nd->p[0];
     const float *x = nd->p[1];
     const ly_batch *b = nd->p[2];
-    int64_t row = nd->n[0], lo, hi;
+    int64_t n_kv_head = nd->n[0], d = nd->n[1], lo, hi;
+    int type = (int)nd->n[2];
+    int64_t hb = ly_kv_head_bytes(type, d);
     ly_share(b->n_tokens, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        uint16_t *dst = pool + slot_of(b, b->tok_seq[t], b->tok_pos[t]) * row;
-        for (int64_t i = 0; i < row; i++) dst[i] = ly_f32_to_f16(x[t * row + i]);
+        uint8_t *dst = pool + slot_of(b, b->tok_seq[t], b->tok_pos[t]) * n_kv_head * hb;
+        for (int64_t h = 0; h < n_kv_head; h++)
+            ly_kv_store(type, dst + h * hb, x + (t * n_kv_head + h) * d, d);
     }
 }
