@@ -45,7 +45,8 @@ def test_prefill_equals_token_by_token_decode(llm):
 def test_prefix_reuse_equals_cold_prefill(llm):
     ids = llm.tokenize(TEXT)
     cold = llm.logits(ids)[-1]
-    llm.eval_last(ids[:7])  # leaves 7 tokens evaluated
+    llm.reset()
+    llm.eval_last(ids[:7])  # leaves 7 tokens cached
     warm = llm.eval_last(ids)
     assert llm.stats.cached_tokens == 7
     assert np.array_equal(warm, cold)

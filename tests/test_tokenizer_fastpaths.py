@@ -26,7 +26,7 @@ def _special_matcher(specials: list[str]) -> SpecialMatcher:
 
 @pytest.fixture
 def scan_always(monkeypatch):
-    monkeypatch.setattr(special, "SCAN_MIN_CHARS", 0)
+    monkeypatch.setattr(special, "SCAN_CHARS_PER_TOKEN", 0)
 
 
 def test_special_scan_equals_partition_on_random_token_sets(scan_always):

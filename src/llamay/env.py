@@ -1,5 +1,6 @@
 """Every environment variable llamay reads, in one place, each with a LLAMAY_ prefix and a type."""
 import os
+from pathlib import Path
 
 
 def kernels_path() -> str:
@@ -14,3 +15,9 @@ def threads() -> int | None:
     """LLAMAY_THREADS: default thread count for kernels (positive integer); unset means all cores."""
     value = os.environ.get("LLAMAY_THREADS")
     return int(value) if value else None
+
+
+def home() -> Path:
+    """LLAMAY_HOME: where llamay keeps its store and caches; unset or empty means ~/.llamay."""
+    value = os.environ.get("LLAMAY_HOME")
+    return Path(value).expanduser() if value else Path.home() / ".llamay"

@@ -25,20 +25,22 @@ def resolve_model(name: str | None) -> str:
     return name
 
 
-def load_model(name: str | None, threads: int | None, n_ctx: int | None = None):
+def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = "f16"):
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
     path = resolve_model(name)
     try:
-        return load(path, threads=threads, n_ctx=n_ctx)
-    except (GGUFError, UnsupportedModel) as e:
+        return load(path, threads=threads, n_ctx=n_ctx, kv=kv)
+    except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
 
 
 def add_model_args(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", help="GGUF file (default: SmolLM2-135M-Instruct)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"],
+                   help="KV cache type (default f16; q8: int8 keys and values; vq8: int8 values)")
 
 
 def eprint(*args):

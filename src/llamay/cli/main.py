@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, run, tokenize
+from . import bench, ctx, run, tokenize, verify
 from .common import CLIError
 
-COMMANDS = {"run": run, "tokenize": tokenize, "bench": bench}
+COMMANDS = {"run": run, "tokenize": tokenize, "bench": bench, "verify": verify, "ctx": ctx}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,10 +1,10 @@
 """The merge loop shared by BPE (merge ranks) and SPM (token scores).
 
 Reproduces llama.cpp's priority queue: among the current adjacent pairs, the one with the lowest key
-merges first, ties going to the leftmost pair; stale queue entries are skipped. The queue only ever
-holds the current adjacent pairs (each merge pushes the two pairs it creates), so scanning the list of
-current pair keys for its leftmost minimum gives the same order; that scan runs in C (min, index) and
-beats a Python heap on the short words that make up nearly all text.
+merges first, ties going to the leftmost pair; stale queue entries are skipped. The queue's live
+entries are exactly the current adjacent mergeable pairs (each merge pushes the two pairs it creates),
+so taking the leftmost minimum of the list of current pair keys gives the same order. That scan runs
+in C (min, index) and beats a Python heap up to ~48 symbols (measured), i.e. on nearly every word.
 ref: llama.cpp src/llama-vocab.cpp (llm_tokenizer_spm_session, llm_tokenizer_bpe_session)
 """
 from __future__ import annotations

@@ -9,7 +9,9 @@ taken iff none of its characters is already consumed by an earlier token or a st
 Fast path: when no token of a parse mode strips whitespace and none can start before a higher-priority
 token and overlap it (runs of one repeated character excepted, see _overlap_free), that token-by-token
 pass takes exactly the occurrences one leftmost-longest scan takes, so a single regex split (in C) does
-it. Gemma's vocabulary, whose whitespace runs are user-defined tokens, needs this on ordinary text.
+it. Gemma's vocabulary, whose whitespace runs are user-defined tokens, needs this on long texts (the
+partition's Python work grows with the number of occurrences); short texts keep the partition, whose
+set-up is cheaper.
 ref: llama.cpp src/llama-vocab.cpp (tokenizer_st_partition)
 """
 from __future__ import annotations
@@ -21,26 +23,29 @@ import regex
 from .vocab import CONTROL, LSTRIP, RSTRIP, UNKNOWN, Vocab, special_ids
 
 _C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale
-_END = ""  # trie key marking a complete token (in the fast path's regex builder)
-# text length from which the fast path's regex is built and used (building it for Gemma's 6k control
-# tokens takes ~0.1 s; partition() costs ~0.5 us per character of code for Gemma)
-SCAN_MIN_CHARS = 1 << 16
+_END = ""  # trie key marking a complete token
+# the fast path's regex is built (then always used) once this many characters per token of the parse
+# mode were split, i.e. once partition() has cost about as much as the build: ~40 us per token (0.25 s
+# for Gemma's 6k control tokens) against 0.5-1 us per character of code (measured on a busy 2-core
+# machine); short one-off texts never pay for it
+SCAN_CHARS_PER_TOKEN = 50
 _MAX_FAST_LEN = 400  # longest token the fast-path regex is built for (one nested group per character)
 
 
-class _Finder:
+class _Trie:
     """Special tokens of one parse mode: which of them occur in a text. A duplicated text keeps its
     first id in priority order, the one partition() takes."""
 
     def __init__(self, vocab: Vocab, ids: list[int]):
         self.texts: dict[str, int] = {}
+        self.root: dict = {}
         for tid in ids:
             self.texts.setdefault(vocab.tokens[tid], tid)
-        lengths: dict[str, set[int]] = {}
-        for text in self.texts:
-            lengths.setdefault(text[0], set()).add(len(text))
-        self.lengths = {c: sorted(ns) for c, ns in lengths.items()}  # first character -> token lengths
-        self.starts = regex.compile("[" + "".join(map(regex.escape, self.lengths)) + "]") if ids else None
+            node = self.root
+            for ch in vocab.tokens[tid]:
+                node = node.setdefault(ch, {})
+            node.setdefault(_END, tid)
+        self.starts = regex.compile("[" + "".join(regex.escape(c) for c in self.root) + "]") if ids else None
 
     def present(self, text: str) -> set[int]:
         # a substring search per token (C speed) beats the per-position walk when tokens are few;
@@ -50,17 +55,24 @@ class _Finder:
         return self._walk(text)
 
     def _walk(self, text: str) -> set[int]:
-        """At each position holding a first character, looks up the substring of each token length."""
         found: set[int] = set()
         if self.starts is None:
             return found
-        texts, lengths = self.texts, self.lengths
+        root, n = self.root, len(text)
         for m in self.starts.finditer(text):
-            p = m.start()
-            for n in lengths[text[p]]:
-                tid = texts.get(text[p:p + n])
+            q = m.start()
+            node = root[text[q]]
+            q += 1
+            while True:
+                tid = node.get(_END)
                 if tid is not None:
                     found.add(tid)
+                if q >= n:
+                    break
+                node = node.get(text[q])
+                if node is None:
+                    break
+                q += 1
         return found
 
 
@@ -69,13 +81,16 @@ class SpecialMatcher:
         self.vocab = vocab
         self.order = special_ids(vocab)
         self.rank = {tid: r for r, tid in enumerate(self.order)}
-        self._tries: dict[bool, _Finder] = {}
+        self._tries: dict[bool, _Trie] = {}
         self._scanners: dict[bool, _Scanner | None] = {}
+        self._chars_seen: dict[bool, int] = {}  # characters split so far, per parse mode
 
     def split(self, text: str, parse_special: bool) -> tuple[list[str], list[int]]:
         """(raws, ids), len(raws) == len(ids) + 1: the text, less the whitespace stripped around tokens,
         is raws[0] + ids[0] + raws[1] + ... + raws[-1]; raws may be empty strings."""
-        scanner = self._scanner(parse_special) if len(text) >= SCAN_MIN_CHARS else None
+        seen = self._chars_seen[parse_special] = self._chars_seen.get(parse_special, 0) + len(text)
+        worth_it = seen >= SCAN_CHARS_PER_TOKEN * len(self._trie(parse_special).texts)
+        scanner = self._scanner(parse_special) if worth_it else None
         if scanner is not None:
             return scanner.split(text)
         return _alternate(text, self.partition(text, parse_special))
@@ -90,11 +105,11 @@ class SpecialMatcher:
     def _skip(parse_special: bool) -> int:
         return 0 if parse_special else CONTROL | UNKNOWN
 
-    def _trie(self, parse_special: bool) -> _Finder:
+    def _trie(self, parse_special: bool) -> _Trie:
         trie = self._tries.get(parse_special)
         if trie is None:
             ids = [t for t in self.order if not self.vocab.attrs[t] & self._skip(parse_special)]
-            trie = self._tries[parse_special] = _Finder(self.vocab, ids)
+            trie = self._tries[parse_special] = _Trie(self.vocab, ids)
         return trie
 
     def partition(self, text: str, parse_special: bool) -> list:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from .bpe import encode_fragments
+from .bpe import cached_encode, encode_fragments
 from .vocab import Vocab
 
 _WHITESPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
@@ -30,48 +30,52 @@ def _lower(ch: str) -> str:
     return low if len(low) == 1 else ch
 
 
+class _Normalizer(dict):
+    """str.translate table: code point -> its normalised text, built on first sight of a character.
+    " " marks a word boundary: whitespace becomes one, and a punctuation, ASCII symbol or CJK
+    character becomes a word of its own between two; dropped characters map to ""."""
+
+    def __init__(self, lowercase: bool, strip_accents: bool):
+        super().__init__()
+        self.lowercase, self.strip_accents = lowercase, strip_accents
+
+    def __missing__(self, cp: int) -> str:
+        self[cp] = out = self._normalise(chr(cp))
+        return out
+
+    def _normalise(self, ch: str) -> str:
+        if self.strip_accents:
+            ch = _first_nfd(ch)
+        if ch in _WHITESPACE:
+            return " "
+        cat, cp = unicodedata.category(ch), ord(ch)
+        if cp == 0 or cp == 0xFFFD or (cat[0] == "C" and cat != "Cn") or (self.strip_accents and cat[0] == "M"):
+            return ""
+        if self.lowercase:
+            ch = _lower(ch)
+        if cat[0] == "P" or (cp < 0x7F and cat[0] == "S") or _is_cjk(cp):
+            return f" {ch} "
+        return ch
+
+
 class WPMModel:
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
         self.t2i = vocab.token_to_id
         self.max_len = max(map(len, vocab.tokens))
+        self.normalizer = _Normalizer(vocab.lowercase, vocab.strip_accents)
         self.cache: dict[str, tuple[int, ...]] = {}
 
     def encode_parts(self, raws: list[str], ids: list[int]) -> list[int]:
         return encode_fragments(self.encode, raws, ids)
 
     def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        for word in self.words(text):
-            ids = self.cache.get(word)
-            if ids is None:
-                ids = self.cache[word] = self._word(word)
-            out.extend(ids)
-        return out
+        return cached_encode(self.cache, self.words(text), self._word)
 
     def words(self, text: str) -> list[str]:
-        """Lowercase / strip accents per the normalizer flags, split on whitespace and punctuation."""
-        v = self.vocab
-        words, cur = [], []
-        for ch in text:
-            if v.strip_accents:
-                ch = _first_nfd(ch)
-            if ch in _WHITESPACE:
-                _flush(words, cur)
-                continue
-            cat = unicodedata.category(ch)
-            cp = ord(ch)
-            if cp == 0 or cp == 0xFFFD or (cat[0] == "C" and cat != "Cn") or (v.strip_accents and cat[0] == "M"):
-                continue
-            if v.lowercase:
-                ch = _lower(ch)
-            if cat[0] == "P" or (cp < 0x7F and cat[0] == "S") or _is_cjk(cp):
-                _flush(words, cur)
-                words.append(ch)
-            else:
-                cur.append(ch)
-        _flush(words, cur)
-        return words
+        """Lowercase / strip accents per the normalizer flags, split on whitespace and punctuation.
+        A normalised character is never " " itself (a space is whitespace, lowercasing keeps it)."""
+        return list(filter(None, text.translate(self.normalizer).split(" ")))
 
     def _word(self, word: str) -> tuple[int, ...]:
         t2i, w = self.t2i, "\u2581" + word
@@ -86,9 +90,3 @@ class WPMModel:
             else:
                 return (self.vocab.unk_id,)  # no piece fits: the whole word is unknown
         return tuple(out)
-
-
-def _flush(words: list[str], cur: list[str]) -> None:
-    if cur:
-        words.append("".join(cur))
-        cur.clear()

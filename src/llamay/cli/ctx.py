@@ -1,0 +1,94 @@
+"""Contexts as files: create, fork, continue (gen) and show .llamayctx snapshots."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..kv.snapshot import SnapshotError, SnapshotFile
+from .common import CLIError, add_model_args, load_model
+
+
+def add_parser(p):
+    sub = p.add_subparsers(dest="ctx_command", required=True)
+    c = sub.add_parser("create", help="prefill a prompt and save the context")
+    add_model_args(c)
+    c.add_argument("-p", "--prompt", required=True)
+    c.add_argument("-o", "--output", required=True)
+    f = sub.add_parser("fork", help="fork a saved context n ways (copy-on-write) and save the branches")
+    add_model_args(f)
+    f.add_argument("-i", "--input", required=True)
+    f.add_argument("-n", type=int, default=8)
+    f.add_argument("-o", "--output", required=True, help="folder for the branches")
+    g = sub.add_parser("gen", help="continue a saved context")
+    add_model_args(g)
+    g.add_argument("-i", "--input", required=True)
+    g.add_argument("-p", "--prompt", default="", help="text appended before generating")
+    g.add_argument("-n", "--n-predict", type=int, default=128)
+    g.add_argument("--temp", type=float, default=0.8)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("-o", "--output", help="save the continued context here")
+    s = sub.add_parser("show", help="describe a snapshot file")
+    s.add_argument("file")
+
+
+def run(args):
+    try:
+        return {"create": _create, "fork": _fork, "gen": _gen, "show": _show}[args.ctx_command](args)
+    except (SnapshotError, FileNotFoundError) as e:
+        raise CLIError(str(e)) from None
+
+
+def _create(args):
+    llm = load_model(args.model, args.threads, kv=args.kv)
+    t = time.perf_counter()
+    ctx = llm.create_context(args.prompt)
+    dt = time.perf_counter() - t
+    ctx.save(args.output)
+    print(f"{args.output}: {len(ctx.tokens)} tokens, {ctx.n_pages} pages, prefill {dt:.3f} s")
+
+
+def _fork(args):
+    llm = load_model(args.model, args.threads, kv=args.kv)
+    base = llm.restore_context(args.input)
+    state, page_bytes = llm.runner.state, llm.runner.pool.bytes_per_page
+    before = state.stats.pages_allocated
+    t = time.perf_counter()
+    kids = base.fork(args.n)
+    per_branch = (time.perf_counter() - t) / args.n
+    allocated = state.stats.pages_allocated - before
+    os.makedirs(args.output, exist_ok=True)
+    for i, kid in enumerate(kids):
+        kid.save(os.path.join(args.output, f"branch-{i}.llamayctx"))
+    copy_pages = base.n_pages * args.n
+    print(f"base: {len(base.tokens)} tokens, {base.n_pages} pages")
+    print(f"forked {args.n} ways: {per_branch * 1e6:.1f} us per branch, {allocated} pages allocated "
+          f"(a copy would need {copy_pages})")
+    print(f"memory held: {(base.n_pages + allocated) * page_bytes / 2**20:.2f} MiB "
+          f"vs {(base.n_pages + copy_pages) * page_bytes / 2**20:.2f} MiB for copies")
+    print(f"branches saved in {args.output}")
+
+
+def _gen(args):
+    llm = load_model(args.model, args.threads, kv=args.kv)
+    ctx = llm.restore_context(args.input)
+    if args.prompt:
+        ctx.extend(args.prompt)
+    for piece in ctx.generate(max_tokens=args.n_predict, temperature=args.temp, seed=args.seed):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    print()
+    if args.output:
+        ctx.save(args.output)
+
+
+def _show(args):
+    with SnapshotFile(args.file) as f:
+        h, g = f.header, f.header.geometry
+        print(f"file          {args.file} ({f.size} bytes)")
+        print(f"tokens        {len(h.token_ids)}")
+        print(f"pages         {h.n_pages} x {g.page_size} slots")
+        print(f"architecture  {g.arch}: {g.n_layer} layers, {g.n_kv_head} KV heads x {g.head_dim}")
+        print(f"KV type       {g.kv_type}")
+        print(f"weights       sha256 {h.weights_digest}")
+        print(f"first tokens  {' '.join(map(str, h.token_ids[:16]))}{' ...' if len(h.token_ids) > 16 else ''}")

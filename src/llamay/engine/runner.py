@@ -1,0 +1,89 @@
+"""The runner: the one place that mutates KV state. It owns the decoder, the page pool and the KVState,
+and turns "compute these tokens of that context" into plan -> apply (page copies) -> forward -> commit.
+
+Every kernel is batch-invariant, so a context's logits are the same whether its tokens came from a cold
+prefill, a radix-tree hit, a fork or a restored snapshot."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.ops import BatchMeta
+from ..kv.state import KVState
+from ..models import Decoder
+
+N_BATCH = 512  # prefill chunk: bounds activation memory, does not change results
+
+
+class Runner:
+    def __init__(self, decoder: Decoder, n_pages: int, page_size: int, kv: str, budget_pages: int | None = None):
+        self.decoder, self.page_size = decoder, page_size
+        self.pool = decoder.new_pool(n_pages, page_size, kv)
+        self.state = KVState(n_pages, page_size, budget_pages)
+        self.last_logits: dict[int, np.ndarray] = {}  # ctx_id -> logits after its last computed token
+        self.pending: dict[int, list[int]] = {}  # ctx_id -> sampled tokens not yet computed
+        self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
+
+    def create(self, tokens: list[int]) -> tuple[int, int]:
+        """A context holding tokens, computing only what the radix tree does not have.
+        -> (ctx_id, n_cached); its last logits are in last_logits."""
+        if not tokens:
+            raise ValueError("a context needs at least one token")
+        ctx, n_cached = self.state.create(tokens)
+        try:
+            self.extend(ctx, tokens[n_cached:])
+        except BaseException:
+            self.free(ctx)
+            raise
+        return ctx, n_cached
+
+    def tokens(self, ctx: int) -> list[int]:
+        return self.state.tokens(ctx) + self.pending.get(ctx, [])
+
+    def extend(self, ctx: int, tokens: list[int], all_logits: bool = False) -> np.ndarray:
+        """Compute pending tokens and then tokens after the context's end -> logits of the last one
+        (of every one if all_logits)."""
+        tokens = self.pending.pop(ctx, []) + list(tokens)
+        outs = []
+        for lo in range(0, len(tokens), N_BATCH):
+            part = tokens[lo:lo + N_BATCH]
+            last = lo + N_BATCH >= len(tokens)
+            rows = None if all_logits else np.arange(len(part) - 1, len(part)) if last else np.zeros(0, np.int64)
+            outs.append(self._chunk(ctx, part, rows))
+        if not outs:
+            return self.last_logits[ctx]
+        out = np.concatenate(outs) if all_logits else outs[-1]
+        self.last_logits[ctx] = out[-1]
+        return out if all_logits else out[-1]
+
+    def _chunk(self, ctx: int, tokens: list[int], rows: np.ndarray | None) -> np.ndarray:
+        st = self.state
+        start = len(st.tokens(ctx))
+        for src, dst in st.apply(st.plan_append(ctx, len(tokens))):
+            self.pool.copy_page(src, dst)
+        n = len(tokens)
+        table = np.asarray(st.page_table(ctx), np.int32)[None, :]
+        meta = BatchMeta(np.arange(start, start + n, dtype=np.int32), np.zeros(n, np.int32), table,
+                         self.page_size)
+        try:
+            out = self.decoder.forward(np.asarray(tokens, np.int32), meta, self.pool, rows)
+        except BaseException:
+            st.commit(ctx, [])  # the applied slots are released; the context is unchanged
+            raise
+        st.commit(ctx, tokens)
+        self.n_prefilled += n
+        return out
+
+    def fork(self, ctx: int, n: int) -> list[int]:
+        self.extend(ctx, [])
+        kids = self.state.fork(ctx, n)
+        for k in kids:
+            self.last_logits[k] = self.last_logits[ctx]
+        return kids
+
+    def free(self, ctx: int, cache: bool = True):
+        """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted)."""
+        if cache and self.state.tokens(ctx):
+            self.state.cache(ctx)
+        self.state.free(ctx)
+        self.last_logits.pop(ctx, None)
+        self.pending.pop(ctx, None)

@@ -1,0 +1,47 @@
+"""Saving a context to a .llamayctx file and restoring it into fresh pages (kv/snapshot.py is the format).
+
+A snapshot carries the context's tokens, its pages and the logits after its last token, so a restored
+context continues exactly like the original without recomputing anything."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kv.snapshot import KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader, check_compatible, write_snapshot
+from .digest import weights_digest
+
+
+def geometry(llm) -> KVGeometry:
+    s, pool = llm.spec, llm.runner.pool
+    return KVGeometry(s.arch, s.n_layer, s.n_head_kv, s.head_dim, llm.kv, llm.page_size,
+                      pool.page_size * pool.k[0].shape[1], pool.page_size * pool.v[0].shape[1])
+
+
+def save(llm, ctx_id: int, path: str):
+    runner = llm.runner
+    logits = runner.extend(ctx_id, [])  # computes a pending sampled token first
+    pages = np.asarray(runner.state.page_table(ctx_id), np.int64)
+    pool = runner.pool
+    g = geometry(llm)
+    layers = [[pool.page_view(a)[pages].reshape(len(pages), -1) for a in arrs] for arrs in (pool.k, pool.v)]
+    header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32))
+    write_snapshot(path, header, layers[0], layers[1], logits=logits)
+
+
+def restore(llm, path: str) -> int:
+    """-> ctx_id of a new context holding the snapshot. Other weights or another KV layout: SnapshotError."""
+    runner = llm.runner
+    with SnapshotFile(path) as f:
+        check_compatible(f.header, weights_digest(llm.path), geometry(llm))
+        tokens = [int(t) for t in f.header.token_ids]
+        if len(tokens) > llm.n_ctx:
+            raise SnapshotError(f"snapshot holds {len(tokens)} tokens, the context is {llm.n_ctx}")
+        ctx, pages = runner.state.restore(tokens)
+        try:
+            pool = runner.pool
+            f.read_pages_into([pool.page_view(a) for a in pool.k], [pool.page_view(a) for a in pool.v], pages)
+            logits = f.read_logits(llm.n_vocab)
+        except BaseException:
+            runner.state.free(ctx)
+            raise
+    runner.last_logits[ctx] = logits
+    return ctx

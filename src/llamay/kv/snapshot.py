@@ -1,0 +1,409 @@
+""".llamayctx snapshots: one context's tokens and KV pages in one self-checking file (DESIGN.md §6).
+
+Layout, version 1, all little-endian, no pointers:
+  fixed header (HEADER, 172 bytes): magic, version, weights digest, arch, KV type, geometry, counts
+  token ids            u32[n_tokens]
+  logits               f32[n_logits]: after the last token (n_vocab of them), or none (n_logits = 0)
+  zero padding         to a multiple of 64 bytes, so page data is aligned for numpy views
+  page data            for each layer: K pages then V pages, n_pages * page_bytes each, context order;
+                       a dense (f32/f16) page is [page_size, n_kv_head, head_dim] of that dtype
+  checksum             xxh3_128 of every byte before it, 16 bytes
+The header is fixed binary rather than JSON: every field has a fixed width and type, so parsing hostile
+input is one struct.unpack plus integer bounds, and the exact file size follows from the header by
+arithmetic before anything is allocated. Any change of layout bumps VERSION.
+
+Two ways to read, both validating the header against the file size before allocating anything:
+read_snapshot maps the file (no copy) and returns read-only numpy views after verifying the checksum;
+SnapshotFile.read_pages_into (the engine's restore) reads pages with preadv straight into pool pages and
+hashes each layer while it is in cache: one copy in all, and no page faults on a fresh mapping.
+Writers replace files by rename, so a mapped file is never modified under a reader; a file truncated in
+place by another process while it is mapped can still raise SIGBUS, as with any mmap.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import tempfile
+from dataclasses import dataclass, fields
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import xxhash
+
+MAGIC = b"LLAMAYCX"
+VERSION = 1
+HEADER = struct.Struct("<8sI64s32s8sIIIIQQQQQ")
+CHECKSUM_BYTES = 16
+ALIGN = 64
+IOV_MAX = 1024  # buffers per preadv call (Linux's limit)
+# dense types are stored as [n_pages, page_size, n_kv_head, head_dim] of this dtype; None: opaque
+# bytes per page, laid out by the engine ([n_pages, page_bytes] uint8)
+KV_DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "q8": None, "vq8": None}
+MAX_LAYERS, MAX_HEADS, MAX_HEAD_DIM, MAX_PAGE_SIZE = 4096, 4096, 65536, 65536
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be used: truncated, corrupted, another version, or another model."""
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """What a snapshot's KV bytes mean; two geometries must be equal for a restore."""
+    arch: str
+    n_layer: int
+    n_kv_head: int
+    head_dim: int
+    kv_type: str  # a key of KV_DTYPES
+    page_size: int  # token slots per page
+    k_page_bytes: int  # bytes of one page of K in one layer
+    v_page_bytes: int
+
+    @classmethod
+    def dense(cls, arch: str, n_layer: int, n_kv_head: int, head_dim: int, kv_type: str,
+              page_size: int) -> KVGeometry:
+        """Geometry of an f32/f16 pool; page bytes follow from the shape."""
+        if KV_DTYPES.get(kv_type) is None:
+            raise SnapshotError(f"KV type {kv_type!r} is not dense; give its page bytes")
+        n = page_size * n_kv_head * head_dim * KV_DTYPES[kv_type].itemsize
+        return cls(arch, n_layer, n_kv_head, head_dim, kv_type, page_size, n, n)
+
+    def validate(self):
+        """Raise SnapshotError unless every field is in range and page bytes fit the KV type."""
+        if not 1 <= len(self.arch.encode()) <= 32:
+            raise SnapshotError(f"architecture name {self.arch!r} must be 1 to 32 UTF-8 bytes")
+        if self.kv_type not in KV_DTYPES:
+            raise SnapshotError(f"unknown KV type {self.kv_type!r} (known: {', '.join(KV_DTYPES)})")
+        for name, hi in (("n_layer", MAX_LAYERS), ("n_kv_head", MAX_HEADS),
+                         ("head_dim", MAX_HEAD_DIM), ("page_size", MAX_PAGE_SIZE)):
+            if not 1 <= getattr(self, name) <= hi:
+                raise SnapshotError(f"{name} = {getattr(self, name)} is outside 1..{hi}")
+        elems = self.page_size * self.n_kv_head * self.head_dim
+        dtype = KV_DTYPES[self.kv_type]
+        for name in ("k_page_bytes", "v_page_bytes"):
+            n = getattr(self, name)
+            # a quantized page is never larger than the same page in f32
+            ok = n == elems * dtype.itemsize if dtype is not None else 1 <= n <= elems * 4
+            if not ok:
+                raise SnapshotError(f"{name} = {n} does not fit {self.kv_type} pages of {elems} values")
+
+    def layer_shape(self, n_pages: int, page_bytes: int) -> tuple[int, ...]:
+        """Shape of one layer's K or V in a snapshot."""
+        if KV_DTYPES[self.kv_type] is None:
+            return (n_pages, page_bytes)
+        return (n_pages, self.page_size, self.n_kv_head, self.head_dim)
+
+
+@dataclass(frozen=True, eq=False)
+class SnapshotHeader:
+    weights_digest: str  # sha256 hex of the GGUF file the KV was computed with
+    geometry: KVGeometry
+    token_ids: np.ndarray  # [n_tokens] uint32 (any int sequence is accepted when writing)
+
+    @property
+    def n_pages(self) -> int:
+        return pages_for(len(self.token_ids), self.geometry.page_size)
+
+
+class Snapshot(NamedTuple):
+    header: SnapshotHeader
+    layers_k: list[np.ndarray]  # per layer, KVGeometry.layer_shape; read-only views of the file
+    layers_v: list[np.ndarray]
+    logits: np.ndarray  # f32 [n_logits], n_logits 0 when none were stored
+
+
+def pages_for(n_tokens: int, page_size: int) -> int:
+    return -(-n_tokens // page_size)
+
+
+def check_compatible(header: SnapshotHeader, weights_digest: str, geometry: KVGeometry):
+    """Raise SnapshotError unless the snapshot was made under these weights with this KV layout."""
+    if header.weights_digest != weights_digest:
+        raise SnapshotError(
+            f"snapshot was made under other weights: snapshot weights sha256 {header.weights_digest}, "
+            f"loaded model sha256 {weights_digest}; KV from other weights would give nonsense")
+    diffs = [f"{f.name} {getattr(header.geometry, f.name)!r} (model: {getattr(geometry, f.name)!r})"
+             for f in fields(KVGeometry) if getattr(header.geometry, f.name) != getattr(geometry, f.name)]
+    if diffs:
+        raise SnapshotError("snapshot KV layout does not match the model: " + ", ".join(diffs))
+
+
+# ---- writing ----
+
+def write_snapshot(path: str | os.PathLike, header: SnapshotHeader, layers_k: Sequence[np.ndarray],
+                   layers_v: Sequence[np.ndarray], logits: np.ndarray | None = None):
+    """Write atomically: temp file in the same directory, write, fsync, rename, fsync the directory.
+    layers_k[i] / layers_v[i]: layer i's pages in context order, shaped as KVGeometry.layer_shape, or
+    for any KV type as uint8 [n_pages, page_bytes]. logits: float32 [n_vocab] after the last token."""
+    g = header.geometry
+    g.validate()
+    if not _HEX64.fullmatch(header.weights_digest):
+        raise SnapshotError(f"weights digest {header.weights_digest!r} is not a lowercase sha256 hex")
+    tokens = _token_array(header.token_ids)
+    logits = _logits_array(logits)
+    n_pages = pages_for(len(tokens), g.page_size)
+    if len(layers_k) != g.n_layer or len(layers_v) != g.n_layer:
+        raise SnapshotError(f"expected {g.n_layer} layers of K and V, got {len(layers_k)} and {len(layers_v)}")
+    parts = [_pack_header(header.weights_digest, g, len(tokens), n_pages, len(logits)), tokens, logits,
+             bytes(_pad(HEADER.size + tokens.nbytes + logits.nbytes))]
+    for i in range(g.n_layer):
+        parts.append(_layer_array(layers_k[i], g, n_pages, g.k_page_bytes, f"K of layer {i}"))
+        parts.append(_layer_array(layers_v[i], g, n_pages, g.v_page_bytes, f"V of layer {i}"))
+    _write_atomic(os.fspath(path), parts)
+
+
+def _token_array(token_ids) -> np.ndarray:
+    a = np.asarray(token_ids)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise SnapshotError("token ids must be a 1-d sequence of integers")
+    if a.size and (a.min() < 0 or a.max() > 0xFFFFFFFF):
+        raise SnapshotError("token ids must fit in uint32")
+    return np.ascontiguousarray(a, dtype="<u4")
+
+
+def _logits_array(logits) -> np.ndarray:
+    if logits is None:
+        return np.zeros(0, "<f4")
+    a = np.asarray(logits)
+    if a.ndim != 1 or a.dtype.type is not np.float32:
+        raise SnapshotError(f"logits must be float32 [n_vocab], got {a.dtype.name} {a.shape}")
+    return np.ascontiguousarray(a, dtype="<f4")
+
+
+def _layer_array(a: np.ndarray, g: KVGeometry, n_pages: int, page_bytes: int, what: str) -> np.ndarray:
+    if a.dtype == np.uint8 and a.shape == (n_pages, page_bytes):
+        return np.ascontiguousarray(a)
+    dtype = KV_DTYPES[g.kv_type] or np.dtype(np.uint8)
+    shape = g.layer_shape(n_pages, page_bytes)
+    if a.dtype.type is not dtype.type or a.shape != shape:
+        raise SnapshotError(f"{what}: expected {dtype.name} {shape}, got {a.dtype.name} {a.shape}")
+    return np.ascontiguousarray(a, dtype=dtype)  # no copy when already contiguous little-endian
+
+
+def _pack_header(digest: str, g: KVGeometry, n_tokens: int, n_pages: int, n_logits: int) -> bytes:
+    return HEADER.pack(MAGIC, VERSION, digest.encode(), g.arch.encode(), g.kv_type.encode(),
+                       g.n_layer, g.n_kv_head, g.head_dim, g.page_size, n_tokens, n_pages,
+                       g.k_page_bytes, g.v_page_bytes, n_logits)
+
+
+def _pad(offset: int) -> int:
+    return -offset % ALIGN
+
+
+def _write_atomic(path: str, parts: list):
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        h = xxhash.xxh3_128()
+        with open(fd, "wb") as f:
+            for part in parts:
+                h.update(part)
+                f.write(part)
+            f.write(h.intdigest().to_bytes(CHECKSUM_BYTES, "little"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str):
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---- reading ----
+
+def read_snapshot(path: str | os.PathLike) -> Snapshot:
+    """Validate the header against the file size, map the file, verify the checksum, return views.
+    Every problem with the file's content raises SnapshotError; OSError only for open/stat/map."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        digest, g, c = _parse_header(os.pread(fd, HEADER.size, 0), size)
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    buf = np.frombuffer(mapped, np.uint8)  # keeps the mapping alive while any view lives
+    body = buf[:size - CHECKSUM_BYTES]
+    _verify(xxhash.xxh3_128_intdigest(body), buf[size - CHECKSUM_BYTES:].tobytes(), path)
+    header = SnapshotHeader(digest, g, body[HEADER.size:c.logits_at].view("<u4"))
+    return Snapshot(header, *_layer_views(body, g, c), body[c.logits_at:c.logits_end].view("<f4"))
+
+
+class SnapshotFile:
+    """The engine's restore path: an open snapshot whose header and size are validated (not yet its
+    checksum); read_pages_into then reads the pages straight into pool pages and verifies as it goes.
+        with SnapshotFile(path) as f:
+            check_compatible(f.header, digest, geometry); ids = allocate(f.header.n_pages)
+            f.read_pages_into(pool_k, pool_v, ids)  # on SnapshotError, free ids: they hold garbage"""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        try:
+            self.size = os.fstat(self._fd).st_size
+            digest, g, self._counts = _parse_header(os.pread(self._fd, HEADER.size, 0), self.size)
+            self._prefix = np.empty(self._counts.pages_at, np.uint8)  # bounded: <= the file's size
+            _fill(self._fd, [self._prefix], 0)
+            tokens = self._prefix[HEADER.size:self._counts.logits_at].view("<u4")
+            self.header = SnapshotHeader(digest, g, tokens)  # unverified until read_pages_into returns
+            self.verified = False
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def read_pages_into(self, dest_k: Sequence[np.ndarray], dest_v: Sequence[np.ndarray], page_ids):
+        """Page j of layer l goes to dest_k[l][page_ids[j]] (and V likewise): any per-layer arrays
+        whose [page] item is a writable C-contiguous buffer of exactly that page's bytes."""
+        g, ids = self.header.geometry, [int(i) for i in page_ids]
+        if len(ids) != self.header.n_pages:
+            raise ValueError(f"{len(ids)} page ids for {self.header.n_pages} pages")
+        h = xxhash.xxh3_128(self._prefix)
+        offset = self._counts.pages_at
+        for layer in range(g.n_layer):
+            for dest, page_bytes in ((dest_k, g.k_page_bytes), (dest_v, g.v_page_bytes)):
+                bufs = [_page_buffer(dest[layer], i, page_bytes) for i in ids]
+                offset = _fill(self._fd, bufs, offset)
+                for b in bufs:  # hashed while still in cache
+                    h.update(b)
+        checksum = bytearray(CHECKSUM_BYTES)
+        _fill(self._fd, [checksum], offset)
+        _verify(h.intdigest(), bytes(checksum), self.path)
+        self.verified = True
+
+    def read_logits(self, n_vocab: int) -> np.ndarray:
+        """float32 [n_vocab] stored after the last token; only once read_pages_into has verified them."""
+        if not self.verified:
+            raise RuntimeError("read_pages_into must verify the snapshot before its logits are used")
+        if self._counts.n_logits != n_vocab:
+            raise SnapshotError(f"snapshot holds {self._counts.n_logits} logits, the model has {n_vocab}")
+        return self._prefix[self._counts.logits_at:self._counts.logits_end].view("<f4").copy()
+
+    def close(self):
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> SnapshotFile:
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _page_buffer(dest: np.ndarray, page: int, page_bytes: int) -> memoryview:
+    if not 0 <= page < len(dest):
+        raise ValueError(f"page id {page} is outside the destination's {len(dest)} pages")
+    item = dest[page]
+    if item.nbytes != page_bytes or not item.flags.c_contiguous or not item.flags.writeable:
+        raise ValueError(f"destination page must be {page_bytes} writable contiguous bytes, "
+                         f"got {item.nbytes} ({item.dtype} {item.shape})")
+    return memoryview(item).cast("B")
+
+
+def _fill(fd: int, bufs: list, offset: int) -> int:
+    """Read exactly into bufs from offset, resuming short reads; returns the offset after them."""
+    views = [memoryview(b).cast("B") for b in bufs]
+    i = 0
+    while i < len(views):
+        n = os.preadv(fd, views[i:i + IOV_MAX], offset)
+        if n == 0:
+            raise SnapshotError("snapshot ended early: the file changed while it was being read")
+        offset += n
+        while i < len(views) and n >= len(views[i]):
+            n -= len(views[i])
+            i += 1
+        if n:
+            views[i] = views[i][n:]
+    return offset
+
+
+def _verify(computed: int, stored: bytes, path):
+    if computed != int.from_bytes(stored, "little"):
+        raise SnapshotError(f"{os.fspath(path)}: checksum mismatch, the file is corrupted")
+
+
+class _Counts(NamedTuple):
+    """Byte offsets of each section follow from the counts (Python ints: no overflow)."""
+    n_tokens: int
+    n_pages: int
+    n_logits: int
+
+    @property
+    def logits_at(self) -> int:
+        return HEADER.size + 4 * self.n_tokens
+
+    @property
+    def logits_end(self) -> int:
+        return self.logits_at + 4 * self.n_logits
+
+    @property
+    def pages_at(self) -> int:
+        return self.logits_end + _pad(self.logits_end)
+
+    def file_size(self, g: KVGeometry) -> int:
+        return self.pages_at + g.n_layer * self.n_pages * (g.k_page_bytes + g.v_page_bytes) + CHECKSUM_BYTES
+
+
+def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
+    """Everything checkable from the fixed header and the file size, before any allocation."""
+    if head[:len(MAGIC)] != MAGIC[:len(head)]:
+        raise SnapshotError(f"not a .llamayctx snapshot (magic {head[:len(MAGIC)]!r}, expected {MAGIC!r})")
+    if len(head) < len(MAGIC) + 4:
+        raise SnapshotError(f"truncated snapshot: {size} bytes, not even a header")
+    version = int.from_bytes(head[len(MAGIC):len(MAGIC) + 4], "little")
+    if version != VERSION:
+        raise SnapshotError(f"snapshot format version {version} is not supported "
+                            f"(this llamay reads version {VERSION})")
+    if len(head) < HEADER.size:
+        raise SnapshotError(f"truncated snapshot: {size} bytes, the header alone needs {HEADER.size}")
+    (_, _, digest, arch, kv_type, n_layer, n_kv_head, head_dim, page_size, n_tokens, n_pages,
+     k_bytes, v_bytes, n_logits) = HEADER.unpack(head)
+    digest = _text(digest, "weights digest")
+    if not _HEX64.fullmatch(digest):
+        raise SnapshotError(f"weights digest {digest!r} is not a sha256 hex")
+    g = KVGeometry(_text(arch, "architecture"), n_layer, n_kv_head, head_dim, _text(kv_type, "KV type"),
+                   page_size, k_bytes, v_bytes)
+    g.validate()
+    if n_pages != pages_for(n_tokens, page_size):
+        raise SnapshotError(f"{n_tokens} tokens need {pages_for(n_tokens, page_size)} pages of "
+                            f"{page_size}, the header says {n_pages}")
+    counts = _Counts(n_tokens, n_pages, n_logits)
+    expected = counts.file_size(g)
+    if expected != size:
+        kind = "truncated" if size < expected else "oversized"
+        raise SnapshotError(f"{kind} snapshot: {size} bytes, the header implies {expected}")
+    return digest, g, counts
+
+
+def _text(raw: bytes, what: str) -> str:
+    value = raw.rstrip(b"\0")
+    try:
+        if b"\0" in value:
+            raise ValueError
+        return value.decode()
+    except ValueError:
+        raise SnapshotError(f"{what} field is not NUL-padded UTF-8: {raw!r}") from None
+
+
+def _layer_views(body: np.ndarray, g: KVGeometry, c: _Counts):
+    dtype = KV_DTYPES[g.kv_type] or np.dtype(np.uint8)
+    off = c.pages_at
+    ks, vs = [], []
+    for _ in range(g.n_layer):
+        for out, page_bytes in ((ks, g.k_page_bytes), (vs, g.v_page_bytes)):
+            n = c.n_pages * page_bytes
+            out.append(body[off:off + n].view(dtype).reshape(g.layer_shape(c.n_pages, page_bytes)))
+            off += n
+    return ks, vs

@@ -1,0 +1,133 @@
+"""`llamay verify`: the determinism invariants, checked on a file the user owns, plus the effect of each
+quantized KV type on next-token distributions (total-variation distance against f32 KV)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening, counting each of the one hundred "
+        "and twelve steps. At the top he wiped the salt from the great lens, lit the lamp, and wrote three "
+        "lines in the logbook: the wind, the sea, and the ships he had seen. Nobody read the logbook, but "
+        "he wrote it carefully all the same, because a record kept for no one is still a record.")
+TV_LIMIT = 0.05
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    max_abs_diff: float
+    note: str = ""
+
+
+def _diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
+
+
+def _equal(name: str, got: np.ndarray, want: np.ndarray, note: str = "") -> Check:
+    return Check(name, bool(np.array_equal(got, want)), _diff(got, want), note)
+
+
+def determinism_checks(llm, ids: list[int]) -> list[Check]:
+    from ..kernels import _lib
+    k = len(ids) // 2
+    llm.reset()
+    batched = llm.logits(ids)
+    cold = batched[-1]
+    checks = []
+    llm.reset()
+    steps = np.stack([llm.eval_last(ids[:i]) for i in range(1, len(ids) + 1)])
+    checks.append(_equal("prefill == token-by-token decode", steps, batched, f"{len(ids)} positions"))
+    llm.reset()
+    llm.eval_last(ids[:k])
+    hit = llm.eval_last(ids)
+    checks.append(_equal("prefix-cache hit == cold prefill", hit, cold,
+                         f"{llm.stats.cached_tokens} of {len(ids)} tokens reused"))
+    base = llm.create_context(ids[:k])
+    kids = base.fork(3)
+    forked = [c.extend(ids[k:]) for c in kids]
+    checks.append(_equal("fork continues == fresh prefill", np.stack(forked), np.stack([cold] * 3), "3 branches"))
+    checks.append(_restore_check(llm, base, ids[k:], cold))
+    for c in kids + [base]:
+        c.delete(cache=False)
+    checks.append(_with(llm, "1 thread == 2 threads", batched, lambda: _threads(llm, 1, ids)))
+    checks.append(_with(llm, "portable C == AVX2", batched, lambda: _portable(llm, _lib, ids)))
+    return checks
+
+
+def _restore_check(llm, base, rest: list[int], cold: np.ndarray) -> Check:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "base.llamayctx")
+        base.save(path)
+        restored = llm.restore_context(path)
+        got = restored.extend(rest)
+        restored.delete(cache=False)
+    return _equal("restored snapshot continues == original", got, cold)
+
+
+def _with(llm, name: str, want: np.ndarray, run: Callable[[], np.ndarray]) -> Check:
+    llm.reset()
+    return _equal(name, run(), want)
+
+
+def _threads(llm, n: int, ids):
+    old, llm.decoder.nthreads = llm.decoder.nthreads, n
+    try:
+        return llm.logits(ids)
+    finally:
+        llm.decoder.nthreads = old
+
+
+def _portable(llm, lib, ids):
+    if not lib.set_path(portable=False):
+        return llm.logits(ids)  # no AVX2 here: both are the portable path
+    lib.set_path(portable=True)
+    try:
+        return llm.logits(ids)
+    finally:
+        lib.set_path(portable=False)
+
+
+def total_variation(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
+    """Per-position total-variation distance between the softmax distributions of two logit rows."""
+    def softmax(z):
+        z = z.astype(np.float64)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    return 0.5 * np.abs(softmax(p_logits) - softmax(q_logits)).sum(axis=1)
+
+
+def kv_type_checks(path: str, threads: int | None, ids: list[int]) -> list[Check]:
+    from .. import load
+    ref = load(path, threads=threads, n_ctx=len(ids) + 8, kv="f32").logits(ids)
+    out = []
+    for kv in ("f16", "q8", "vq8"):
+        try:
+            got = load(path, threads=threads, n_ctx=len(ids) + 8, kv=kv).logits(ids)
+        except ValueError as e:  # e.g. a head_dim q8 cannot hold
+            out.append(Check(f"KV {kv}: next-token TV vs f32", True, 0.0, f"not available: {e}"))
+            continue
+        tv = total_variation(ref, got)
+        ok = tv.mean() <= TV_LIMIT
+        note = f"mean TV {tv.mean():.2%}, max {tv.max():.2%}" + ("" if ok else "; use --kv f32")
+        out.append(Check(f"KV {kv}: next-token TV vs f32", ok, _diff(got, ref), note))
+    return out
+
+
+def run_verify(path: str, threads: int | None = None, n_tokens: int = 48) -> list[Check]:
+    from .. import load
+    llm = load(path, threads=threads, n_ctx=512)
+    ids = llm.tokenize(TEXT)[:n_tokens]
+    return determinism_checks(llm, ids) + kv_type_checks(path, threads, llm.tokenize(TEXT))
+
+
+def format_table(checks: list[Check]) -> str:
+    w = max(len(c.name) for c in checks)
+    lines = [f"{'check':<{w}}  result  max abs diff  note"]
+    for c in checks:
+        lines.append(f"{c.name:<{w}}  {'ok' if c.ok else 'FAIL':<6}  {c.max_abs_diff:<12.6g}  {c.note}")
+    return "\n".join(lines)
