@@ -1,6 +1,7 @@
 """Shared fixtures: paths of the real model files (from PyPI packages) and of ../shared/fixtures."""
 import importlib.util
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("LLAMAY_SHARED", ROOT.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 CACHE = Path(os.environ.get("LLAMAY_TEST_CACHE", Path.home() / ".cache" / "llamay-tests"))
+os.environ["LLAMAY_HOME"] = tempfile.mkdtemp(prefix="llamay-home-")  # tests never touch ~/.llamay
 
 
 def smollm_file() -> Path | None:
