@@ -58,3 +58,17 @@ def test_console_script_chat_reads_stdin(smollm_path):
                            "--temp", "0"], input="Hi\n\n", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Chat with the model" in proc.stderr and len(proc.stdout.strip()) > 0
+
+
+@pytest.mark.parametrize("text,want", [("512M", 512 << 20), ("2GiB", 2 << 30), ("1.5g", 3 << 29), ("1000", 1000)])
+def test_kv_budget_sizes_parse(text, want):
+    from llamay.cli.common import parse_size
+    assert parse_size(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "abc", "-5M", "12 parsecs", "0"])
+def test_bad_kv_budget_is_refused(text):
+    import argparse
+    from llamay.cli.common import parse_size
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text)

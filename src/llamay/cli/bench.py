@@ -16,7 +16,7 @@ def add_parser(p):
 
 
 def run(args):
-    r = run_bench(resolve_model(args.model), args.threads, args.prefill, args.decode, args.reps)
+    r = run_bench(resolve_model(args.model), args.threads, args.prefill, args.decode, args.reps, args.kv)
     if args.json:
         print(json.dumps(r.as_dict()))
         return

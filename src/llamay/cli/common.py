@@ -25,13 +25,32 @@ def resolve_model(name: str | None) -> str:
     return name
 
 
-def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = "f16"):
+SIZE_UNITS = {"": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
+              "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'512M', '2GiB', '1.5g', '1000000' -> bytes."""
+    t = text.strip().lower()
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num):].strip()
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if unit not in SIZE_UNITS or value <= 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512M, 2GiB)")
+    return int(value * SIZE_UNITS[unit])
+
+
+def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = "f16",
+               kv_budget: int | None = None):
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
     path = resolve_model(name)
     try:
-        return load(path, threads=threads, n_ctx=n_ctx, kv=kv)
+        return load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget)
     except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
 
@@ -41,6 +60,8 @@ def add_model_args(p: argparse.ArgumentParser):
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
     p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"],
                    help="KV cache type (default f16; q8: int8 keys and values; vq8: int8 values)")
+    p.add_argument("--kv-budget", type=parse_size, default=None,
+                   help="memory for KV pages, e.g. 512M or 2GiB (default: room for 4 full contexts)")
 
 
 def eprint(*args):

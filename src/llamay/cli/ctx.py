@@ -40,7 +40,7 @@ def run(args):
 
 
 def _create(args):
-    llm = load_model(args.model, args.threads, kv=args.kv)
+    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget)
     t = time.perf_counter()
     ctx = llm.create_context(args.prompt)
     dt = time.perf_counter() - t
@@ -49,7 +49,7 @@ def _create(args):
 
 
 def _fork(args):
-    llm = load_model(args.model, args.threads, kv=args.kv)
+    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget)
     base = llm.restore_context(args.input)
     state, page_bytes = llm.runner.state, llm.runner.pool.bytes_per_page
     before = state.stats.pages_allocated
@@ -70,7 +70,7 @@ def _fork(args):
 
 
 def _gen(args):
-    llm = load_model(args.model, args.threads, kv=args.kv)
+    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget)
     ctx = llm.restore_context(args.input)
     if args.prompt:
         ctx.extend(args.prompt)

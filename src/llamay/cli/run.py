@@ -41,7 +41,7 @@ def _stream(llm, prompt, args) -> str:
 
 
 def run(args):
-    llm = load_model(args.model, args.threads, args.ctx_size, args.kv)
+    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget)
     if args.prompt is not None:
         _stream(llm, args.prompt, args)
         print()

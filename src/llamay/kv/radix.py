@@ -122,7 +122,7 @@ class RadixTree:
     def eviction_order(self, n: int, in_use: Callable[[int], bool]) -> list[int]:
         """Pure: the pages of the next (up to) n evictions, in order. The oldest-stamped leaf not in use goes
         first; a node whose children all went becomes a leaf. Fewer than n: nothing else can go."""
-        heap = [(-x.stamp, x.page) for x in self._by_page.values() if not x.children and not in_use(x.page)]
+        heap = [(x.stamp, x.page) for x in self._by_page.values() if not x.children and not in_use(x.page)]
         heapq.heapify(heap)
         left: dict[int, int] = {}  # page -> children not yet evicted
         order = []

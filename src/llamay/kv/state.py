@@ -205,7 +205,7 @@ class KVState:
     def _plan_pages(self, n: int) -> tuple[list[int], list[int]]:
         """Pure -> (tree pages to evict, the n page ids alloc will then hand out), or OutOfPages."""
         short = n - self.alloc.n_free
-        evict = self.tree.eviction_order(short, lambda p: self.alloc.refcount[p] > 1) if short > 0 else []
+        evict = self.tree.eviction_order(short, lambda p: self.alloc.refcount[p] > 2) if short > 0 else []
         if len(evict) < short:
             raise OutOfPages(f"need {n} pages: {self.alloc.n_free} free, {len(evict)} evictable, "
                              f"{self.n_total} in the budget")

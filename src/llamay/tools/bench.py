@@ -51,10 +51,10 @@ def time_decode(llm, n: int, first: int) -> float:
 
 
 def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: int = 128,
-              reps: int = 3) -> BenchResult:
+              reps: int = 3, kv: str = "f16") -> BenchResult:
     from .. import load
     t0 = time.perf_counter()
-    llm = load(path, threads=threads, n_ctx=max(n_prefill, n_decode + 1) + 1)
+    llm = load(path, threads=threads, n_ctx=max(n_prefill, n_decode + 1) + 1, kv=kv)
     load_s = time.perf_counter() - t0
     next(iter(llm.generate("Hello", max_tokens=1, temperature=0)), None)
     first_token_s = time.perf_counter() - t0
