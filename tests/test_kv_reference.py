@@ -11,6 +11,7 @@ steps and a @reproduce_failure blob."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import asdict
 
 from hypothesis import HealthCheck, settings, strategies as st
@@ -20,10 +21,12 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 from llamay.kv.allocator import OutOfPages
 from llamay.kv.state import KVState
 
-STEP_COUNT = 50
-TOTAL_STEPS = int(os.environ.get("LLAMAY_KV_SOAK_STEPS", "12000"))
+STEP_COUNT = 100
+TOTAL_STEPS = int(os.environ.get("LLAMAY_KV_SOAK_STEPS", "10000"))
 TOKENS = st.lists(st.integers(0, 2), max_size=10)  # 3-token vocabulary: prefixes collide constantly
 PICK = st.integers(0, 63)  # index into the live contexts
+MAX_LIVE = 4
+EVENTS = ("out of pages", "copy-on-write", "evictions", "evictions with a choice", "mid-page matches")
 
 
 def _pages(n_tokens: int, page_size: int) -> int:
@@ -142,11 +145,12 @@ class RefKV:
 
 class KVMachine(RuleBasedStateMachine):
     steps = 0  # rules run, over all examples
+    events: Counter = Counter()  # how often the interesting cases came up
 
-    @initialize(page_size=st.integers(1, 4), n_pages=st.integers(1, 14),
-                budget=st.none() | st.integers(1, 14))
-    def setup(self, page_size, n_pages, budget):
-        budget = None if budget is None else min(budget, n_pages)
+    @initialize(page_size=st.integers(1, 4), pool=st.integers(1, 4), cut=st.none() | st.integers(0, 8))
+    def setup(self, page_size, pool, cut):
+        n_pages = pool * _pages(10, page_size)  # a pool of 1 to 4 contexts of 10 tokens
+        budget = None if cut is None else max(1, n_pages - cut)
         self.ps = page_size
         self.real = KVState(n_pages, page_size, budget)
         self.ref = RefKV(page_size, budget or n_pages)
@@ -158,6 +162,12 @@ class KVMachine(RuleBasedStateMachine):
 
     def _has_ctx(self) -> bool:
         return bool(self.real.contexts())
+
+    def _room(self) -> bool:  # few live contexts, so memory goes to the cache and eviction comes up often
+        return len(self.real.contexts()) < MAX_LIVE
+
+    def _resumable(self) -> bool:
+        return self._room() and bool(self.real.cached())
 
     def _observe(self):
         ctxs = {c: (self.real.tokens(c), self.real.page_table(c)) for c in self.real.contexts()}
@@ -176,32 +186,57 @@ class KVMachine(RuleBasedStateMachine):
         try:
             plan = self.real.plan_append(ctx, len(new))
         except OutOfPages:
+            KVMachine.events["out of pages"] += 1
             assert not self.ref.append(ctx, new, n_commit), "real ran out of pages, reference did not"
             assert self._observe() == before, "a failed plan changed the state"
             return
         assert self._observe() == before, "plan_append changed the state"
         assert self.ref.append(ctx, new, n_commit), "reference ran out of pages, real did not"
+        self._count_plan(plan)
         start = len(self.real.tokens(ctx))
         for src, dst in self.real.apply(plan):
             self.slots[dst * self.ps:(dst + 1) * self.ps] = self.slots[src * self.ps:(src + 1) * self.ps]
         self._write(ctx, start, new)  # K/V of every applied slot, even those not committed
         self.real.commit(ctx, new[:n_commit])
 
-    @rule(tokens=TOKENS)
-    def create(self, tokens):
+    def _held_elsewhere(self, page: int) -> bool:
+        return self.real.alloc.refcount[page] > 1
+
+    def _count_plan(self, plan):
+        n_evictable = len(self.real.tree.eviction_order(self.real.n_total, self._held_elsewhere))
+        KVMachine.events["copy-on-write"] += len(plan.copies)
+        KVMachine.events["evictions"] += len(plan.evict)
+        KVMachine.events["evictions with a choice"] += bool(plan.evict) and n_evictable > len(plan.evict)
+
+    @precondition(_room)
+    @rule(tokens=TOKENS, prefill=st.booleans())
+    def create(self, tokens, prefill):
         self._step()
+        self._create(tokens, prefill)
+
+    @precondition(_resumable)
+    @rule(j=PICK, suffix=TOKENS, prefill=st.booleans())
+    def resume(self, j, suffix, prefill):
+        """The next turn of a conversation: a cached prefix plus new tokens."""
+        self._step()
+        cached = sorted(p for p, _ in self.real.cached())
+        self._create(list(cached[j % len(cached)]) + suffix, prefill)
+
+    def _create(self, tokens, prefill):
         ctx, n_cached = self.real.create(tokens)
         assert n_cached == self.ref.create(ctx, tokens), "matched prefix differs"
-        self._append(ctx, tokens[n_cached:], len(tokens) - n_cached)  # the engine prefills the rest
+        KVMachine.events["mid-page matches"] += n_cached % self.ps != 0
+        if prefill:  # else it waits holding the matched pages, as an admitted request does
+            self._append(ctx, tokens[n_cached:], len(tokens) - n_cached)
 
     @precondition(_has_ctx)
-    @rule(i=PICK, new=TOKENS, n_uncommitted=st.integers(0, 2))
+    @rule(i=PICK, new=st.lists(st.integers(0, 2), max_size=4), n_uncommitted=st.integers(0, 2))
     def extend(self, i, new, n_uncommitted):
         self._step()
         self._append(self._pick(i), new, max(0, len(new) - n_uncommitted))
 
-    @precondition(_has_ctx)
-    @rule(i=PICK, n=st.integers(1, 3))
+    @precondition(lambda self: self._has_ctx() and self._room())
+    @rule(i=PICK, n=st.integers(1, 2))
     def fork(self, i, n):
         self._step()
         ctx, allocated, n_free = self._pick(i), self.real.stats.pages_allocated, self.real.n_free
@@ -219,10 +254,13 @@ class KVMachine(RuleBasedStateMachine):
         self.ref.truncate(ctx, n)
 
     @precondition(_has_ctx)
-    @rule(i=PICK)
-    def free(self, i):
+    @rule(i=PICK, cache=st.booleans())
+    def free(self, i, cache):
         self._step()
         ctx = self._pick(i)
+        if cache:  # what the engine does when a request ends
+            self.real.cache(ctx)
+            self.ref.cache_ctx(ctx)
         self.real.free(ctx)
         del self.ref.ctxs[ctx]
 
@@ -234,7 +272,7 @@ class KVMachine(RuleBasedStateMachine):
         self.real.cache(ctx)
         self.ref.cache_ctx(ctx)
 
-    @precondition(_has_ctx)
+    @precondition(lambda self: self._has_ctx() and self._room())
     @rule(i=PICK)
     def snapshot_restore(self, i):
         self._step()
@@ -276,7 +314,7 @@ class KVMachine(RuleBasedStateMachine):
         for c in self.real.contexts():
             tokens, table = self.real.tokens(c), self.real.page_table(c)
             ref_tokens, ref_ids = self.ref.ctxs[c]
-            assert tokens == ref_tokens, f"context {c}: tokens differ"
+            assert tokens == ref_tokens and self.real.n_tokens(c) == len(tokens), f"context {c}: tokens differ"
             seen = [self.slots[table[i // self.ps] * self.ps + i % self.ps] for i in range(len(tokens))]
             assert seen == tokens, f"context {c}: visible K/V {seen} != tokens {tokens}"
             for page, ident in zip(table, ref_ids, strict=True):
@@ -288,9 +326,10 @@ class KVMachine(RuleBasedStateMachine):
 
 
 def test_kv_state_matches_reference():
-    KVMachine.steps = 0
-    run_state_machine_as_test(KVMachine, settings=settings(
-        max_examples=max(1, TOTAL_STEPS // STEP_COUNT), stateful_step_count=STEP_COUNT, deadline=None,
-        database=None, print_blob=True, suppress_health_check=list(HealthCheck)))
-    print(f"lockstep steps run: {KVMachine.steps}")
-    assert KVMachine.steps >= min(TOTAL_STEPS, 10_000), f"only {KVMachine.steps} steps ran"
+    KVMachine.steps, KVMachine.events = 0, Counter()
+    config = settings(max_examples=20, stateful_step_count=STEP_COUNT, deadline=None, database=None,
+                      print_blob=True, suppress_health_check=list(HealthCheck))
+    while KVMachine.steps < TOTAL_STEPS:  # hypothesis runs fewer steps than the maximum; each run reseeds
+        run_state_machine_as_test(KVMachine, settings=config)
+    print(f"lockstep steps run: {KVMachine.steps}, {dict(KVMachine.events)}")
+    assert all(KVMachine.events[e] >= KVMachine.steps // 1000 for e in EVENTS), "the generator stopped reaching cases"

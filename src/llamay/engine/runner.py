@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.ops import BatchMeta
-from ..kv.state import KVState
+from ..kv import KVState
 from ..models import Decoder
 
 N_BATCH = 512  # prefill chunk: bounds activation memory, does not change results

@@ -39,10 +39,11 @@ class PageAllocator:
 
     def peek(self, n: int, returned: list[int]) -> list[int]:
         """The ids the next n alloc() calls return once `returned` pages (refcount 1) were released in order."""
-        stack = self._free + list(returned)
-        if n > len(stack):
-            raise OutOfPages(f"need {n} pages, {len(stack)} free")
-        return stack[len(stack) - n:][::-1]
+        if n > len(self._free) + len(returned):
+            raise OutOfPages(f"need {n} pages, {len(self._free) + len(returned)} free")
+        first = returned[::-1][:n]  # released last, handed out first
+        rest = n - len(first)
+        return first + self._free[len(self._free) - rest:][::-1]
 
     def alloc(self) -> int:
         if not self._free:

@@ -73,6 +73,10 @@ class KVState:
     def tokens(self, ctx_id: int) -> list[int]:
         return list(self._get(ctx_id).tokens)
 
+    def n_tokens(self, ctx_id: int) -> int:
+        """Committed tokens, without copying them."""
+        return len(self._get(ctx_id).tokens)
+
     def page_table(self, ctx_id: int) -> list[int]:
         return list(self._get(ctx_id).pages)
 
@@ -184,6 +188,8 @@ class KVState:
             raise StalePlan(f"plan made at version {plan.version}, state is at {self._version}")
         ctx = self._get(plan.ctx_id, settled=True)
         pages = self._take(list(plan.evict), len(plan.copies) + len(plan.new_pages))
+        if pages != [dst for _, dst in plan.copies] + list(plan.new_pages):
+            raise InvariantError(f"allocated {pages}, planned {plan}")
         for src, dst in plan.copies:
             ctx.pages[-1] = dst
             self.alloc.decref(src)  # stays >= 1: it was shared
@@ -205,7 +211,7 @@ class KVState:
     def _plan_pages(self, n: int) -> tuple[list[int], list[int]]:
         """Pure -> (tree pages to evict, the n page ids alloc will then hand out), or OutOfPages."""
         short = n - self.alloc.n_free
-        evict = self.tree.eviction_order(short, lambda p: self.alloc.refcount[p] > 2) if short > 0 else []
+        evict = self.tree.eviction_order(short, lambda p: self.alloc.refcount[p] > 1) if short > 0 else []
         if len(evict) < short:
             raise OutOfPages(f"need {n} pages: {self.alloc.n_free} free, {len(evict)} evictable, "
                              f"{self.n_total} in the budget")
