@@ -22,7 +22,7 @@ def median_time(fn, reps):
 
 
 def restore_vs_prefill(path, threads, reps):
-    llm = LLM(path, threads=threads, n_ctx=1024)
+    llm = LLM(path, threads=threads, n_ctx=2048)
     ids = np.random.default_rng(0).integers(300, llm.n_vocab - 300, 512).tolist()
 
     def prefill():
@@ -39,7 +39,9 @@ def restore_vs_prefill(path, threads, reps):
         t_restore = median_time(restore, reps * 4)
     print(f"512-token context: re-prefill {t_prefill * 1e3:.1f} ms, restore from file {t_restore * 1e3:.2f} ms, "
           f"ratio {t_prefill / t_restore:.0f}x")
-    base = llm.create_context(ids[:32 * llm.page_size])
+    long_ids = np.random.default_rng(2).integers(300, llm.n_vocab - 300, 32 * llm.page_size).tolist()
+    llm.reset()
+    base = llm.create_context(long_ids)
     before = llm.runner.state.stats.pages_allocated
     t = time.perf_counter()
     kids = base.fork(8)

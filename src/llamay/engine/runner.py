@@ -57,7 +57,7 @@ class Runner:
 
     def _chunk(self, ctx: int, tokens: list[int], rows: np.ndarray | None) -> np.ndarray:
         st = self.state
-        start = len(st.tokens(ctx))
+        start = st.n_tokens(ctx)
         for src, dst in st.apply(st.plan_append(ctx, len(tokens))):
             self.pool.copy_page(src, dst)
         n = len(tokens)

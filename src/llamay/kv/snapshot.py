@@ -271,9 +271,10 @@ class SnapshotFile:
             raise ValueError(f"{len(ids)} page ids for {self.header.n_pages} pages")
         h = xxhash.xxh3_128(self._prefix)
         offset = self._counts.pages_at
+        runs = _runs(ids)  # consecutive page ids are read into one buffer
         for layer in range(g.n_layer):
             for dest, page_bytes in ((dest_k, g.k_page_bytes), (dest_v, g.v_page_bytes)):
-                bufs = [_page_buffer(dest[layer], i, page_bytes) for i in ids]
+                bufs = [_page_buffer(dest[layer], start, n, page_bytes) for start, n in runs]
                 offset = _fill(self._fd, bufs, offset)
                 for b in bufs:  # hashed while still in cache
                     h.update(b)
@@ -302,11 +303,23 @@ class SnapshotFile:
         self.close()
 
 
-def _page_buffer(dest: np.ndarray, page: int, page_bytes: int) -> memoryview:
-    if not 0 <= page < len(dest):
-        raise ValueError(f"page id {page} is outside the destination's {len(dest)} pages")
-    item = dest[page]
-    if item.nbytes != page_bytes or not item.flags.c_contiguous or not item.flags.writeable:
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """[(first id, count)] of runs of consecutive ids, in order."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][0] + runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([i, 1])
+    return [(a, n) for a, n in runs]
+
+
+def _page_buffer(dest: np.ndarray, page: int, n: int, page_bytes: int) -> memoryview:
+    """The bytes of pages page .. page + n - 1 of dest."""
+    if not (0 <= page and page + n <= len(dest)):
+        raise ValueError(f"page id {page + n - 1} is outside the destination's {len(dest)} pages")
+    item = dest[page:page + n]
+    if item.nbytes != n * page_bytes or not item.flags.c_contiguous or not item.flags.writeable:
         raise ValueError(f"destination page must be {page_bytes} writable contiguous bytes, "
                          f"got {item.nbytes} ({item.dtype} {item.shape})")
     return memoryview(item).cast("B")

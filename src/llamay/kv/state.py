@@ -118,7 +118,7 @@ class KVState:
 
     def free(self, ctx_id: int):
         ctx = self._get(ctx_id)
-        for page in ctx.pages:
+        for page in reversed(ctx.pages):  # the free stack then hands them out again in ascending order
             self.alloc.decref(page)
         del self._ctxs[ctx_id]
         self._version += 1
@@ -163,7 +163,7 @@ class KVState:
 
     def _release_past(self, ctx: _Context, n_tokens: int):
         keep = _n_pages(n_tokens, self.page_size)
-        for page in ctx.pages[keep:]:
+        for page in reversed(ctx.pages[keep:]):
             self.alloc.decref(page)
         del ctx.pages[keep:]
         self._version += 1
