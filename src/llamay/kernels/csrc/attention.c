@@ -17,6 +17,17 @@ static inline int64_t slot_of(const ly_batch *b, int64_t seq, int64_t pos) {
     return (int64_t)page * b->page_size + pos % b->page_size;
 }
 
+/* Calls fn(j, pointer to key j's head) for keys j in [lo, p] in position order, walking the page table
+ * page by page (one division per page, not per key). */
+#define FOR_KEYS(b, seq, lo, p, pool, head_off, stride, j, ptr, body)                              \
+    for (int64_t pg = (lo) / (b)->page_size, j = (lo); j <= (p); pg++) {                            \
+        const int32_t *tab = (b)->page_tables + (seq) * (b)->max_pages;                            \
+        int64_t end = (pg + 1) * (b)->page_size - 1 < (p) ? (pg + 1) * (b)->page_size - 1 : (p);  \
+        const uint8_t *ptr = (pool) + ((int64_t)tab[pg] * (b)->page_size + j % (b)->page_size)     \
+                                      * (stride) + (head_off);                                     \
+        for (; j <= end; j++, ptr += (stride)) { body }                                            \
+    }
+
 static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     const ly_batch *b = nd->p[4];
     const uint8_t *k_pool = nd->p[2], *v_pool = nd->p[3];
@@ -30,21 +41,19 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     const float *q = (const float *)nd->p[0] + (t * n_head + h) * d;
     float *o = (float *)nd->p[1] + (t * n_head + h) * d;
     float m = -INFINITY;
-    for (int64_t j = lo; j <= p; j++) {
-        const uint8_t *k = k_pool + (slot_of(b, seq, j) * n_kv_head + kvh) * kb;
+    FOR_KEYS(b, seq, lo, p, k_pool, kvh * kb, n_kv_head * kb, j, k, {
         float sj = ly_kv_dot(kt, q, k, d) * scale;
         if (softcap != 0.0f) sj = softcap * tanhf(sj / softcap);
         s[j - lo] = sj;
         if (sj > m) m = sj;
-    }
+    })
     float sum = 0.0f;
     memset(o, 0, d * sizeof(float));
-    for (int64_t j = lo; j <= p; j++) {
+    FOR_KEYS(b, seq, lo, p, v_pool, kvh * vb, n_kv_head * vb, j, v, {
         float pj = expf(s[j - lo] - m);
         sum = sum + pj;
-        const uint8_t *v = v_pool + (slot_of(b, seq, j) * n_kv_head + kvh) * vb;
         if (ly_avx2) ly_acc_avx2(vt, o, pj, v, d); else ly_acc_portable(vt, o, pj, v, d);
-    }
+    })
     for (int64_t i = 0; i < d; i++) o[i] = o[i] / sum;
 }
 

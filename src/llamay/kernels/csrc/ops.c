@@ -30,12 +30,14 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
     int neox = (int)nd->n[4];
     ly_share(nd->n[0] * n_heads, ith, nth, &lo, &hi);
     float cs[512], sn[512];
+    double inv_freq[512]; /* base^(-2i / n_rot), the same for every token */
+    for (int64_t i = 0; i < half && lo < hi; i++) inv_freq[i] = pow((double)nd->f[0], -2.0 * (double)i / (double)n_rot);
     int64_t cached_t = -1;
     for (int64_t w = lo; w < hi; w++) {
         int64_t t = w / n_heads;
         if (t != cached_t) {
             for (int64_t i = 0; i < half; i++) {
-                double theta = (double)pos[t] * pow((double)nd->f[0], -2.0 * (double)i / (double)n_rot);
+                double theta = (double)pos[t] * inv_freq[i];
                 cs[i] = (float)cos(theta);
                 sn[i] = (float)sin(theta);
             }
