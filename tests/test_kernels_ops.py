@@ -149,3 +149,14 @@ def test_attention_kv_types_match_reference_and_agree_across_paths(k_kv, v_kv):
         return x.reshape(n_ctx, kvh, d).astype(np.float16 if kind == "f16" else np.float32)
     want = ref.attention(q, stored(k, k_kv), stored(v, v_kv), pos, 0.125)
     np.testing.assert_allclose(avx2, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gated_act_paths_and_threads_identical(act):
+    g = (rng.standard_normal(1003) * 6).astype(np.float32)
+    g[:6] = [0.0, -0.0, 100.0, -100.0, 1e-30, -90.0]  # zero signs, saturation, clamped exp range
+    u = rng.standard_normal(1003).astype(np.float32)
+    portable, avx2 = both_paths(lambda: ops.gated_act(g.copy(), u, act, 1))
+    assert np.array_equal(portable, avx2)
+    assert np.array_equal(ops.gated_act(g.copy(), u, act, 2), avx2)
+    assert np.isfinite(avx2).all()

@@ -4,6 +4,7 @@
  * AVX2 paths agree bit for bit. Transcendentals are scalar libm calls in both paths. */
 #include "graph.h"
 #include "lanes.h"
+#include "mathfn.h"
 
 /* y[r] = (x[r] * (1 / sqrt(mean(x[r]^2) + eps))) * w, rows of length d; y may alias x. */
 void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth) {
@@ -54,19 +55,49 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
 }
 
 /* gate = act(gate) * up. act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
- * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
+ * 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), with 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) and u
+ * clamped to [-10, 10] (tanh is +-1 in float beyond). exp is mathfn.h's, so both paths agree. */
+static inline float gated_one(float g, float up, int act) {
+    const float c = 0.7978845608028654f;
+    float a;
+    if (act == 0) {
+        a = g / (1.0f + ly_exp(-g));
+    } else {
+        float u = c * (g + (0.044715f * g) * (g * g));
+        u = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;
+        a = (0.5f * g) * (2.0f - 2.0f / (ly_exp(u + u) + 1.0f));
+    }
+    return a * up;
+}
+
+LY_AVX2 static void gated_avx2(float *gate, const float *up, int64_t lo, int64_t hi, int act) {
+    const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), c = _mm256_set1_ps(0.7978845608028654f);
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i), a;
+        if (act == 0) {
+            a = _mm256_div_ps(g, _mm256_add_ps(one, ly_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        } else {
+            __m256 u = _mm256_mul_ps(c, _mm256_add_ps(g, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), g),
+                                                                       _mm256_mul_ps(g, g))));
+            u = _mm256_min_ps(_mm256_max_ps(u, _mm256_set1_ps(-10.0f)), _mm256_set1_ps(10.0f));
+            __m256 e = ly_exp_avx2(_mm256_add_ps(u, u));
+            a = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g),
+                              _mm256_sub_ps(two, _mm256_div_ps(two, _mm256_add_ps(e, one))));
+        }
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(a, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < hi; i++) gate[i] = gated_one(gate[i], up[i], act);
+}
+
 void ly_gated_slice(const ly_node *nd, int ith, int nth) {
     float *gate = nd->p[0];
     const float *up = nd->p[1];
-    const float c = 0.7978845608028654f;
+    int act = (int)nd->n[1];
     int64_t lo, hi;
     ly_share(nd->n[0], ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        float g = gate[i], a;
-        if (nd->n[1] == 0) a = g / (1.0f + expf(-g));
-        else a = (0.5f * g) * (1.0f + tanhf(c * (g + (0.044715f * g) * (g * g))));
-        gate[i] = a * up[i];
-    }
+    if (ly_avx2) { gated_avx2(gate, up, lo, hi, act); return; }
+    for (int64_t i = lo; i < hi; i++) gate[i] = gated_one(gate[i], up[i], act);
 }
 
 void ly_add_slice(const ly_node *nd, int ith, int nth) {
