@@ -10,11 +10,11 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 from pathlib import Path
 
 from llamay import env
+from llamay.kv.snapshot import write_atomic
 
 CHUNK = 8 << 20  # bytes per read; hashlib releases the GIL on large updates
 CACHE_VERSION = 1
@@ -86,16 +86,4 @@ def _remember(real: str, key: tuple[str, int, int], digest: str):
 
 def _write_json_atomic(path: Path, data: dict):
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with open(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, lambda f: f.write(json.dumps(data, indent=1, sort_keys=True).encode("utf-8")))

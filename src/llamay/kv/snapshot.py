@@ -27,7 +27,7 @@ import re
 import struct
 import tempfile
 from dataclasses import dataclass, fields
-from typing import NamedTuple, Sequence
+from typing import BinaryIO, Callable, NamedTuple, Sequence
 
 import numpy as np
 import xxhash
@@ -192,16 +192,15 @@ def _pad(offset: int) -> int:
     return -offset % ALIGN
 
 
-def _write_atomic(path: str, parts: list):
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]):
+    """write(f) into a temp file in the same folder, fsync, rename over path, fsync the folder; on any
+    failure the temp file is removed and path is untouched."""
+    path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
-        h = xxhash.xxh3_128()
         with open(fd, "wb") as f:
-            for part in parts:
-                h.update(part)
-                f.write(part)
-            f.write(h.intdigest().to_bytes(CHECKSUM_BYTES, "little"))
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -212,6 +211,16 @@ def _write_atomic(path: str, parts: list):
             pass
         raise
     _fsync_dir(folder)
+
+
+def _write_atomic(path: str, parts: list):
+    def write(f):
+        h = xxhash.xxh3_128()
+        for part in parts:
+            h.update(part)
+            f.write(part)
+        f.write(h.intdigest().to_bytes(CHECKSUM_BYTES, "little"))
+    write_atomic(path, write)
 
 
 def _fsync_dir(folder: str):
