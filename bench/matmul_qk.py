@@ -14,6 +14,7 @@ from llamay.gguf import GGUFReader
 from llamay.kernels import _lib
 from llamay.kernels import matmul as mm
 from llamay.kernels import reference_qk as ref
+from models import gemma_path
 
 P, I64 = ctypes.c_void_p, ctypes.c_int64
 TILE = _lib.declare("ly_qk_tile_call", ctypes.c_int, P, ctypes.c_size_t, I64, I64, P, P, P, I64, I64, I64, P,
@@ -59,7 +60,7 @@ def bench(r: GGUFReader, suffix: str, qtype: str):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "/work/models/gemma-3-270m-q4_k_m.gguf"
+    path = sys.argv[1] if len(sys.argv) > 1 else str(gemma_path())
     r = GGUFReader(path)
     print(f"path: {'AVX2' if _lib.AVX2 else 'portable'}")
     bench(r, "attn_output.weight", "Q4_K")

