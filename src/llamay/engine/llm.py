@@ -84,6 +84,7 @@ class LLM:
 
     def reset(self):
         """Forget every cached prefix and context (the next prompt prefills from scratch)."""
+        self.decoder.drop_plans()
         self._runner = self._new_runner(self.kv_budget)
 
     def logits(self, ids: list[int]) -> np.ndarray:

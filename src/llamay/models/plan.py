@@ -29,6 +29,7 @@ class Plan:
     def __init__(self, spec: ArchSpec, layers, pool, n: int):
         s = spec
         self.n, self.g, self.batch = n, Graph(), Batch()
+        self.pool = pool  # held: while this plan lives, id(pool) cannot name another pool
         f = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
         self.x, h = f(n, s.n_embd), f(n, s.n_embd)
         q, k, v = f(n, s.n_head * s.head_dim), f(n, s.kv_dim), f(n, s.kv_dim)
