@@ -10,28 +10,13 @@ import time
 import numpy as np
 
 import llamay
+from llamay.tools.bench import time_decode, time_prefill
 
 
 def llamay_runs(path, threads):
     llm = llamay.load(path, threads=threads, n_ctx=1024)
     prompt = llm.tokenize("Once upon a time", parse_special=True)
-
-    def prefill(ids):
-        llm.reset()
-        t = time.perf_counter()
-        llm.eval_last(ids)
-        return time.perf_counter() - t
-
-    def decode(n):
-        llm.reset()
-        hist = list(prompt)
-        logits = llm.eval_last(hist)
-        t = time.perf_counter()
-        for _ in range(n):
-            hist.append(int(np.argmax(logits)))
-            logits = llm.eval_last(hist)
-        return time.perf_counter() - t
-    return llm, prefill, decode
+    return llm, lambda ids: time_prefill(llm, ids), lambda n: time_decode(llm, n, prompt)
 
 
 def llamacpp_runs(path, threads):

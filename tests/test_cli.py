@@ -72,3 +72,47 @@ def test_bad_kv_budget_is_refused(text):
     from llamay.cli.common import parse_size
     with pytest.raises(argparse.ArgumentTypeError):
         parse_size(text)
+
+
+@pytest.mark.model
+def test_ctx_create_fork_show_gen(capsys, tmp_path, smollm_path):
+    base, branches = tmp_path / "base.llamayctx", tmp_path / "branches"
+    code, out, _ = run_cli(capsys, "ctx", "create", "-m", str(smollm_path), "-p", "Once upon a time, in a land",
+                           "-o", str(base))
+    assert code == 0 and base.exists() and "tokens" in out
+    code, out, _ = run_cli(capsys, "ctx", "fork", "-m", str(smollm_path), "-i", str(base), "-n", "3",
+                           "-o", str(branches))
+    assert code == 0 and "0 pages allocated" in out
+    assert sorted(p.name for p in branches.iterdir()) == [f"branch-{i}.llamayctx" for i in range(3)]
+    code, out, _ = run_cli(capsys, "ctx", "show", str(branches / "branch-1.llamayctx"))
+    want_ids = llamay.load(smollm_path).tokenize("Once upon a time, in a land", parse_special=True)
+    assert code == 0 and f"tokens        {len(want_ids)}" in out and "llama" in out
+    code, out, _ = run_cli(capsys, "ctx", "gen", "-m", str(smollm_path), "-i", str(base), "-n", "5",
+                           "--temp", "0")
+    llm = llamay.load(smollm_path)
+    want = "".join(llm.create_context(want_ids).generate(max_tokens=5, temperature=0))
+    assert code == 0 and out == want + "\n"
+
+
+def test_ctx_show_of_a_broken_file_is_one_line_error(capsys, tmp_path):
+    bad = tmp_path / "bad.llamayctx"
+    bad.write_bytes(b"LLAMAYCX" + b"\0" * 40)
+    code, _, err = run_cli(capsys, "ctx", "show", str(bad))
+    assert code == 1 and err.startswith("llamay: error:") and "Traceback" not in err
+
+
+@pytest.mark.model
+def test_verify_passes_on_the_default_model(capsys, smollm_path):
+    code, out, _ = run_cli(capsys, "verify", "-m", str(smollm_path), "--tokens", "12")
+    assert code == 0, out
+    rows = [line for line in out.splitlines()[1:] if line.strip()]
+    assert len(rows) == 9 and all("  ok  " in r for r in rows)
+
+
+@pytest.mark.model
+def test_bench_json_reports_positive_rates(capsys, smollm_path):
+    import json
+    code, out, _ = run_cli(capsys, "bench", "-m", str(smollm_path), "--prefill", "16", "--decode", "4",
+                           "-r", "1", "--json")
+    r = json.loads(out)
+    assert code == 0 and r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["n_prefill"] == 16

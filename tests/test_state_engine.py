@@ -96,3 +96,28 @@ def test_ten_turn_conversation_prefills_only_each_new_turn(llm):
         if turn:  # the new user tokens plus the previous turn's last (sampled, never computed) token
             assert prefilled[-1] == len(user) + 1, (turn, prefilled)
     assert prefilled[0] == 5
+
+
+def test_kv_budget_evicts_cached_prefixes_not_contexts_in_use(smollm_path):
+    from llamay.kv import page_bytes
+    from llamay.kv.allocator import OutOfPages
+    probe = LLM(smollm_path, threads=2, n_ctx=64, page_size=4)
+    want = probe.logits(list(range(300, 340)) + [7])[-1]
+    one = page_bytes(probe.spec.n_layer, 4, probe.spec.n_head_kv, probe.spec.head_dim, probe.runner.pool.kv)
+    llm = LLM(smollm_path, threads=2, n_ctx=64, page_size=4, kv_budget=20 * one)  # 20 pages = 80 slots
+    assert llm.runner.state.n_total == 20
+    kept = llm.create_context(list(range(300, 340)))  # 10 pages, in use
+    for start in (1000, 2000, 3000):  # 10 pages each, cached when done: older ones must be evicted
+        list(llm.generate(list(range(start, start + 39)), max_tokens=1, temperature=0))
+    assert llm.runner.state.stats.evictions > 0
+    assert np.array_equal(kept.extend([7]), want)
+    with pytest.raises(OutOfPages):
+        llm.create_context(list(range(400, 463)))  # 16 pages while 11 are held by `kept`
+
+
+def test_contexts_are_listed_until_deleted(llm, ids):
+    a = llm.create_context(ids[:5])
+    b, = a.fork(1)
+    assert {c.id for c in llm.contexts()} >= {a.id, b.id}
+    b.delete()
+    assert b.id not in {c.id for c in llm.contexts()} and a.id in {c.id for c in llm.contexts()}

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..gguf import GGUFReader
 from ..kernels.matmul import default_threads
-from ..kv import DEFAULT_KV_TYPE
+from ..kv import DEFAULT_KV_TYPE, kv_type, page_bytes
 from ..models import Decoder, arch_spec
 from ..tokenizer import Tokenizer
 from .context import Context, GenerationStats, generate_tokens
@@ -46,9 +46,10 @@ class LLM:
         self._runner = self._new_runner(kv_budget)
 
     def _new_runner(self, kv_budget: int | None) -> Runner:
+        s = self.spec
         per_ctx = -(-self.n_ctx // self.page_size)
-        pool = self.decoder.new_pool(1, self.page_size, self.kv)  # one page, to measure a page's bytes
-        n_pages = max(per_ctx, kv_budget // pool.bytes_per_page) if kv_budget else per_ctx * POOL_CONTEXTS
+        one_page = page_bytes(s.n_layer, self.page_size, s.n_head_kv, s.head_dim, kv_type(self.kv, s.head_dim))
+        n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * POOL_CONTEXTS
         self.kv_budget = kv_budget
         return Runner(self.decoder, n_pages, self.page_size, self.kv)
 

@@ -43,6 +43,11 @@ def kv_type(name: str, head_dim: int) -> KVType:
     return t
 
 
+def page_bytes(n_layer: int, page_size: int, n_kv_head: int, head_dim: int, kv: KVType) -> int:
+    """Bytes of one page: K and V of every layer."""
+    return n_layer * page_size * n_kv_head * (kv.head_bytes("k", head_dim) + kv.head_bytes("v", head_dim))
+
+
 class PagePool:
     def __init__(self, n_layer: int, n_pages: int, page_size: int, n_kv_head: int, head_dim: int,
                  kv: KVType = KV_TYPES[DEFAULT_KV_TYPE]):
@@ -55,7 +60,7 @@ class PagePool:
 
     @property
     def bytes_per_page(self) -> int:
-        return sum(a[:self.page_size].nbytes for a in self.k + self.v)
+        return page_bytes(len(self.k), self.page_size, self.n_kv_head, self.head_dim, self.kv)
 
     def page_view(self, arr: np.ndarray) -> np.ndarray:
         """[n_pages, page_size, row_bytes] view of one layer's K or V."""

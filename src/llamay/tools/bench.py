@@ -38,16 +38,17 @@ def time_prefill(llm, ids: list[int]) -> float:
     return time.perf_counter() - t
 
 
-def time_decode(llm, n: int, first: int) -> float:
-    """n single-token steps after one token, greedy, no sampler overhead beyond argmax."""
+def time_decode(llm, n: int, prompt: list[int]) -> float:
+    """n greedy single-token steps of a context holding prompt (argmax only, no sampler)."""
     llm.reset()
-    history = [first]
-    logits = llm.eval_last(history)
+    ctx = llm.create_context(prompt)
+    logits = ctx.logits
     t = time.perf_counter()
     for _ in range(n):
-        history.append(int(np.argmax(logits)))
-        logits = llm.eval_last(history)
-    return time.perf_counter() - t
+        logits = ctx.extend([int(np.argmax(logits))])
+    dt = time.perf_counter() - t
+    ctx.delete(cache=False)
+    return dt
 
 
 def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: int = 128,
@@ -60,6 +61,6 @@ def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: in
     first_token_s = time.perf_counter() - t0
     ids = bench_tokens(llm.n_vocab, n_prefill)
     pp = [time_prefill(llm, ids) for _ in range(reps)]
-    tg = [time_decode(llm, n_decode, ids[0]) for _ in range(reps)]
+    tg = [time_decode(llm, n_decode, ids[:1]) for _ in range(reps)]
     return BenchResult(path, llm.threads, n_prefill, n_decode, n_prefill / statistics.median(pp),
                        n_decode / statistics.median(tg), pp, tg, load_s, first_token_s)

@@ -18,22 +18,6 @@ static inline int64_t ly_kv_head_bytes(int type, int64_t d) {
 static inline float ly_q8_scale(const uint8_t *blk) { float s; memcpy(&s, blk, 4); return s; }
 
 /* ---- dot(q, k) ---- */
-static inline float ly_dot_f32_portable(const float *a, const float *b, int64_t d) {
-    float l[8] = {0};
-    for (int64_t i = 0; i < d; i++) l[i & 7] = l[i & 7] + a[i] * b[i];
-    return ly_lanes_reduce(l);
-}
-
-LY_AVX2 static inline float ly_dot_f32_avx2(const float *a, const float *b, int64_t d) {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= d; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-    float l[8];
-    _mm256_storeu_ps(l, acc);
-    for (; i < d; i++) l[i & 7] = l[i & 7] + a[i] * b[i];
-    return ly_lanes_reduce(l);
-}
-
 /* d % 32 == 0 for Q8 (checked when the pool is made) */
 static inline float ly_dot_q8_portable(const float *a, const uint8_t *k, int64_t d) {
     float l[8] = {0};
