@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, ctx, run, tokenize, verify
+from . import bench, ctx, run, serve, tokenize, verify
 from .common import CLIError
 
-COMMANDS = {"run": run, "tokenize": tokenize, "bench": bench, "verify": verify, "ctx": ctx}
+COMMANDS = {"run": run, "tokenize": tokenize, "bench": bench, "verify": verify, "ctx": ctx, "serve": serve}
 
 
 def build_parser() -> argparse.ArgumentParser:

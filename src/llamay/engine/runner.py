@@ -56,21 +56,38 @@ class Runner:
         return out if all_logits else out[-1]
 
     def _chunk(self, ctx: int, tokens: list[int], rows: np.ndarray | None) -> np.ndarray:
-        st = self.state
-        start = st.n_tokens(ctx)
-        for src, dst in st.apply(st.plan_append(ctx, len(tokens))):
-            self.pool.copy_page(src, dst)
-        n = len(tokens)
-        table = np.asarray(st.page_table(ctx), np.int32)[None, :]
-        meta = BatchMeta(np.arange(start, start + n, dtype=np.int32), np.zeros(n, np.int32), table,
-                         self.page_size)
+        return self.forward_batch([(ctx, tokens)], rows)
+
+    def forward_batch(self, items: list[tuple[int, list[int]]], rows: np.ndarray | None) -> np.ndarray:
+        """One forward pass over several contexts at once: items are (ctx_id, tokens to append), each
+        context at most once. -> logits of the batch rows `rows` (None: all rows), rows numbered over the
+        concatenated tokens. Appends are planned and applied one context at a time (a plan is valid for
+        one state version); on any failure every applied slot is released and no context changes."""
+        st, applied = self.state, []
         try:
-            out = self.decoder.forward(np.asarray(tokens, np.int32), meta, self.pool, rows)
+            for ctx, tokens in items:
+                for src, dst in st.apply(st.plan_append(ctx, len(tokens))):
+                    self.pool.copy_page(src, dst)
+                applied.append(ctx)
+            pos, seq = [], []
+            for i, (ctx, tokens) in enumerate(items):
+                start = st.n_tokens(ctx)
+                pos.append(np.arange(start, start + len(tokens), dtype=np.int32))
+                seq.append(np.full(len(tokens), i, np.int32))
+            tables = [st.page_table(ctx) for ctx, _ in items]
+            table = np.zeros((len(items), max(map(len, tables))), np.int32)
+            for i, t in enumerate(tables):
+                table[i, :len(t)] = t
+            meta = BatchMeta(np.concatenate(pos), np.concatenate(seq), table, self.page_size)
+            ids = np.asarray([t for _, tokens in items for t in tokens], np.int32)
+            out = self.decoder.forward(ids, meta, self.pool, rows)
         except BaseException:
-            st.commit(ctx, [])  # the applied slots are released; the context is unchanged
+            for ctx in applied:
+                st.commit(ctx, [])  # the applied slots are released; the context is unchanged
             raise
-        st.commit(ctx, tokens)
-        self.n_prefilled += n
+        for ctx, tokens in items:
+            st.commit(ctx, tokens)
+            self.n_prefilled += len(tokens)
         return out
 
     def fork(self, ctx: int, n: int) -> list[int]:
@@ -79,6 +96,16 @@ class Runner:
         for k in kids:
             self.last_logits[k] = self.last_logits[ctx]
         return kids
+
+    def truncate(self, ctx: int, n: int):
+        """Keep the context's first n tokens (a pending sampled token counts as one)."""
+        committed, pending = self.state.n_tokens(ctx), self.pending.pop(ctx, [])
+        if n >= committed:
+            if pending[:n - committed]:
+                self.pending[ctx] = pending[:n - committed]
+            return
+        self.state.truncate(ctx, n)
+        self.last_logits.pop(ctx, None)
 
     def free(self, ctx: int, cache: bool = True):
         """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted)."""

@@ -8,14 +8,16 @@ class StopMatcher:
         self.stops = [s for s in (stops or []) if s]
         self.held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the stream
 
     def feed(self, text: str) -> str:
         """Returns the text that is safe to emit now."""
         if self.stopped:
             return ""
         buf = self.held + text
-        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        hits = [(i, s) for s in self.stops if (i := buf.find(s)) >= 0]
+        if hits:
+            cut, self.matched = min(hits)
             self.held, self.stopped = "", True
             return buf[:cut]
         keep = max((k for s in self.stops for k in range(min(len(s) - 1, len(buf)), 0, -1)

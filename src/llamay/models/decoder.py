@@ -17,7 +17,7 @@ from .plan import Head, Plan
 from .spec import ArchSpec
 from .weights import load_weights
 
-MAX_PLANS = 4  # batch sizes kept (decode's n = 1 stays hot; prefill chunks come and go)
+MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, prefill chunks
 
 
 class Decoder:

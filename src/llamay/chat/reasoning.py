@@ -1,0 +1,34 @@
+"""Reasoning split: text between <think> and </think> is reasoning, the rest content. Only for models whose
+chat template uses the tags; a tag cut across pieces is held back until it is whole or ruled out."""
+from __future__ import annotations
+
+OPEN, CLOSE = "<think>", "</think>"
+
+
+class ReasoningSplitter:
+    def __init__(self, template_source: str):
+        self.enabled = OPEN in (template_source or "")
+        self.thinking = False
+        self.held = ""
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """-> (content, reasoning) safe to emit now."""
+        if not self.enabled:
+            return text, ""
+        buf, out = self.held + text, (["", ""])
+        while True:
+            tag = CLOSE if self.thinking else OPEN
+            at = buf.find(tag)
+            if at < 0:
+                break
+            out[self.thinking] += buf[:at]
+            buf, self.thinking = buf[at + len(tag):], not self.thinking
+        tag = CLOSE if self.thinking else OPEN
+        keep = max((k for k in range(min(len(tag) - 1, len(buf)), 0, -1) if buf.endswith(tag[:k])), default=0)
+        self.held = buf[len(buf) - keep:]
+        out[self.thinking] += buf[:len(buf) - keep]
+        return out[0], out[1]
+
+    def flush(self) -> tuple[str, str]:
+        held, self.held = self.held, ""
+        return ("", held) if self.thinking else (held, "")

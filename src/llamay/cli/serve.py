@@ -1,0 +1,57 @@
+"""Serve models over HTTP: OpenAI, Anthropic, Ollama and llama-server APIs plus context routes."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+
+from .common import CLIError, eprint, parse_size, resolve_model
+
+DEFAULT_PORT = 11435
+
+
+def add_parser(p: argparse.ArgumentParser):
+    p.add_argument("-m", "--model", action="append", default=None,
+                   help="a GGUF file to serve (repeat for several; default: SmolLM2-135M-Instruct)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--concurrency", type=int, default=4, help="sequences generated at once per model (default 4)")
+    p.add_argument("--batch", type=int, default=512, help="tokens per forward pass (default 512)")
+    p.add_argument("--queue", type=int, default=64, help="requests waiting per model before 503 (default 64)")
+    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("-c", "--ctx-size", type=int, default=None, help="context length (default 4096)")
+    p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"], help="KV cache type (default f16)")
+    p.add_argument("--kv-budget", type=parse_size, default=None,
+                   help="memory for KV pages per model, e.g. 512M (default: room for 4 full contexts)")
+    p.add_argument("--keep-alive", type=float, default=300.0,
+                   help="seconds a model stays loaded after its last request (default 300; <0: forever)")
+
+
+def build_app(args):
+    from ..server import models
+    from ..server.app import create_app
+    if args.concurrency < 1 or args.batch < 1 or args.queue < 0:
+        raise CLIError("--concurrency and --batch must be at least 1, --queue at least 0")
+    paths = [resolve_model(m) for m in (args.model or [None])]
+    settings = models.Settings(threads=args.threads, kv=args.kv, kv_budget=args.kv_budget, n_ctx=args.ctx_size,
+                               concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
+                               keep_alive=args.keep_alive)
+    return create_app(models.Registry(paths, settings))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args):
+    import uvicorn
+    app = build_app(args)
+    if not _is_loopback(args.host):
+        eprint(f"llamay: warning: listening on {args.host}: other machines can reach this server (no auth)")
+    names = ", ".join(app.state.registry.paths)
+    eprint(f"llamay: serving {names} on http://{args.host}:{args.port}")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -1,0 +1,294 @@
+"""Continuous batching: one thread owns the runner and steps every running sequence together.
+
+Each step is one forward pass holding the next token of every decoding sequence plus a chunk of one or more
+prompts being prefilled (up to `batch` tokens in all). Up to `concurrency` sequences run; later jobs queue;
+a full queue refuses at once (Overloaded). Every kernel is batch-invariant, so a sequence's logits do not
+depend on what it was batched with. Other work on the runner (contexts: create, fork, save, restore) goes
+through call(), which runs it on the same thread between steps: only this thread mutates KV state."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kv import OutOfPages
+from ..tokenizer import IncrementalDecoder
+from .runner import Runner
+from .sampling import Sampler, SamplingParams
+from .stops import StopMatcher
+
+ALIGN = 32  # prefill chunks end on multiples of this (fewer distinct batch sizes, so fewer graphs to build)
+
+
+class Overloaded(Exception):
+    """The queue is full: the caller answers 503 (or its API's overloaded error) at once."""
+
+
+@dataclass
+class Job:
+    """One generation at the token level. With ctx, the job continues that context (prompt appended to it)
+    and the context stays; otherwise a new context is made from the prompt (prefix from the radix tree)
+    and freed at the end, its tokens left cached. n > 1: the prompt is computed once and forked."""
+    prompt: list[int]
+    params: SamplingParams
+    sink: Callable[["Piece | Done"], None]  # called on the scheduler thread; must not block
+    max_tokens: int | None = None
+    stops: list[str] = field(default_factory=list)
+    n: int = 1
+    logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob and the top k
+    ctx: int | None = None
+    cancelled: bool = False  # set by cancel(); seen at the next step
+
+    def cancel(self):
+        self.cancelled = True
+
+
+@dataclass
+class Piece:
+    """One sampled token; text is what is safe to show now (may be empty)."""
+    index: int
+    text: str
+    token: int
+    logprob: float | None = None
+    top: list[tuple[int, float]] | None = None
+
+
+@dataclass
+class Done:
+    """reason: 'stop', 'length', 'cancelled' or 'error' (then error says why)."""
+    index: int
+    reason: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    prompt_ns: int
+    eval_ns: int
+    total_ns: int
+    tokens: list[int]  # the sequence's tokens: prompt (with the context's before it) and generated
+    stop_sequence: str | None = None
+    ctx: int | None = None  # the context holding the sequence when the job continued one
+    error: Exception | None = None
+
+
+class _Seq:
+    def __init__(self, job: Job, index: int, ctx: int, todo: list[int], history: list[int], n_cached: int,
+                 tokenizer, t_submit: int):
+        self.job, self.index, self.ctx, self.todo, self.history = job, index, ctx, todo, history
+        params = job.params
+        if index and params.seed is not None:  # choices of one request differ even under a seed
+            params = SamplingParams(**{**params.__dict__, "seed": params.seed + index})
+        self.sampler, self.detok, self.matcher = Sampler(params), IncrementalDecoder(tokenizer), StopMatcher(job.stops)
+        self.n_prompt, self.n_cached, self.n_gen = len(history) + len(todo), n_cached, 0
+        self.next_tok: int | None = None  # sampled, its K/V not computed yet
+        self.t_submit, self.t_start, self.t_prefilled = t_submit, time.perf_counter_ns(), 0
+
+
+class Scheduler:
+    def __init__(self, runner_of: Callable[[], Runner], tokenizer, n_ctx: int, concurrency: int = 4,
+                 max_queue: int = 64, batch: int = 512):
+        """runner_of: the current runner (LLM.reset may replace it)."""
+        self.runner_of, self.tokenizer, self.n_ctx = runner_of, tokenizer, n_ctx
+        self.concurrency, self.max_queue, self.batch = concurrency, max_queue, batch
+        self.queue: deque[tuple[Job, int]] = deque()
+        self.running: list[_Seq] = []
+        self.calls: deque[tuple[Callable, Future]] = deque()
+        self.cv = threading.Condition()
+        self.stopping = False
+        self.steps = 0
+        self.thread = threading.Thread(target=self._loop, name="llamay-scheduler", daemon=True)
+        self.thread.start()
+
+    # --- any thread ----------------------------------------------------------------------------
+
+    def submit(self, job: Job):
+        with self.cv:
+            if len(self.queue) >= self.max_queue:
+                raise Overloaded(f"{len(self.queue)} requests are queued (the limit); try again later")
+            self.queue.append((job, time.perf_counter_ns()))
+            self.cv.notify()
+
+    def call(self, fn: Callable[[Runner], object]) -> Future:
+        """fn(runner) on the scheduler thread between steps -> a Future of its result."""
+        fut: Future = Future()
+        with self.cv:
+            self.calls.append((fn, fut))
+            self.cv.notify()
+        return fut
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.queue)
+
+    @property
+    def n_running(self) -> int:
+        return len(self.running)
+
+    def close(self):
+        with self.cv:
+            self.stopping = True
+            self.cv.notify()
+        self.thread.join()
+
+    # --- the scheduler thread ------------------------------------------------------------------
+
+    def _loop(self):
+        while True:
+            with self.cv:
+                while not (self.stopping or self.queue or self.running or self.calls):
+                    self.cv.wait()
+                if self.stopping:
+                    break
+                calls, self.calls = list(self.calls), deque()
+            for fn, fut in calls:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn(self.runner_of()))
+                    except BaseException as e:  # handed to the caller
+                        fut.set_exception(e)
+            try:
+                self._step()
+            except Exception as e:  # a bug must not leave clients waiting forever
+                for seq in list(self.running):
+                    self._finish(seq, "error", error=e)
+        for seq in list(self.running):
+            self._finish(seq, "cancelled")
+        for job, _ in self.queue:
+            job.sink(Done(0, "cancelled", 0, 0, 0, 0, 0, 0, []))
+
+    def _step(self):
+        for seq in [s for s in self.running if s.job.cancelled]:
+            self._finish(seq, "cancelled")
+        self._admit()
+        if not self.running:
+            return
+        decode = [s for s in self.running if s.next_tok is not None]
+        items, rows, wants = [(s.ctx, [s.next_tok]) for s in decode], list(range(len(decode))), list(decode)
+        budget, n = self.batch - len(decode), len(decode)
+        for seq in self.running:
+            if not seq.todo or budget <= 0:
+                continue
+            take = min(len(seq.todo), budget)
+            if take < len(seq.todo) and take > ALIGN:
+                take -= (n + take) % ALIGN
+            chunk, seq.todo = seq.todo[:take], seq.todo[take:]
+            items.append((seq.ctx, chunk))
+            n += take
+            budget -= take
+            if not seq.todo:
+                rows.append(n - 1)
+                wants.append(seq)
+        try:
+            logits = self.runner_of().forward_batch(items, np.asarray(rows, np.int64))
+        except OutOfPages as e:
+            self._undo_chunks(items[len(decode):])
+            victim = max(self.running, key=lambda s: s.t_start)
+            self._finish(victim, "error", error=e)
+            return
+        self.steps += 1
+        for seq in decode:
+            seq.history.append(seq.next_tok)
+            seq.next_tok = None
+        by_ctx = {s.ctx: s for s in self.running}
+        for ctx, chunk in items[len(decode):]:
+            by_ctx[ctx].history += chunk
+        for seq, row in zip(wants, logits):
+            self._logits_ready(seq, row)
+
+    def _undo_chunks(self, items):
+        """A failed pass computed nothing: put the prompt chunks back."""
+        by_ctx = {s.ctx: s for s in self.running}
+        for ctx, chunk in items:
+            seq = by_ctx[ctx]
+            seq.todo = chunk + seq.todo
+
+    def _admit(self):
+        runner = self.runner_of()
+        while self.queue and len(self.running) < self.concurrency:
+            with self.cv:
+                job, t_submit = self.queue.popleft()
+            if job.cancelled:
+                job.sink(Done(0, "cancelled", 0, 0, 0, 0, 0, 0, []))
+                continue
+            try:
+                self._start(runner, job, t_submit)
+            except Exception as e:
+                job.sink(Done(0, "error", 0, 0, 0, 0, 0, 0, [], error=e))
+
+    def _start(self, runner: Runner, job: Job, t_submit: int):
+        if job.ctx is None:
+            ctx, n_cached = runner.state.create(job.prompt)
+            history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
+        else:
+            ctx, history = job.ctx, runner.state.tokens(job.ctx)
+            todo = runner.pending.pop(ctx, []) + list(job.prompt)
+            n_cached = len(history)
+        seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
+        self.running.append(seq)
+        if not todo:  # a context continued as it is: its last logits are known
+            self._logits_ready(seq, runner.last_logits[ctx])
+
+    def _logits_ready(self, seq: _Seq, logits: np.ndarray):
+        """The sequence's prompt (or last token) is computed: fork choices if first time, then sample."""
+        runner = self.runner_of()
+        if seq.job.ctx is not None:
+            runner.last_logits[seq.ctx] = logits
+        if not seq.t_prefilled:
+            seq.t_prefilled = time.perf_counter_ns()
+            for i, kid in enumerate(runner.state.fork(seq.ctx, seq.job.n - 1), start=1):
+                twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
+                twin.t_start, twin.t_prefilled = seq.t_start, seq.t_prefilled
+                self.running.append(twin)
+                self._sample(twin, logits)
+        self._sample(seq, logits)
+
+    def _sample(self, seq: _Seq, logits: np.ndarray):
+        if seq.job.max_tokens == 0:
+            return self._finish(seq, "length")
+        tok = seq.sampler.sample(logits, seq.history)
+        if tok in self.tokenizer.eog_ids:
+            return self._finish(seq, "stop")
+        seq.n_gen += 1
+        logprob, top = _logprobs(logits, tok, seq.job.logprobs)
+        text = seq.matcher.feed(seq.detok.add(tok))
+        seq.job.sink(Piece(seq.index, text, tok, logprob, top))
+        seq.next_tok = tok
+        if seq.matcher.stopped:
+            return self._finish(seq, "stop")
+        limit = seq.job.max_tokens
+        if (limit is not None and seq.n_gen >= limit) or len(seq.history) + 1 >= self.n_ctx:
+            return self._finish(seq, "length")
+
+    def _finish(self, seq: _Seq, reason: str, error: Exception | None = None):
+        runner = self.runner_of()
+        self.running.remove(seq)
+        tail = seq.matcher.feed(seq.detok.flush()) + seq.matcher.flush()
+        if tail:
+            seq.job.sink(Piece(seq.index, tail, -1))
+        tokens = seq.history + ([seq.next_tok] if seq.next_tok is not None else [])
+        keep = seq.job.ctx is not None and seq.index == 0  # a named context outlives its jobs
+        if keep:
+            if seq.next_tok is not None:
+                runner.pending[seq.ctx] = [seq.next_tok]
+        else:
+            runner.free(seq.ctx, cache=reason != "error")
+        now = time.perf_counter_ns()
+        t_pre = seq.t_prefilled or now
+        seq.job.sink(Done(seq.index, reason, seq.n_prompt, seq.n_cached, seq.n_gen, t_pre - seq.t_start,
+                          now - t_pre, now - seq.t_submit, tokens, seq.matcher.matched,
+                          seq.ctx if keep else None, error))
+
+
+def _logprobs(logits: np.ndarray, tok: int, k: int | None) -> tuple[float | None, list[tuple[int, float]] | None]:
+    """The model's log-probabilities (log-softmax of the raw logits) of tok and of the k likeliest."""
+    if k is None:
+        return None, None
+    top = float(logits.max())
+    logz = top + float(np.log(np.exp(logits - top, dtype=np.float64).sum()))
+    ids = np.argpartition(-logits, k)[:k] if 0 < k < logits.size else np.zeros(0, np.int64)
+    ids = ids[np.lexsort((ids, -logits[ids]))]
+    return float(logits[tok]) - logz, [(int(i), float(logits[i]) - logz) for i in ids]

@@ -1,0 +1,1 @@
+"""`llamay serve`: OpenAI, Anthropic, Ollama and llama-server APIs plus context routes on one address."""

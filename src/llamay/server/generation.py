@@ -1,0 +1,135 @@
+"""From a GenRequest to a stream of Delta / Finish events: render the prompt, submit a job to the model's
+scheduler, and carry its output back to the event loop (tokens -> text, reasoning split, logprobs)."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from ..chat import ChatTemplateError, prompt_ids, template_for
+from ..chat.reasoning import ReasoningSplitter
+from ..engine.sampling import SamplingParams
+from ..engine.scheduler import Done, Job, Overloaded, Piece
+from ..kv import OutOfPages
+from .models import Loaded
+from .protocol.base import (Delta, Finish, GenRequest, ProtocolError, TokenLogprob, TopLogprob, Usage,
+                            bad_request)
+
+
+@dataclass
+class Prepared:
+    ids: list[int]  # the prompt's tokens (appended to the context when continuing one)
+    params: SamplingParams
+
+
+def render(loaded: Loaded, req: GenRequest) -> list[int]:
+    """The prompt's token ids: raw text/ids as they are, else through the model's chat template."""
+    llm = loaded.llm
+    if req.raw or (req.messages is None and isinstance(req.prompt, list)):
+        ids = req.prompt if isinstance(req.prompt, list) else llm.tokenize(req.prompt or "", parse_special=True)
+        return list(req.context or []) + list(ids)
+    messages = list(req.messages if req.messages is not None else [{"role": "user", "content": req.prompt or ""}])
+    if req.system is not None:
+        messages = [{"role": "system", "content": req.system}] + [m for m in messages if m["role"] != "system"]
+    template = template_for(llm.metadata, llm.tokenizer)
+    try:
+        ids = prompt_ids(template, llm.tokenizer, messages, tools=req.tools)
+    except ChatTemplateError as e:
+        raise bad_request(f"the model's chat template refused the messages: {e}", "messages") from None
+    if req.context:
+        bos = llm.tokenizer.bos_id
+        ids = list(req.context) + (ids[1:] if ids and ids[0] == bos else ids)
+    return ids
+
+
+def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
+    """Checks that the prompt fits the context (extra: tokens already in a continued context)."""
+    ids = render(loaded, req)
+    llm = loaded.llm
+    if not ids and not extra:
+        raise bad_request("the prompt is empty", "prompt")
+    if len(ids) + extra >= llm.n_ctx:
+        raise ProtocolError(400, f"the prompt is {len(ids) + extra} tokens, over the context of {llm.n_ctx} "
+                                 "tokens (nothing was truncated)", "context_length", "messages")
+    bad = [t for t in ids if not 0 <= t < llm.n_vocab]
+    if bad:
+        raise bad_request(f"token ids out of range [0, {llm.n_vocab}): {bad[:5]}", "prompt")
+    try:
+        params = SamplingParams(**req.sampling)
+    except TypeError as e:
+        raise bad_request(f"sampling: {e}") from None
+    return Prepared(ids, params)
+
+
+class Generation:
+    """A submitted job and the way back: start() queues it (ProtocolError 503 at once when the queue is
+    full); events() yields Delta / Finish as they come; closing events() early, or cancel(), cancels the
+    job (its pages are freed at the scheduler's next step)."""
+
+    def __init__(self, loaded: Loaded, req: GenRequest, prep: Prepared, ctx: int | None = None, on_close=None):
+        self.loaded, self.req, self.on_close = loaded, req, on_close
+        self.queue: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
+                       req.max_tokens, req.stop, req.n, req.top_logprobs if req.logprobs else None, ctx)
+        self.dones: list[Done] = []
+        try:
+            loaded.scheduler.submit(self.job)
+        except Overloaded as e:
+            raise ProtocolError(503, str(e), "overloaded") from None
+        loaded.busy += 1
+        self.load_ns = 0 if loaded.load_charged else loaded.load_ns
+        loaded.load_charged = True
+        self._open = True
+
+    def cancel(self):
+        self.job.cancel()
+        if self._open:
+            self._open = False
+            self.loaded.busy -= 1
+            self.loaded.touch(self.req.keep_alive)
+            if self.on_close:
+                self.on_close()
+
+    async def events(self) -> AsyncIterator[Delta | Finish]:
+        req, tokenizer = self.req, self.loaded.llm.tokenizer
+        template = self.loaded.llm.metadata.get("tokenizer.chat_template", "")
+        splitters = [ReasoningSplitter(template) for _ in range(req.n)]
+        try:
+            while len(self.dones) < req.n:
+                ev = await self.queue.get()
+                if isinstance(ev, Piece):
+                    content, reasoning = splitters[ev.index].feed(ev.text)
+                    logprobs = [_logprob(tokenizer, ev)] if ev.logprob is not None else []
+                    if content or reasoning or logprobs:
+                        yield Delta(ev.index, content, reasoning, logprobs)
+                    continue
+                if ev.reason == "error":
+                    raise _engine_error(ev.error)
+                if ev.reason == "cancelled":
+                    raise ProtocolError(503, "the server is shutting down", "overloaded")
+                self.dones.append(ev)
+                content, reasoning = splitters[ev.index].flush()
+                if content or reasoning:
+                    yield Delta(ev.index, content, reasoning)
+                usage = Usage(ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens, self.load_ns,
+                              ev.prompt_ns, ev.eval_ns, ev.total_ns + self.load_ns)
+                yield Finish(ev.index, ev.reason, usage, ev.tokens, ev.stop_sequence)
+        finally:
+            self.cancel()  # a no-op for the job once every choice is done
+
+
+def _engine_error(error: Exception | None) -> ProtocolError:
+    if isinstance(error, OutOfPages):
+        return ProtocolError(503, f"out of KV cache memory: {error}", "overloaded")
+    return ProtocolError(500, f"generation failed: {type(error).__name__}: {error}", "internal")
+
+
+def _logprob(tokenizer, ev: Piece) -> TokenLogprob:
+    def text(tok: int) -> tuple[str, list[int]]:
+        raw = tokenizer.piece(tok)
+        return raw.decode("utf-8", "replace"), list(raw)
+
+    token, raw = text(ev.token)
+    top = [TopLogprob(*text(t)[:1], lp, text(t)[1]) for t, lp in ev.top or []]
+    return TokenLogprob(token, ev.logprob, raw, top)

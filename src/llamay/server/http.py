@@ -1,0 +1,132 @@
+"""What every route shares: reading JSON, answering errors in the route's own API shape, running a
+generation to a streamed or whole response, and noticing clients that go away."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from .generation import Generation, prepare
+from .protocol.base import Finish, GenRequest, ProtocolError, ResponseMeta, Usage
+
+DISCONNECT_POLL_S = 0.25
+
+
+async def read_json(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProtocolError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ProtocolError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def api(proto):
+    """Route decorator: a ProtocolError (or an unexpected failure) becomes proto.error_body at its status."""
+    def wrap(route):
+        @functools.wraps(route)
+        async def handler(*args, **kwargs):
+            try:
+                return await route(*args, **kwargs)
+            except ProtocolError as e:
+                return error_response(proto, e)
+        return handler
+    return wrap
+
+
+def error_response(proto, err: ProtocolError) -> JSONResponse:
+    headers = {"x-should-retry": "true", "retry-after": "1"} if err.status == 503 else None
+    status = proto.error_status(err) if hasattr(proto, "error_status") else err.status  # Anthropic: 529
+    return JSONResponse(proto.error_body(err), status_code=status, headers=headers)
+
+
+def new_meta(prefix: str, model: str) -> ResponseMeta:
+    now = time.time_ns()
+    return ResponseMeta(f"{prefix}{uuid.uuid4().hex[:24]}", now // 10**9, model, now)
+
+
+class Runner:
+    """Ties a request to the app's registry and counters (set on app.state.runner)."""
+
+    def __init__(self, registry, metrics):
+        self.registry, self.metrics = registry, metrics
+
+    async def run(self, request: Request, proto, req: GenRequest, make_output: Callable, id_prefix: str,
+                  media_type: str, ctx: int | None = None, extra: int = 0,
+                  on_finish: Callable[[list[Finish]], None] | None = None, loaded=None,
+                  on_close: Callable[[], None] | None = None, prompt_usage: bool = False) -> Response:
+        """on_finish(finishes) once every choice finished; on_close() once the generation is over (done,
+        failed, cancelled), or at once if it never started. prompt_usage: make_output(req, meta, usage) gets
+        the prompt's size before generating (Usage.prompt_tokens; cache hits are only known at the end)."""
+        try:
+            loaded = loaded or await self.registry.get(req.model, req.keep_alive)
+            prep = await asyncio.to_thread(prepare, loaded, req, extra)
+            meta = new_meta(id_prefix, req.model or loaded.info.name)
+            out = make_output(req, meta, Usage(len(prep.ids) + extra)) if prompt_usage else make_output(req, meta)
+            gen = Generation(loaded, req, prep, ctx, on_close)
+        except BaseException:
+            if on_close:
+                on_close()
+            raise
+        self.metrics.requests += 1
+        finishes: list[Finish] = []
+
+        async def events() -> AsyncIterator:
+            async for ev in gen.events():
+                if isinstance(ev, Finish):
+                    finishes.append(ev)
+                    self.metrics.count(ev.usage)
+                    if len(finishes) == req.n and on_finish:
+                        on_finish(finishes)
+                yield ev
+
+        if req.stream:
+            return StreamingResponse(_frames(proto, out, events(), gen), media_type=media_type,
+                                     headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        await _collect(request, out, events(), gen)
+        return JSONResponse(out.body())
+
+
+async def _frames(proto, out, events: AsyncIterator, gen: Generation) -> AsyncIterator[str]:
+    """Starlette cancels this generator when the client disconnects; the finally cancels the job."""
+    try:
+        async for ev in events:
+            for frame in out.feed(ev):
+                yield frame
+        for frame in out.end():
+            yield frame
+    except ProtocolError as e:
+        for frame in out.fail(e) if hasattr(out, "fail") else [proto.stream_error(e)]:
+            yield frame
+    finally:
+        gen.cancel()
+
+
+async def _collect(request: Request, out, events: AsyncIterator, gen: Generation):
+    """Feeds every event to out; a client that disconnects meanwhile cancels the generation."""
+    async def consume():
+        async for ev in events:
+            out.feed(ev)
+
+    task = asyncio.create_task(consume())
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                break
+        await task
+    finally:
+        gen.cancel()

@@ -1,0 +1,40 @@
+"""Counters for /metrics (Prometheus text exposition format 0.0.4)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .protocol.base import Usage
+
+
+@dataclass
+class Metrics:
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    completion_tokens: int = 0
+
+    def count(self, usage: Usage):
+        self.prompt_tokens += usage.prompt_tokens
+        self.cached_tokens += usage.cached_tokens
+        self.completion_tokens += usage.completion_tokens
+
+    def render(self, registry) -> str:
+        gauges = {"queue_depth": 0, "running_sequences": 0, "kv_pages_used": 0, "kv_pages_total": 0,
+                  "models_loaded": len(registry.loaded)}
+        for loaded in list(registry.loaded.values()):
+            sched, state = loaded.scheduler, loaded.llm.runner.state
+            gauges["queue_depth"] += sched.queue_depth
+            gauges["running_sequences"] += sched.n_running
+            gauges["kv_pages_used"] += state.n_total - state.n_free
+            gauges["kv_pages_total"] += state.n_total
+        lines = []
+        for name, value, help_ in (("requests_total", self.requests, "generation requests received"),
+                                   ("prompt_tokens_total", self.prompt_tokens, "prompt tokens"),
+                                   ("prompt_cache_hit_tokens_total", self.cached_tokens,
+                                    "prompt tokens found in the prefix cache (not evaluated)"),
+                                   ("tokens_generated_total", self.completion_tokens, "tokens generated")):
+            lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {value}"]
+        for name, value in gauges.items():
+            lines += [f"# HELP llamay_{name} {name.replace('_', ' ')}", f"# TYPE llamay_{name} gauge",
+                      f"llamay_{name} {value}"]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,407 @@
+"""Anthropic Messages API: POST /v1/messages and /v1/messages/count_tokens <-> GenRequest, Delta/Finish -> Message
+or its SSE event stream (ref: shared/docs/protocols/anthropic.md; shapes checked against the anthropic SDK 2.14)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import Delta, Finish, GenRequest, ProtocolError, ResponseMeta, Usage, bad_request, merge_usage
+
+JOIN = "\n"  # between text blocks of one message, and between merged consecutive same-role messages
+_ERROR_TYPES = {"invalid_request": "invalid_request_error", "context_length": "invalid_request_error",
+                "not_found": "not_found_error", "overloaded": "overloaded_error",
+                "authentication": "authentication_error", "internal": "api_error"}
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
+_TOOL_CHOICES = ("auto", "any", "tool", "none")
+
+
+# ---- request side -------------------------------------------------------------------------------------------
+
+def parse_messages(body: Any) -> GenRequest:
+    """POST /v1/messages body -> GenRequest; bad_request naming the field for anything malformed."""
+    req = _parse_common(body)
+    req.max_tokens = _int(body, "max_tokens", minimum=1, required=True)
+    req.stream = _bool(body, "stream")
+    req.stop = _stop_sequences(body.get("stop_sequences"))
+    req.sampling = _sampling(body)
+    return req
+
+
+def parse_count_tokens(body: Any) -> GenRequest:
+    """POST /v1/messages/count_tokens body (the messages body without max_tokens) -> GenRequest."""
+    return _parse_common(body)
+
+
+def count_tokens_body(n_tokens: int) -> dict:
+    return {"input_tokens": n_tokens}
+
+
+def _parse_common(body: Any) -> GenRequest:
+    if not isinstance(body, dict):
+        raise bad_request("body: must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("model: a non-empty string is required", "model")
+    messages = _system(body.get("system"))
+    for msg in _messages(body.get("messages")):
+        _append_merged(messages, msg)
+    req = GenRequest(model=model, messages=messages, tools=_tools(body.get("tools")))
+    if messages[-1]["role"] == "assistant":  # prefill: the reply continues this text
+        req.options["continue_final_message"] = True
+    for key, check in (("tool_choice", _tool_choice), ("thinking", _thinking)):
+        if body.get(key) is not None:
+            req.options[key] = check(body[key])
+    req.format = _output_format(body.get("output_config"))
+    return req
+
+
+def _sampling(body: dict) -> dict:
+    # Only temperature has a documented API default (1.0). top_k / top_p have none in the API (and min_p does
+    # not exist there), so unset ones are left out and take llama.cpp's defaults (SamplingParams).
+    sampling = {"temperature": _number(body, "temperature", 0.0, 1.0, default=1.0),
+                "top_p": _number(body, "top_p", 0.0, 1.0), "top_k": _int(body, "top_k", minimum=0)}
+    return {key: value for key, value in sampling.items() if value is not None}
+
+
+def _system(system: Any) -> list[dict]:
+    """Top-level `system` (string or text blocks) -> [] or one leading system message."""
+    if system is None:
+        return []
+    text = _text_only(system, "system")
+    return [{"role": "system", "content": text}] if text else []
+
+
+def _messages(raw: Any) -> list[dict]:
+    if not isinstance(raw, list) or not raw:
+        raise bad_request("messages: must be a non-empty list", "messages")
+    out: list[dict] = []
+    for i, message in enumerate(raw):
+        out.extend(_message(message, f"messages.{i}"))
+    return out
+
+
+def _message(message: Any, where: str) -> list[dict]:
+    """One API message -> chat-template messages (a user message with tool results gives role "tool" ones)."""
+    if not isinstance(message, dict):
+        raise bad_request(f"{where}: must be an object", where)
+    role = message.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise bad_request(f"{where}.role: must be 'user', 'assistant' or 'system'", f"{where}.role")
+    content = message.get("content")
+    if role == "system" or isinstance(content, str):  # a system message inside `messages` (Claude Code sends them)
+        return [{"role": role, "content": _text_only(content, f"{where}.content")}]
+    if not isinstance(content, list):
+        raise bad_request(f"{where}.content: must be a string or a list of content blocks", f"{where}.content")
+    return _blocks(role, content, f"{where}.content")
+
+
+def _blocks(role: str, blocks: list, where: str) -> list[dict]:
+    out: list[dict] = []
+    texts: list[str] = []
+    tool_calls: list[dict] = []
+    for j, block in enumerate(blocks):
+        path = f"{where}.{j}"
+        kind = _block_type(block, path)
+        if kind == "text":
+            texts.append(_str(block, "text", path))
+        elif kind == "tool_use" and role == "assistant":
+            tool_calls.append(_tool_call(block, path))
+        elif kind == "tool_result" and role == "user":
+            if texts:  # text before a result stays before it
+                out.append({"role": "user", "content": JOIN.join(texts)})
+                texts = []
+            out.append(_tool_result(block, path))
+        elif kind in ("tool_use", "tool_result"):
+            raise bad_request(f"{path}: a {kind} block cannot appear in a {role} message", path)
+        elif kind not in _THINKING_BLOCKS:  # earlier reasoning echoed back is accepted, not re-rendered
+            raise _unsupported(kind, path)
+    if role == "assistant":
+        msg: dict = {"role": "assistant", "content": JOIN.join(texts)}
+        return [msg | {"tool_calls": tool_calls}] if tool_calls else [msg]
+    if texts or not out:
+        out.append({"role": "user", "content": JOIN.join(texts)})
+    return out
+
+
+def _block_type(block: Any, path: str) -> str:
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        raise bad_request(f"{path}: must be a content block object with a string `type`", path)
+    return block["type"]
+
+
+def _unsupported(kind: str, path: str) -> ProtocolError:
+    if kind in ("image", "document"):
+        return bad_request(f"{path}: {kind} blocks are not supported (text-only models)", path)
+    return bad_request(f"{path}.type: unsupported content block type {kind!r}", f"{path}.type")
+
+
+def _text_only(content: Any, where: str) -> str:
+    """A string, or a list of text blocks joined (system prompts, tool results)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"{where}: must be a string or a list of text blocks", where)
+    texts = []
+    for j, block in enumerate(content):
+        kind = _block_type(block, f"{where}.{j}")
+        if kind != "text":
+            raise _unsupported(kind, f"{where}.{j}")
+        texts.append(_str(block, "text", f"{where}.{j}"))
+    return JOIN.join(texts)
+
+
+def _tool_call(block: dict, path: str) -> dict:
+    """tool_use block -> a chat-template tool call (arguments as an object, as HF templates expect)."""
+    arguments = block.get("input")
+    if not isinstance(arguments, dict):
+        raise bad_request(f"{path}.input: must be an object", f"{path}.input")
+    return {"id": _str(block, "id", path), "type": "function",
+            "function": {"name": _str(block, "name", path), "arguments": arguments}}
+
+
+def _tool_result(block: dict, path: str) -> dict:
+    # is_error has no place in the template shape; the result text carries what the tool said
+    content = block.get("content")
+    text = "" if content is None else _text_only(content, f"{path}.content")
+    return {"role": "tool", "content": text, "tool_call_id": _str(block, "tool_use_id", path)}
+
+
+def _append_merged(out: list[dict], msg: dict) -> None:
+    """Consecutive turns of the same role are one turn upstream; tool results stay one message each."""
+    last = out[-1] if out else None
+    if last is None or last["role"] != msg["role"] or msg["role"] == "tool":
+        out.append(msg)
+        return
+    last["content"] = JOIN.join(t for t in (last["content"], msg["content"]) if t)
+    if msg.get("tool_calls"):
+        last["tool_calls"] = last.get("tool_calls", []) + msg["tool_calls"]
+
+
+def _tools(raw: Any) -> list[dict] | None:
+    """Client tools -> the chat-template (OpenAI function) shape. Server tools (versioned `type`, no
+    input_schema) cannot run here: 400."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise bad_request("tools: must be a list", "tools")
+    return [_tool(tool, f"tools.{i}") for i, tool in enumerate(raw)] or None
+
+
+def _tool(tool: Any, where: str) -> dict:
+    if not isinstance(tool, dict):
+        raise bad_request(f"{where}: must be an object", where)
+    if tool.get("type") not in (None, "custom"):
+        raise bad_request(f"{where}.type: server tool {tool['type']!r} is not supported", f"{where}.type")
+    schema = tool.get("input_schema")
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise bad_request(f"{where}.input_schema: must be a JSON schema object with type 'object'",
+                          f"{where}.input_schema")
+    function = {"name": _str(tool, "name", where), "parameters": schema}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: Any) -> dict:
+    if not isinstance(choice, dict) or choice.get("type") not in _TOOL_CHOICES:
+        raise bad_request("tool_choice.type: must be one of " + ", ".join(_TOOL_CHOICES), "tool_choice.type")
+    if choice["type"] == "tool":
+        _str(choice, "name", "tool_choice")
+    return choice
+
+
+def _thinking(thinking: Any) -> dict:
+    if not isinstance(thinking, dict) or not isinstance(thinking.get("type"), str):
+        raise bad_request("thinking: must be an object with a string `type`", "thinking")
+    return thinking
+
+
+def _output_format(config: Any) -> dict | None:
+    """output_config.format {"type": "json_schema", "schema": {...}} -> the JSON schema (structured output)."""
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise bad_request("output_config.format: must be {type: 'json_schema', schema: {...}}",
+                          "output_config.format")
+    return fmt["schema"]
+
+
+def _stop_sequences(raw: Any) -> list[str]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(s, str) and s for s in raw):
+        raise bad_request("stop_sequences: must be a list of non-empty strings", "stop_sequences")
+    return list(raw)
+
+
+def _str(obj: dict, key: str, where: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise bad_request(f"{where}.{key}: a string is required", f"{where}.{key}")
+    return value
+
+
+def _bool(body: dict, key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise bad_request(f"{key}: must be a boolean", key)
+    return value
+
+
+def _int(body: dict, key: str, minimum: int, required: bool = False) -> int | None:
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise bad_request(f"{key}: Field required", key)
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise bad_request(f"{key}: must be an integer >= {minimum}", key)
+    return value
+
+
+def _number(body: dict, key: str, low: float, high: float, default: float | None = None) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise bad_request(f"{key}: must be a number between {low} and {high}", key)
+    return float(value)
+
+
+# ---- response side ------------------------------------------------------------------------------------------
+
+class MessagesOutput:
+    """Delta/Finish events of one choice (n is 1) -> a Message body, or its event stream:
+    message_start, then per block content_block_start (ping after the first), deltas, content_block_stop,
+    then message_delta (stop reason, cumulative usage) and, from end(), message_stop.
+
+    Blocks are indexed 0, 1, ... in start order: a "thinking" block while reasoning arrives, a "text" block
+    for content; there is always a text block (empty when no content came). prompt_usage, when the route
+    knows it before generating, puts the final input token counts in message_start already."""
+
+    def __init__(self, req: GenRequest, meta: ResponseMeta, prompt_usage: Usage | None = None):
+        self.req, self.meta, self.prompt_usage = req, meta, prompt_usage
+        self._blocks: list[list[str]] = []  # [kind, text] in start order; the index is the position
+        self._open = False  # the last block is started and not yet stopped
+        self._started = False
+        self._finish: Finish | None = None
+
+    def feed(self, ev: Delta | Finish) -> list[str]:
+        if ev.index != 0:
+            raise ValueError(f"Anthropic messages have one choice; got index {ev.index}")
+        if isinstance(ev, Finish):
+            frames = self._on_finish(ev)
+        else:
+            frames = self._start(self.prompt_usage or Usage(), 1)  # one token already sampled
+            frames += self._append("thinking", ev.reasoning) + self._append("text", ev.content)
+        return frames if self.req.stream else []
+
+    def end(self) -> list[str]:
+        self._usage()  # asserts the Finish came
+        return [_sse("message_stop", {"type": "message_stop"})] if self.req.stream else []
+
+    def body(self) -> dict:
+        stop_reason, stop_sequence = self._stop()
+        content = [_block(kind, text) for kind, text in self._blocks]
+        return {"id": self.meta.id, "type": "message", "role": "assistant", "model": self.meta.model,
+                "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+                "usage": _usage_json(self._usage())}
+
+    def _start(self, usage: Usage, output_tokens: int) -> list[str]:
+        if self._started:
+            return []
+        self._started = True
+        message = {"id": self.meta.id, "type": "message", "role": "assistant", "model": self.meta.model,
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": _usage_json(usage) | {"output_tokens": output_tokens}}
+        return [_sse("message_start", {"type": "message_start", "message": message})]
+
+    def _append(self, kind: str, text: str) -> list[str]:
+        if not text:
+            return []
+        frames = [] if self._open and self._blocks[-1][0] == kind else self._open_block(kind)
+        self._blocks[-1][1] += text
+        delta = {"type": "text_delta", "text": text} if kind == "text" else \
+            {"type": "thinking_delta", "thinking": text}
+        return frames + [_sse("content_block_delta", {"type": "content_block_delta",
+                                                      "index": len(self._blocks) - 1, "delta": delta})]
+
+    def _open_block(self, kind: str) -> list[str]:
+        frames = self._close_block()
+        self._blocks.append([kind, ""])
+        self._open = True
+        start = {"type": "text", "text": ""} if kind == "text" else \
+            {"type": "thinking", "thinking": "", "signature": ""}
+        frames.append(_sse("content_block_start", {"type": "content_block_start",
+                                                   "index": len(self._blocks) - 1, "content_block": start}))
+        return frames + ([_sse("ping", {"type": "ping"})] if len(self._blocks) == 1 else [])
+
+    def _close_block(self) -> list[str]:
+        if not self._open:
+            return []
+        self._open = False
+        return [_sse("content_block_stop", {"type": "content_block_stop", "index": len(self._blocks) - 1})]
+
+    def _on_finish(self, fin: Finish) -> list[str]:
+        self._finish = fin
+        frames = self._start(fin.usage, fin.usage.completion_tokens)
+        if not any(kind == "text" for kind, _ in self._blocks):
+            frames += self._open_block("text")
+        frames += self._close_block()
+        stop_reason, stop_sequence = self._stop()
+        return frames + [_sse("message_delta", {
+            "type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "usage": _usage_json(self._usage())})]
+
+    def _stop(self) -> tuple[str, str | None]:
+        """Finish.reason -> (stop_reason, stop_sequence)."""
+        self._usage()
+        reason = self._finish.reason
+        if reason == "stop" and self._finish.stop_sequence is not None:
+            return "stop_sequence", self._finish.stop_sequence
+        if reason not in ("stop", "length"):
+            raise ValueError(f"unknown finish reason {reason!r}")
+        return ("end_turn" if reason == "stop" else "max_tokens"), None
+
+    def _usage(self) -> Usage:
+        if self._finish is None:
+            raise RuntimeError("the response is not finished: feed the Finish event first")
+        return merge_usage([self._finish])
+
+
+def _block(kind: str, text: str) -> dict:
+    if kind == "text":
+        return {"type": "text", "text": text, "citations": None}
+    return {"type": "thinking", "thinking": text, "signature": ""}
+
+
+def _usage_json(usage: Usage) -> dict:
+    """input_tokens is the uncached part of the prompt; the prefix-cache hit is cache_read_input_tokens."""
+    return {"input_tokens": usage.prompt_tokens - usage.cached_tokens, "output_tokens": usage.completion_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": usage.cached_tokens}
+
+
+def _sse(event: str, data: dict) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+# ---- errors -------------------------------------------------------------------------------------------------
+
+def error_status(err: ProtocolError) -> int:
+    """The HTTP status to send: the API signals overload with 529 (the SDK's OverloadedError), else err.status."""
+    return 529 if err.kind == "overloaded" else err.status
+
+
+def error_body(err: ProtocolError, request_id: str | None = None) -> dict:
+    fallback = "api_error" if err.status >= 500 else "invalid_request_error"
+    body: dict[str, Any] = {"type": "error",
+                            "error": {"type": _ERROR_TYPES.get(err.kind, fallback), "message": err.message}}
+    if request_id:
+        body["request_id"] = request_id
+    return body
+
+
+def stream_error(err: ProtocolError, request_id: str | None = None) -> str:
+    """The frame for an error after the stream began (the HTTP status stays 200; the SDK raises on it)."""
+    return _sse("error", error_body(err, request_id))

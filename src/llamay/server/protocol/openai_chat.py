@@ -1,0 +1,216 @@
+"""POST /v1/chat/completions: request body -> GenRequest, engine events -> chat.completion(.chunk)
+(ref: ../shared/docs/protocols/openai.md §1)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Delta, Finish, GenRequest, ResponseMeta, TokenLogprob, bad_request
+from .openai_common import (
+    DONE,
+    FINISH_REASONS,
+    ChoicesOutput,
+    frame,
+    get_bool,
+    get_field,
+    get_int,
+    get_str,
+    parse_max_tokens,
+    parse_n,
+    parse_sampling,
+    parse_stop,
+    parse_stream,
+    require_body,
+    require_model,
+    usage_body,
+)
+
+ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+MEDIA_PARTS = {"image_url", "input_audio", "file"}
+RESPONSE_FORMATS = {"text", "json_object", "json_schema"}
+
+
+def parse_chat(body: Any) -> GenRequest:
+    body = require_body(body)
+    model = require_model(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array", "messages")
+    stream, include_usage = parse_stream(body)
+    logprobs, top_logprobs = _parse_logprobs(body)
+    return GenRequest(
+        model=model, messages=[parse_message(i, m) for i, m in enumerate(messages)], stream=stream,
+        include_usage=include_usage, n=parse_n(body), stop=parse_stop(body),
+        max_tokens=parse_max_tokens(body, "max_completion_tokens", "max_tokens"),
+        sampling=parse_sampling(body), logprobs=logprobs, top_logprobs=top_logprobs,
+        tools=_parse_tools(body), format=parse_response_format(body), options=_parse_options(body))
+
+
+def parse_message(i: int, msg: Any) -> dict:
+    """One OpenAI message -> the chat-template shape {"role", "content": str, ...}."""
+    where = f"messages[{i}]"
+    if not isinstance(msg, dict):
+        raise bad_request(f"'{where}' must be an object", where)
+    role = msg.get("role")
+    if role not in ROLES:
+        raise bad_request(f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
+    out = {"role": ROLES[role], "content": message_text(msg.get("content"), where, role == "assistant")}
+    name = get_str(msg, "name", f"{where}.name")
+    if name:
+        out["name"] = name
+    if role == "assistant" and msg.get("tool_calls") is not None:
+        out["tool_calls"] = get_field(msg, "tool_calls", (list,), "an array", f"{where}.tool_calls")
+    if role == "tool":
+        call_id = get_str(msg, "tool_call_id", f"{where}.tool_call_id")
+        if not call_id:
+            raise bad_request(f"'{where}.tool_call_id' is required for role 'tool'", f"{where}.tool_call_id")
+        out["tool_call_id"] = call_id
+    return out
+
+
+def message_text(content: Any, where: str, is_assistant: bool) -> str:
+    """A string, or text parts joined by newlines (as llama.cpp and vLLM join them); null only for an
+    assistant turn (tool calls only). Media parts are refused: the models served here are text-only."""
+    if isinstance(content, str):
+        return content
+    if content is None and is_assistant:
+        return ""
+    if not isinstance(content, list):
+        raise bad_request(f"'{where}.content' must be a string or an array of content parts", f"{where}.content")
+    return "\n".join(_part_text(part, f"{where}.content[{j}]", is_assistant) for j, part in enumerate(content))
+
+
+def _part_text(part: Any, where: str, is_assistant: bool) -> str:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in MEDIA_PARTS:
+        raise bad_request(f"'{where}' is a {kind} part: this server has no vision or audio input, "
+                          "only text parts are accepted", f"{where}.type")
+    key = "refusal" if kind == "refusal" and is_assistant else "text" if kind == "text" else None
+    if key is None:
+        raise bad_request(f"'{where}.type' must be 'text', got {kind!r}", f"{where}.type")
+    text = part.get(key)
+    if not isinstance(text, str):
+        raise bad_request(f"'{where}.{key}' must be a string", f"{where}.{key}")
+    return text
+
+
+def _parse_logprobs(body: dict) -> tuple[bool, int]:
+    logprobs = bool(get_bool(body, "logprobs"))
+    top = get_int(body, "top_logprobs", 0, 20)
+    if top and not logprobs:
+        raise bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
+    return logprobs, top or 0
+
+
+def _parse_tools(body: dict) -> list[dict] | None:
+    tools = get_field(body, "tools", (list,), "an array of tools")
+    if tools and not all(isinstance(t, dict) for t in tools):
+        raise bad_request("'tools' must be an array of objects", "tools")
+    return tools or None
+
+
+def parse_response_format(body: dict) -> dict | None:
+    """Kept for the grammar (issue 7). Takes OpenAI's nested json_schema and llama-server's flat
+    `schema`; type "text" means no format."""
+    fmt = get_field(body, "response_format", (dict,), "an object")
+    if fmt is None or fmt.get("type") == "text":
+        return None
+    if fmt.get("type") not in RESPONSE_FORMATS:
+        raise bad_request(f"'response_format.type' must be one of {', '.join(sorted(RESPONSE_FORMATS))}, "
+                          f"got {fmt.get('type')!r}", "response_format.type")
+    if fmt["type"] == "json_schema" and not isinstance(fmt.get("json_schema"), dict) and "schema" not in fmt:
+        raise bad_request("'response_format.json_schema' is required for type json_schema",
+                          "response_format.json_schema")
+    return fmt
+
+
+def _parse_options(body: dict) -> dict[str, Any]:
+    """Route-level extras: tool_choice, parallel_tool_calls, reasoning_effort, chat_template_kwargs."""
+    options: dict[str, Any] = {}
+    choice = get_field(body, "tool_choice", (str, dict), "a string or an object")
+    if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+        raise bad_request(f"'tool_choice' must be none, auto, required or an object, got {choice!r}",
+                          "tool_choice")
+    for name, value in (("tool_choice", choice), ("parallel_tool_calls", get_bool(body, "parallel_tool_calls")),
+                        ("reasoning_effort", get_str(body, "reasoning_effort")),
+                        ("chat_template_kwargs", get_field(body, "chat_template_kwargs", (dict,), "an object"))):
+        if value is not None:
+            options[name] = value
+    return options
+
+
+def chat_logprob(t: TokenLogprob) -> dict:
+    return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
+            "top_logprobs": [{"token": x.token, "logprob": x.logprob, "bytes": x.bytes} for x in t.top]}
+
+
+class ChatOutput(ChoicesOutput):
+    """Engine events -> chat.completion (body) or chat.completion.chunk frames (stream).
+
+    Stream order: one role chunk per choice, all sent first in index order (the SDK's accumulator
+    places choices by list position, so every index must exist before any later one is touched),
+    then content/reasoning chunks as fed, a finish chunk per choice with an empty delta, and in end()
+    the usage chunk (include_usage) and [DONE]."""
+
+    def __init__(self, req: GenRequest, meta: ResponseMeta):
+        super().__init__(req, meta)
+        self._opened = False
+
+    def feed(self, ev: Delta | Finish) -> list[str]:
+        self.record(ev)
+        if not self.req.stream:
+            return []
+        frames = self._open()
+        if isinstance(ev, Finish):
+            frames.append(self._chunk(ev.index, {}, finish_reason=FINISH_REASONS[ev.reason]))
+            return frames
+        delta = {}
+        if ev.reasoning:
+            delta["reasoning_content"] = ev.reasoning  # llama-server's (and DeepSeek's) field
+        if ev.content:
+            delta["content"] = ev.content
+        if delta or ev.logprobs:
+            logprobs = {"content": [chat_logprob(t) for t in ev.logprobs], "refusal": None} if ev.logprobs else None
+            frames.append(self._chunk(ev.index, delta, logprobs=logprobs))
+        return frames
+
+    def end(self) -> list[str]:
+        if not self.req.stream:
+            return []
+        frames = self._open()
+        if self.req.include_usage:
+            frames.append(frame({**self._head(), "choices": [], "usage": usage_body(self.usage())}))
+        return frames + [DONE]
+
+    def body(self) -> dict:
+        usage = self.usage()
+        return {"id": self.meta.id, "object": "chat.completion", "created": self.meta.created,
+                "model": self.meta.model, "choices": [self._choice_body(i) for i in range(self.req.n)],
+                "usage": usage_body(usage)}
+
+    def _choice_body(self, i: int) -> dict:
+        state = self.choices[i]
+        message = {"role": "assistant", "content": "".join(state.content), "refusal": None}
+        reasoning = "".join(state.reasoning)
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        logprobs = {"content": [chat_logprob(t) for t in state.logprobs], "refusal": None} \
+            if self.req.logprobs else None
+        return {"index": i, "message": message, "logprobs": logprobs,
+                "finish_reason": FINISH_REASONS[state.finish.reason]}
+
+    def _open(self) -> list[str]:
+        if self._opened:
+            return []
+        self._opened = True
+        return [self._chunk(i, {"role": "assistant", "content": ""}) for i in range(self.req.n)]
+
+    def _head(self) -> dict:
+        return {"id": self.meta.id, "object": "chat.completion.chunk", "created": self.meta.created,
+                "model": self.meta.model}
+
+    def _chunk(self, index: int, delta: dict, logprobs: dict | None = None, finish_reason: str | None = None) -> str:
+        chunk = {**self._head(), "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
+                                              "finish_reason": finish_reason}]}
+        if self.req.include_usage:
+            chunk["usage"] = None  # the SDK expects the key on every chunk once usage is asked for
+        return frame(chunk)

@@ -1,0 +1,255 @@
+"""POST /v1/responses, text only: body -> GenRequest, engine events -> a response object or its event
+stream (ref: ../shared/docs/protocols/openai.md §5)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import (
+    Delta,
+    Finish,
+    GenRequest,
+    ProtocolError,
+    ResponseMeta,
+    TokenLogprob,
+    Usage,
+    bad_request,
+)
+from .openai_common import (
+    error_object,
+    frame,
+    get_bool,
+    get_field,
+    get_int,
+    get_str,
+    parse_max_tokens,
+    parse_sampling,
+    require_body,
+    require_model,
+)
+
+ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
+TEXT_PARTS = {"input_text", "output_text"}  # output_text: assistant turns of the history
+MEDIA_PARTS = {"input_image", "input_file", "input_audio"}
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def parse_responses(body: Any) -> GenRequest:
+    body = require_body(body)
+    model = require_model(body)
+    for name in ("previous_response_id", "conversation"):
+        if body.get(name) is not None:
+            raise bad_request(f"'{name}' is not supported: this server stores no responses, "
+                              "send the whole conversation in 'input'", name)
+    instructions = get_str(body, "instructions")
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + parse_input(body)
+    top = get_int(body, "top_logprobs", 0, 20)
+    include = get_field(body, "include", (list,), "an array of strings") or []
+    text = get_field(body, "text", (dict,), "an object") or {}
+    fmt = get_field(text, "format", (dict,), "an object", "text.format")
+    options = {"instructions": instructions, "metadata": body.get("metadata"),
+               "tool_choice": get_field(body, "tool_choice", (str, dict), "a string or an object") or "auto",
+               "parallel_tool_calls": get_bool(body, "parallel_tool_calls") is not False}
+    return GenRequest(
+        model=model, messages=messages, stream=bool(get_bool(body, "stream")),
+        max_tokens=parse_max_tokens(body, "max_output_tokens"), sampling=parse_sampling(body),
+        logprobs=bool(top) or LOGPROBS_INCLUDE in include, top_logprobs=top or 0,
+        tools=get_field(body, "tools", (list,), "an array of tools") or None,
+        format=None if fmt is None or fmt.get("type") == "text" else fmt, options=options)
+
+
+def parse_input(body: dict) -> list[dict]:
+    """`input`: a string (one user message) or a list of message items with text content."""
+    items = body.get("input")
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise bad_request("'input' is required: a string or a non-empty array of message items", "input")
+    return [_input_message(i, item) for i, item in enumerate(items)]
+
+
+def _input_message(i: int, item: Any) -> dict:
+    where = f"input[{i}]"
+    if not isinstance(item, dict):
+        raise bad_request(f"'{where}' must be an object", where)
+    kind = item.get("type", "message")
+    if kind != "message":
+        raise bad_request(f"'{where}.type' is {kind!r}: only message items with text are supported yet",
+                          f"{where}.type")
+    role = item.get("role")
+    if role not in ROLES:
+        raise bad_request(f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": ROLES[role], "content": content}
+    if not isinstance(content, list):
+        raise bad_request(f"'{where}.content' must be a string or an array of content parts", f"{where}.content")
+    return {"role": ROLES[role], "content": "\n".join(_part_text(p, f"{where}.content[{j}]")
+                                                     for j, p in enumerate(content))}
+
+
+def _part_text(part: Any, where: str) -> str:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in MEDIA_PARTS:
+        raise bad_request(f"'{where}' is an {kind} part: this server has no vision or file input, "
+                          "only input_text parts are accepted", f"{where}.type")
+    if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
+        raise bad_request(f"'{where}' must be an input_text part with a string 'text'", where)
+    return part["text"]
+
+
+def responses_logprob(t: TokenLogprob) -> dict:
+    """output_text's logprob shape (bytes required there; the delta events' shape allows it)."""
+    return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
+            "top_logprobs": [{"token": x.token, "logprob": x.logprob, "bytes": x.bytes} for x in t.top]}
+
+
+def responses_usage(usage: Usage) -> dict:
+    """Required by the SDK's ResponseUsage: cache_write_tokens (we do no explicit cache writes) and
+    reasoning_tokens (not counted apart from output tokens yet: 0)."""
+    return {"input_tokens": usage.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": usage.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+
+
+@dataclass
+class _Item:
+    """One output item: a reasoning item (reasoning_text) or an assistant message (output_text)."""
+    kind: str  # "reasoning" | "message"
+    id: str
+    texts: list[str] = field(default_factory=list)
+    logprobs: list[dict] = field(default_factory=list)
+    status: str = "in_progress"
+
+    def part(self, empty: bool = False) -> dict:
+        text = "" if empty else "".join(self.texts)
+        if self.kind == "reasoning":
+            return {"type": "reasoning_text", "text": text}
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": [] if empty else self.logprobs}
+
+    def render(self, empty: bool = False) -> dict:
+        content = [] if empty else [self.part()]
+        if self.kind == "reasoning":
+            return {"id": self.id, "type": "reasoning", "summary": [], "content": content, "status": self.status}
+        return {"id": self.id, "type": "message", "role": "assistant", "status": self.status, "content": content}
+
+
+class ResponsesOutput:
+    """Engine events (one choice) -> the response body, or the event stream the SDK's ResponseStreamState
+    accepts: created, in_progress, then per output item added / content_part.added / deltas / text done /
+    content_part.done / item done, and completed (or incomplete) in end(). created and in_progress go out
+    with the first fed event. Reasoning text opens a reasoning item; a switch between reasoning and
+    content closes the open item and opens the next at the following output_index."""
+
+    def __init__(self, req: GenRequest, meta: ResponseMeta):
+        self.req, self.meta = req, meta
+        self._seq = 0
+        self._started = False
+        self._items: list[_Item] = []
+        self._finish: Finish | None = None
+
+    def feed(self, ev: Delta | Finish) -> list[str]:
+        frames = self._start()
+        if isinstance(ev, Finish):
+            self._finish = ev
+            if not any(item.kind == "message" for item in self._items):
+                frames += self._append("message", "", [])
+            frames += self._close("completed" if ev.reason == "stop" else "incomplete")
+        else:
+            if ev.reasoning:
+                frames += self._append("reasoning", ev.reasoning, [])
+            if ev.content or ev.logprobs:
+                frames += self._append("message", ev.content, [responses_logprob(t) for t in ev.logprobs])
+        return frames if self.req.stream else []
+
+    def end(self) -> list[str]:
+        if not self.req.stream:
+            return []
+        response = self.body()
+        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        return self._start() + [self._event(kind, response=response)]
+
+    def body(self) -> dict:
+        if self._finish is None:
+            raise RuntimeError("body asked before the response finished")
+        incomplete = self._finish.reason == "length"
+        return self._response("incomplete" if incomplete else "completed", [i.render() for i in self._items],
+                              usage=responses_usage(self._finish.usage),
+                              incomplete_details={"reason": "max_output_tokens"} if incomplete else None)
+
+    def fail(self, err: ProtocolError) -> list[str]:
+        """Frames for an error after the stream began: an `error` event, then response.failed."""
+        obj = error_object(err)
+        code = "invalid_prompt" if err.kind in ("invalid_request", "context_length") else "server_error"
+        done = [i.render() for i in self._items if i.status != "in_progress"]
+        return self._start() + [
+            self._event("error", code=obj["code"] or obj["type"], message=err.message, param=err.param),
+            self._event("response.failed", response=self._response(
+                "failed", done, error={"code": code, "message": err.message}))]
+
+    def _start(self) -> list[str]:
+        if self._started:
+            return []
+        self._started = True
+        return [self._event(kind, response=self._response("in_progress", []))
+                for kind in ("response.created", "response.in_progress")]
+
+    def _append(self, kind: str, text: str, logprobs: list[dict]) -> list[str]:
+        frames = []
+        item = self._items[-1] if self._items and self._items[-1].status == "in_progress" else None
+        if item is None or item.kind != kind:
+            frames += self._close("completed") + self._open(kind)
+            item = self._items[-1]
+        item.texts.append(text)
+        item.logprobs.extend(logprobs)
+        where = self._where(item)
+        if kind == "reasoning":
+            frames.append(self._event("response.reasoning_text.delta", **where, delta=text))
+        else:
+            frames.append(self._event("response.output_text.delta", **where, delta=text, logprobs=logprobs))
+        return frames
+
+    def _open(self, kind: str) -> list[str]:
+        prefix = "rs" if kind == "reasoning" else "msg"
+        item = _Item(kind, f"{prefix}_{self.meta.id.removeprefix('resp_')}_{len(self._items)}")
+        self._items.append(item)
+        where = self._where(item)
+        return [self._event("response.output_item.added", output_index=where["output_index"],
+                            item=item.render(empty=True)),
+                self._event("response.content_part.added", **where, part=item.part(empty=True))]
+
+    def _close(self, status: str) -> list[str]:
+        if not self._items or self._items[-1].status != "in_progress":
+            return []
+        item = self._items[-1]
+        item.status = status
+        where, text = self._where(item), "".join(item.texts)
+        if item.kind == "reasoning":
+            done = self._event("response.reasoning_text.done", **where, text=text)
+        else:
+            done = self._event("response.output_text.done", **where, text=text, logprobs=item.logprobs)
+        return [done, self._event("response.content_part.done", **where, part=item.part()),
+                self._event("response.output_item.done", output_index=where["output_index"], item=item.render())]
+
+    def _where(self, item: _Item) -> dict:
+        return {"item_id": item.id, "output_index": self._items.index(item), "content_index": 0}
+
+    def _event(self, kind: str, **payload) -> str:
+        self._seq += 1
+        return frame({"type": kind, "sequence_number": self._seq - 1, **payload}, event=kind)
+
+    def _response(self, status: str, output: list[dict], **extra) -> dict:
+        """The response object; settings echoed from the request as the SDK's Response model wants."""
+        req, opts = self.req, self.req.options
+        response = {
+            "id": self.meta.id, "object": "response", "created_at": self.meta.created, "status": status,
+            "model": self.meta.model, "output": output, "error": None, "incomplete_details": None,
+            "instructions": opts.get("instructions"), "max_output_tokens": req.max_tokens,
+            "temperature": req.sampling.get("temperature"), "top_p": req.sampling.get("top_p"),
+            "tools": req.tools or [], "tool_choice": opts.get("tool_choice", "auto"),
+            "parallel_tool_calls": opts.get("parallel_tool_calls", True),
+            "text": {"format": req.format or {"type": "text"}}, "metadata": opts.get("metadata"),
+            "previous_response_id": None, "store": False, "usage": None}
+        response.update(extra)
+        return response

@@ -1,0 +1,276 @@
+"""Context routes (llamay's own): contexts as named objects that can be created, forked, continued,
+downloaded as .llamayctx snapshots and restored. Errors use OpenAI's error shape; generation streams like
+OpenAI's completions (the generate form) or chat completions (the chat form).
+
+A context's engine operations run on its model's scheduler thread (scheduler.call); one generation at a
+time per context (another is a 409)."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..engine import snapshots
+from ..kv.snapshot import SnapshotError
+from .generation import render
+from .http import api, read_json
+from .models import Loaded
+from .protocol import openai as proto
+from .protocol.base import Delta, Finish, ProtocolError, bad_request
+
+router = APIRouter()
+SNAPSHOT_TYPE = "application/octet-stream"
+_ids = itertools.count(1)
+
+
+@dataclass
+class NamedContext:
+    id: str
+    model: str
+    ctx: int  # the engine's context id
+    messages: list[dict] | None = None  # the conversation so far, when made from messages
+    created: int = field(default_factory=lambda: int(time.time()))
+    busy: bool = False
+
+
+def _table(request: Request) -> dict[str, NamedContext]:
+    return request.app.state.contexts
+
+
+def _get(request: Request, cid: str) -> NamedContext:
+    nc = _table(request).get(cid)
+    if nc is None:
+        raise ProtocolError(404, f"no context '{cid}'", "not_found", "id")
+    return nc
+
+
+async def _on_thread(loaded: Loaded, fn):
+    return await asyncio.wrap_future(loaded.scheduler.call(fn))
+
+
+def _describe(nc: NamedContext, runner) -> dict:
+    return {"id": nc.id, "object": "context", "model": nc.model, "created": nc.created,
+            "tokens": len(runner.tokens(nc.ctx)), "pages": len(runner.state.page_table(nc.ctx))}
+
+
+def _add(request: Request, loaded: Loaded, ctx: int, messages) -> NamedContext:
+    nc = NamedContext(f"ctx_{next(_ids)}", loaded.info.name, ctx, messages)
+    _table(request)[nc.id] = nc
+    loaded.contexts.add(nc.id)
+    return nc
+
+
+async def _loaded(request: Request, nc: NamedContext) -> Loaded:
+    return await request.app.state.registry.get(nc.model)
+
+
+@router.post("/v1/contexts")
+@api(proto)
+async def create(request: Request):
+    if request.headers.get("content-type", "").startswith(SNAPSHOT_TYPE):
+        return await _restore(request)
+    body = await read_json(request)
+    messages, prompt = body.get("messages"), body.get("prompt")
+    if (messages is None) == (prompt is None):
+        raise bad_request("give exactly one of prompt or messages", "prompt")
+    if prompt is not None and not isinstance(prompt, (str, list)):
+        raise bad_request("prompt must be a string or a list of token ids", "prompt")
+    req = proto.parse_chat({"model": body.get("model"), "messages": messages}) if messages is not None else None
+    if req is None:
+        req = proto.parse_completion({"model": body.get("model"), "prompt": prompt})
+    loaded = await request.app.state.registry.get(req.model)
+    ids = await asyncio.to_thread(render, loaded, req)
+    if not ids:
+        raise bad_request("the prompt is empty", "prompt")
+    if len(ids) >= loaded.llm.n_ctx:
+        raise ProtocolError(400, f"the prompt is {len(ids)} tokens, over the context of {loaded.llm.n_ctx} tokens",
+                            "context_length", "prompt")
+
+    def make(runner):
+        ctx, n_cached = runner.create(ids)
+        return ctx, n_cached, len(runner.state.page_table(ctx))
+
+    ctx, n_cached, pages = await _on_thread(loaded, make)
+    nc = _add(request, loaded, ctx, req.messages)
+    return JSONResponse({"id": nc.id, "object": "context", "model": nc.model, "tokens": len(ids),
+                         "pages": pages, "cached_tokens": n_cached}, status_code=201)
+
+
+async def _restore(request: Request):
+    model = request.query_params.get("model")
+    loaded = await request.app.state.registry.get(model)
+    data = await request.body()
+    if not data:
+        raise bad_request("the snapshot upload is empty")
+    fd, path = tempfile.mkstemp(suffix=".llamayctx")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            ctx = await _on_thread(loaded, lambda runner: snapshots.restore(loaded.llm, path))
+        except SnapshotError as e:
+            raise bad_request(f"snapshot refused: {e}", "snapshot") from None
+    finally:
+        os.unlink(path)
+    nc = _add(request, loaded, ctx, None)
+    body = await _on_thread(loaded, lambda runner: _describe(nc, runner))
+    return JSONResponse(body, status_code=201)
+
+
+@router.get("/v1/contexts")
+@api(proto)
+async def list_contexts(request: Request):
+    registry, data = request.app.state.registry, []
+    for nc in list(_table(request).values()):
+        loaded = registry.loaded.get(nc.model)
+        if loaded is not None:
+            data.append(await _on_thread(loaded, lambda runner, nc=nc: _describe(nc, runner)))
+    return JSONResponse({"object": "list", "data": data})
+
+
+@router.get("/v1/contexts/{cid}")
+@api(proto)
+async def show(request: Request, cid: str):
+    nc = _get(request, cid)
+    loaded = await _loaded(request, nc)
+    return JSONResponse(await _on_thread(loaded, lambda runner: _describe(nc, runner)))
+
+
+@router.delete("/v1/contexts/{cid}")
+@api(proto)
+async def delete(request: Request, cid: str):
+    nc = _get(request, cid)
+    if nc.busy:
+        raise ProtocolError(409, f"context '{cid}' is generating", param="id")
+    loaded = await _loaded(request, nc)
+    del _table(request)[cid]
+    loaded.contexts.discard(cid)
+    await _on_thread(loaded, lambda runner: runner.free(nc.ctx))
+    return JSONResponse({"id": cid, "object": "context.deleted", "deleted": True})
+
+
+@router.post("/v1/contexts/{cid}/fork")
+@api(proto)
+async def fork(request: Request, cid: str):
+    nc = _get(request, cid)
+    try:
+        n = int(request.query_params.get("n", "1"))
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise bad_request("n must be an integer from 1 to 64", "n")
+    if nc.busy:
+        raise ProtocolError(409, f"context '{cid}' is generating", param="id")
+    loaded = await _loaded(request, nc)
+    kids = await _on_thread(loaded, lambda runner: runner.fork(nc.ctx, n))
+    made = [_add(request, loaded, k, list(nc.messages) if nc.messages is not None else None) for k in kids]
+    return JSONResponse({"object": "list", "ids": [m.id for m in made]}, status_code=201)
+
+
+@router.get("/v1/contexts/{cid}/snapshot")
+@api(proto)
+async def snapshot(request: Request, cid: str):
+    nc = _get(request, cid)
+    if nc.busy:
+        raise ProtocolError(409, f"context '{cid}' is generating", param="id")
+    loaded = await _loaded(request, nc)
+    fd, path = tempfile.mkstemp(suffix=".llamayctx")
+    os.close(fd)
+    try:
+        await _on_thread(loaded, lambda runner: snapshots.save(loaded.llm, nc.ctx, path))
+        with open(path, "rb") as f:
+            data = f.read()
+    finally:
+        os.unlink(path)
+    return Response(data, media_type=SNAPSHOT_TYPE,
+                    headers={"content-disposition": f'attachment; filename="{cid}.llamayctx"'})
+
+
+@router.post("/v1/contexts/{cid}/generate")
+@api(proto)
+async def generate(request: Request, cid: str):
+    """Continues the context with optional text (appended as is, special tokens parsed, no BOS)."""
+    nc = _get(request, cid)
+    body = await read_json(request)
+    req = proto.parse_completion({**body, "model": nc.model, "prompt": body.get("prompt", "")})
+    loaded = await _loaded(request, nc)
+    text = req.prompt if isinstance(req.prompt, str) else None
+    ids = loaded.llm.tokenize(text, add_special=False, parse_special=True) if text is not None else list(req.prompt)
+    req.prompt, req.raw, req.n = ids, True, 1
+    return await _continue(request, nc, loaded, req, proto.CompletionOutput, "cmpl-", ids, None)
+
+
+@router.post("/v1/contexts/{cid}/chat")
+@api(proto)
+async def chat(request: Request, cid: str):
+    """Appends messages to a context made from messages and answers like chat completions. The whole
+    conversation is rendered again; only what differs from the context's tokens is computed."""
+    nc = _get(request, cid)
+    if nc.messages is None:
+        raise bad_request(f"context '{cid}' was not made from messages; use /generate", "messages")
+    body = await read_json(request)
+    req = proto.parse_chat({**body, "model": nc.model})
+    loaded = await _loaded(request, nc)
+    messages = nc.messages + req.messages
+    full = await asyncio.to_thread(render, loaded, type(req)(model=nc.model, messages=messages, tools=req.tools))
+    req.n = 1
+
+    def on_finish(finishes: list[Finish]):
+        nc.messages = messages + [{"role": "assistant", "content": out.text}]
+
+    out = _TextTap()
+    return await _continue(request, nc, loaded, req, lambda r, m: out.wrap(proto.ChatOutput(r, m)), "chatcmpl-",
+                           full, on_finish, rebase=True)
+
+
+class _TextTap:
+    """Keeps the content an output object is fed (to record the assistant's turn)."""
+
+    def __init__(self):
+        self.text = ""
+
+    def wrap(self, output):
+        feed = output.feed
+
+        def tapped(ev):
+            if isinstance(ev, Delta):
+                self.text += ev.content
+            return feed(ev)
+        output.feed = tapped
+        return output
+
+
+async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, output, prefix: str,
+                    ids: list[int], on_finish, rebase: bool = False):
+    """rebase: ids are the whole context wanted; keep the common prefix with the context, append the rest."""
+    if nc.busy:
+        raise ProtocolError(409, f"context '{nc.id}' is generating", param="id")
+    nc.busy = True
+
+    def setup(runner) -> tuple[list[int], int]:
+        have = runner.tokens(nc.ctx)
+        if not rebase:
+            return ids, len(have)
+        keep = next((i for i, (a, b) in enumerate(zip(have, ids)) if a != b), min(len(have), len(ids)))
+        keep = min(keep, len(ids) - 1)  # the last token is computed again for its logits
+        runner.truncate(nc.ctx, keep)
+        return ids[keep:], keep
+
+    def idle():
+        nc.busy = False
+
+    try:
+        suffix, have = await _on_thread(loaded, setup)
+    except BaseException:
+        idle()
+        raise
+    req.prompt, req.messages, req.raw = suffix, None, True
+    return await request.app.state.runner.run(request, proto, req, output, prefix, "text/event-stream",
+                                              ctx=nc.ctx, extra=have, on_finish=on_finish, loaded=loaded,
+                                              on_close=idle)

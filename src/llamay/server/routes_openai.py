@@ -1,0 +1,52 @@
+"""OpenAI routes (served with and without the /v1 prefix, as llama-server does)."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from .http import api, read_json
+from .protocol import openai as proto
+
+router = APIRouter()
+SSE = "text/event-stream"
+
+
+def _both(path: str):
+    return [path, path.removeprefix("/v1")]
+
+
+async def _generate(request: Request, parse, output, prefix: str):
+    req = parse(await read_json(request))
+    return await request.app.state.runner.run(request, proto, req, output, prefix, SSE)
+
+
+for _path in _both("/v1/chat/completions"):
+    @router.post(_path)
+    @api(proto)
+    async def chat_completions(request: Request):
+        return await _generate(request, proto.parse_chat, proto.ChatOutput, "chatcmpl-")
+
+for _path in _both("/v1/completions"):
+    @router.post(_path)
+    @api(proto)
+    async def completions(request: Request):
+        return await _generate(request, proto.parse_completion, proto.CompletionOutput, "cmpl-")
+
+for _path in _both("/v1/responses"):
+    @router.post(_path)
+    @api(proto)
+    async def responses(request: Request):
+        return await _generate(request, proto.parse_responses, proto.ResponsesOutput, "resp_")
+
+for _path in _both("/v1/models"):
+    @router.get(_path)
+    @api(proto)
+    async def models(request: Request):
+        return JSONResponse(proto.models_body(request.app.state.registry.infos()))
+
+for _path in _both("/v1/models/{model:path}"):
+    @router.get(_path)
+    @api(proto)
+    async def model(request: Request, model: str):
+        registry = request.app.state.registry
+        return JSONResponse(proto.model_body(registry.info(registry.resolve(model))))
