@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from llamay.defaults import default_model_path
+from llamay.server.thread import ServerThread as LiveServer  # test modules import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("LLAMAY_SHARED", ROOT.parent / "shared"))
@@ -51,49 +52,6 @@ def fixtures_dir() -> Path:
     if not FIXTURES.exists():
         pytest.fail(f"shared fixtures not found at {FIXTURES} (set LLAMAY_SHARED)")
     return FIXTURES
-
-
-class LiveServer:
-    """`llamay serve` in a thread of this process on 127.0.0.1 and a free port."""
-
-    def __init__(self, argv: list[str]):
-        import threading
-
-        import uvicorn
-
-        from llamay.cli import serve
-        from llamay.cli.main import build_parser
-        args = build_parser().parse_args(["serve", *argv])
-        self.app = serve.build_app(args)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        import time
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    @property
-    def registry(self):
-        return self.app.state.registry
-
-    def check_pages(self):
-        """The state engine's invariants hold on every loaded model, and no context holds pages but the
-        named ones."""
-        for loaded in self.registry.loaded.values():
-            fut = loaded.scheduler.call(lambda runner: (runner.state.check(), runner.state.contexts()))
-            _, ctxs = fut.result(timeout=30)
-            named = {nc.ctx for nc in self.app.state.contexts.values() if nc.model == loaded.info.name}
-            assert set(ctxs) == named, (ctxs, named)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 @pytest.fixture(scope="session")

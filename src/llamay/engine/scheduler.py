@@ -107,6 +107,8 @@ class Scheduler:
 
     def submit(self, job: Job):
         with self.cv:
+            if self.stopping:
+                raise Overloaded("the model was unloaded; send the request again")
             if len(self.queue) >= self.max_queue:
                 raise Overloaded(f"{len(self.queue)} requests are queued (the limit); try again later")
             self.queue.append((job, time.perf_counter_ns()))

@@ -62,9 +62,10 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
 
 
 class Generation:
-    """A submitted job and the way back: start() queues it (ProtocolError 503 at once when the queue is
-    full); events() yields Delta / Finish as they come; closing events() early, or cancel(), cancels the
-    job (its pages are freed at the scheduler's next step)."""
+    """A submitted job and the way back: making one queues the job (ProtocolError 503 at once when the
+    queue is full); events() yields Delta / Finish as they come; closing events() early, or cancel(),
+    cancels the job (its pages are freed at the scheduler's next step). The caller counted the model busy
+    before; the first cancel() gives that back."""
 
     def __init__(self, loaded: Loaded, req: GenRequest, prep: Prepared, ctx: int | None = None, on_close=None):
         self.loaded, self.req, self.on_close = loaded, req, on_close
@@ -77,7 +78,6 @@ class Generation:
             loaded.scheduler.submit(self.job)
         except Overloaded as e:
             raise ProtocolError(503, str(e), "overloaded") from None
-        loaded.busy += 1
         self.load_ns = 0 if loaded.load_charged else loaded.load_ns
         loaded.load_charged = True
         self._open = True

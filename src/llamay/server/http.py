@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +17,7 @@ from .generation import Generation, prepare
 from .protocol.base import Finish, GenRequest, ProtocolError, ResponseMeta, Usage
 
 DISCONNECT_POLL_S = 0.25
+log = logging.getLogger("llamay.server")
 
 
 async def read_json(request: Request) -> dict:
@@ -42,8 +44,15 @@ def api(proto):
                 return await route(*args, **kwargs)
             except ProtocolError as e:
                 return error_response(proto, e)
+            except Exception as e:  # a bug: still answered in the API's shape, not as a plain-text page
+                log.exception("unexpected error in %s", route.__name__)
+                return error_response(proto, internal_error(e))
         return handler
     return wrap
+
+
+def internal_error(e: Exception) -> ProtocolError:
+    return ProtocolError(500, f"internal error: {type(e).__name__}: {e}", "internal")
 
 
 def error_response(proto, err: ProtocolError) -> JSONResponse:
@@ -72,11 +81,18 @@ class Runner:
         the prompt's size before generating (Usage.prompt_tokens; cache hits are only known at the end)."""
         try:
             loaded = loaded or await self.registry.get(req.model, req.keep_alive)
+        except BaseException:
+            if on_close:
+                on_close()
+            raise
+        loaded.busy += 1  # not unloaded from here on; the Generation gives it back when it ends
+        try:
             prep = await asyncio.to_thread(prepare, loaded, req, extra)
             meta = new_meta(id_prefix, req.model or loaded.info.name)
             out = make_output(req, meta, Usage(len(prep.ids) + extra)) if prompt_usage else make_output(req, meta)
             gen = Generation(loaded, req, prep, ctx, on_close)
         except BaseException:
+            loaded.busy -= 1
             if on_close:
                 on_close()
             raise
@@ -108,10 +124,18 @@ async def _frames(proto, out, events: AsyncIterator, gen: Generation) -> AsyncIt
         for frame in out.end():
             yield frame
     except ProtocolError as e:
-        for frame in out.fail(e) if hasattr(out, "fail") else [proto.stream_error(e)]:
+        for frame in _failed(proto, out, e):
+            yield frame
+    except Exception as e:  # a bug: the client still gets the API's error frame, not a cut stream
+        log.exception("unexpected error while streaming")
+        for frame in _failed(proto, out, internal_error(e)):
             yield frame
     finally:
         gen.cancel()
+
+
+def _failed(proto, out, err: ProtocolError) -> list[str]:
+    return out.fail(err) if hasattr(out, "fail") else [proto.stream_error(err)]
 
 
 async def _collect(request: Request, out, events: AsyncIterator, gen: Generation):

@@ -44,7 +44,8 @@ class Loaded:
     llm: object  # llamay.LLM
     scheduler: Scheduler
     load_ns: int
-    keep_alive: float = DEFAULT_KEEP_ALIVE  # seconds after last use; < 0: forever
+    default_keep_alive: float = DEFAULT_KEEP_ALIVE  # the server's --keep-alive
+    keep_alive: float = DEFAULT_KEEP_ALIVE  # seconds after last use, as the last request asked; < 0: forever
     last_used: float = field(default_factory=time.time)
     busy: int = 0  # requests in flight
     contexts: set[str] = field(default_factory=set)  # named context ids living on this model
@@ -54,8 +55,8 @@ class Loaded:
         return None if self.keep_alive < 0 else self.last_used + self.keep_alive
 
     def touch(self, keep_alive: float | None):
-        if keep_alive is not None:
-            self.keep_alive = keep_alive
+        """A request used the model: it stays keep_alive seconds from now (None: the server's default)."""
+        self.keep_alive = self.default_keep_alive if keep_alive is None else keep_alive
         self.last_used = time.time()
 
 
@@ -147,7 +148,7 @@ class Registry:
         t0 = time.perf_counter_ns()
         llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget)
         sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, s.concurrency, s.max_queue, s.batch)
-        return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive)
+        return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive)
 
     def unload(self, name: str) -> bool:
         loaded = self.loaded.pop(name, None)

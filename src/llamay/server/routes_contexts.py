@@ -115,12 +115,13 @@ async def _restore(request: Request):
         try:
             ctx = await _on_thread(loaded, lambda runner: snapshots.restore(loaded.llm, path))
         except SnapshotError as e:
-            raise bad_request(f"snapshot refused: {e}", "snapshot") from None
+            why = str(e).replace(f"{path}: ", "")  # the server's temp file means nothing to the client
+            raise bad_request(f"snapshot refused: {why}", "snapshot") from None
     finally:
         os.unlink(path)
     nc = _add(request, loaded, ctx, None)
     body = await _on_thread(loaded, lambda runner: _describe(nc, runner))
-    return JSONResponse(body, status_code=201)
+    return JSONResponse({**body, "cached_tokens": body["tokens"]}, status_code=201)  # nothing recomputed
 
 
 @router.get("/v1/contexts")
@@ -209,15 +210,17 @@ async def generate(request: Request, cid: str):
 @router.post("/v1/contexts/{cid}/chat")
 @api(proto)
 async def chat(request: Request, cid: str):
-    """Appends messages to a context made from messages and answers like chat completions. The whole
-    conversation is rendered again; only what differs from the context's tokens is computed."""
+    """Appends messages (none: answers the conversation as it stands) to a context made from messages and
+    answers like chat completions. The whole conversation is rendered again; only what differs from the
+    context's tokens is computed."""
     nc = _get(request, cid)
     if nc.messages is None:
         raise bad_request(f"context '{cid}' was not made from messages; use /generate", "messages")
     body = await read_json(request)
-    req = proto.parse_chat({**body, "model": nc.model})
+    appended = body.get("messages") not in (None, [])
+    req = proto.parse_chat({**body, "model": nc.model, "messages": body["messages"] if appended else nc.messages})
     loaded = await _loaded(request, nc)
-    messages = nc.messages + req.messages
+    messages = nc.messages + req.messages if appended else nc.messages
     full = await asyncio.to_thread(render, loaded, type(req)(model=nc.model, messages=messages, tools=req.tools))
     req.n = 1
 

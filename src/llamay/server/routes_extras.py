@@ -23,6 +23,14 @@ async def metrics(request: Request):
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
+def _model(body: dict) -> str | None:
+    """The optional model name (absent: the default model)."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request("model must be a string", "model")
+    return model
+
+
 @router.post("/tokenize")
 @api(proto)
 async def tokenize(request: Request):
@@ -30,7 +38,7 @@ async def tokenize(request: Request):
     content = body.get("content")
     if not isinstance(content, str):
         raise bad_request("content must be a string", "content")
-    loaded = await request.app.state.registry.get(body.get("model"))
+    loaded = await request.app.state.registry.get(_model(body))
     tok = loaded.llm.tokenizer
     ids = tok.encode(content, add_special=bool(body.get("add_special", False)),
                      parse_special=bool(body.get("parse_special", True)))
@@ -53,7 +61,7 @@ async def detokenize(request: Request):
     ids = body.get("tokens")
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise bad_request("tokens must be a list of integers", "tokens")
-    loaded = await request.app.state.registry.get(body.get("model"))
+    loaded = await request.app.state.registry.get(_model(body))
     bad = [t for t in ids if not 0 <= t < loaded.llm.n_vocab]
     if bad:
         raise bad_request(f"token ids out of range [0, {loaded.llm.n_vocab}): {bad[:5]}", "tokens")

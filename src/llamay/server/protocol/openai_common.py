@@ -184,6 +184,8 @@ ERROR_TYPES = {
 def error_object(err: ProtocolError) -> dict:
     """The four keys OpenAI always sends: message, type, param, code."""
     kind, code = ERROR_TYPES.get(err.kind, ("server_error", None))
+    if err.kind == "not_found" and err.param != "model":
+        code = None  # something else not found (a context): not OpenAI's model_not_found
     return {"message": err.message, "type": kind, "param": err.param, "code": code}
 
 

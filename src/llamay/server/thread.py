@@ -1,0 +1,43 @@
+"""A server in a thread of this process on 127.0.0.1 and a free port: for tests and benchmarks."""
+from __future__ import annotations
+
+import threading
+import time
+
+
+class ServerThread:
+    def __init__(self, argv: list[str], start_timeout: float = 60.0):
+        """argv: `llamay serve` arguments (without --host/--port)."""
+        import uvicorn
+
+        from ..cli import serve
+        from ..cli.main import build_parser
+        self.app = serve.build_app(build_parser().parse_args(["serve", *argv]))
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="llamay-test-server", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + start_timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the server did not start")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def registry(self):
+        return self.app.state.registry
+
+    def check_pages(self):
+        """The state engine's invariants hold on every loaded model, and only named contexts hold pages
+        (besides the prefix cache). Raises AssertionError or the state engine's InvariantError."""
+        for loaded in list(self.registry.loaded.values()):
+            fut = loaded.scheduler.call(lambda runner: (runner.state.check(), runner.state.contexts()))
+            _, ctxs = fut.result(timeout=30)
+            named = {nc.ctx for nc in self.app.state.contexts.values() if nc.model == loaded.info.name}
+            assert set(ctxs) == named, f"engine contexts {sorted(ctxs)}, named {sorted(named)}"
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
