@@ -2,7 +2,7 @@
 
     python bench/serve.py batching [--clients 8] [--tokens 64] [--llamacpp]
     python bench/serve.py agent [--conversations 3] [--turns 6]
-    python bench/serve.py load [--requests 200] [--concurrency 16]
+    python bench/serve.py load [--requests 200] [--concurrency 16] [--server-queue 4]
 
 The server runs in this process (so the load test can check the state engine's invariants afterwards);
 clients are threads speaking raw HTTP. --llamacpp also runs llama-cpp-python's server (a subprocess) on
@@ -33,7 +33,7 @@ def sse_chat(url: str, model: str, messages: list[dict], max_tokens: int, timeou
     """One streamed chat completion -> {ttft, total, text, usage}."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
-    t0, ttft, text, usage = time.perf_counter(), None, "", None
+    t0, ttft, text, usage, chunks = time.perf_counter(), None, "", None, 0
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=timeout) as r:
         r.raise_for_status()
         for line in r.iter_lines():
@@ -46,7 +46,10 @@ def sse_chat(url: str, model: str, messages: list[dict], max_tokens: int, timeou
                 piece = choice["delta"].get("content") or ""
                 if piece and ttft is None:
                     ttft = time.perf_counter() - t0
+                chunks += bool(piece)
                 text += piece
+    if usage is None:  # llama-cpp-python's server sends no usage when streaming: one chunk per token
+        usage = {"completion_tokens": chunks}
     return {"ttft": ttft, "total": time.perf_counter() - t0, "text": text, "usage": usage}
 
 
@@ -126,11 +129,11 @@ def load(args, url: str, model: str, server: ServerThread) -> dict:
     deadline = time.monotonic() + 10
     while any(m.scheduler.n_running for m in server.registry.loaded.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    server.check_pages()  # raises on a leaked page or a broken invariant
+    held = server.check_pages()  # raises on a leaked page or a broken invariant
     counts = {str(s): statuses.count(s) for s in sorted(set(statuses))}
     bad = sum(c for s, c in counts.items() if s.startswith("5") and s not in ("503", "529"))
     return {"wall_s": wall, "requests_per_s": args.requests / wall, "statuses": counts, "unexpected_5xx": bad,
-            "pages_leaked": 0}
+            "pages_held_by_contexts_after": held}
 
 
 class LlamaCppServer:
@@ -142,7 +145,8 @@ class LlamaCppServer:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(self.port),
-                    "--host", "127.0.0.1", "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--model_alias", "m"]
+                    "--host", "127.0.0.1", "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--model_alias", "m",
+                    "--interrupt_requests", "False"]  # else a new request cuts the running stream
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -168,6 +172,7 @@ def main():
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("-c", "--ctx", type=int, default=4096)
     p.add_argument("--server-concurrency", type=int, default=8)
+    p.add_argument("--server-queue", type=int, default=64, help="the server's --queue (small: deliberate 503s)")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--llamacpp", action="store_true")
@@ -179,7 +184,7 @@ def main():
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     server = ServerThread(["-m", args.model, "-t", str(args.threads), "-c", str(args.ctx),
-                           "--concurrency", str(args.server_concurrency), "--queue", "64"])
+                           "--concurrency", str(args.server_concurrency), "--queue", str(args.server_queue)])
     try:
         model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
         if args.mode == "batching":

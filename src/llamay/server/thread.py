@@ -31,12 +31,20 @@ class ServerThread:
 
     def check_pages(self):
         """The state engine's invariants hold on every loaded model, and only named contexts hold pages
-        (besides the prefix cache). Raises AssertionError or the state engine's InvariantError."""
+        (besides the prefix cache). Raises AssertionError or the state engine's InvariantError.
+        -> pages held by contexts (named ones) over every model."""
+        held = 0
         for loaded in list(self.registry.loaded.values()):
-            fut = loaded.scheduler.call(lambda runner: (runner.state.check(), runner.state.contexts()))
-            _, ctxs = fut.result(timeout=30)
+            def look(runner):
+                runner.state.check()
+                ctxs = runner.state.contexts()
+                return ctxs, sum(len(runner.state.page_table(c)) for c in ctxs)
+
+            ctxs, pages = loaded.scheduler.call(look).result(timeout=30)
+            held += pages
             named = {nc.ctx for nc in self.app.state.contexts.values() if nc.model == loaded.info.name}
             assert set(ctxs) == named, f"engine contexts {sorted(ctxs)}, named {sorted(named)}"
+        return held
 
     def stop(self):
         self.server.should_exit = True
