@@ -116,3 +116,9 @@ def test_bench_json_reports_positive_rates(capsys, smollm_path):
                            "-r", "1", "--json")
     r = json.loads(out)
     assert code == 0 and r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["n_prefill"] == 16
+
+
+def test_serve_warns_only_off_loopback():
+    from llamay.cli.serve import _is_loopback
+    assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
+    assert not _is_loopback("0.0.0.0") and not _is_loopback("192.168.1.5") and not _is_loopback("example.org")

@@ -388,3 +388,18 @@ def test_metrics_count_requests_tokens_and_cache_hits(url, model):
     assert hits > first["prompt_tokens_details"]["cached_tokens"]  # the repeated prompt was found cached
     assert grew(mid, after, "prompt_cache_hit_tokens_total") == hits
     assert 0 < after["llamay_kv_pages_used"][1] <= after["llamay_kv_pages_total"][1]
+
+
+def test_ollama_generate_honours_a_plain_template(live_server):
+    """The template's text reaches the model: the same tokens as the raw prompt it renders to."""
+    opts = {"temperature": 0, "num_predict": 6}
+    templated = httpx.post(live_server.url + "/api/generate", timeout=60, json={
+        "model": "smollm2:135m", "prompt": "Paris is", "system": "Geography.", "stream": False, "options": opts,
+        "template": "Q: {{ .System }} {{ .Prompt }}\nA:"}).json()
+    raw = httpx.post(live_server.url + "/api/generate", timeout=60, json={
+        "model": "smollm2:135m", "prompt": "Q: Geography. Paris is\nA:", "raw": True, "stream": False,
+        "options": opts}).json()
+    assert templated["response"] == raw["response"]
+    refused = httpx.post(live_server.url + "/api/generate", timeout=60, json={
+        "model": "smollm2:135m", "prompt": "x", "template": "{{ if .System }}s{{ end }}", "stream": False})
+    assert refused.status_code == 400 and "not supported" in refused.json()["error"]

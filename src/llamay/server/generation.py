@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from ..chat import ChatTemplateError, prompt_ids, template_for
+from ..chat.gotemplate import GoTemplateError, render_go
 from ..chat.reasoning import ReasoningSplitter
 from ..engine.sampling import SamplingParams
 from ..engine.scheduler import Done, Job, Overloaded, Piece
@@ -28,6 +29,12 @@ def render(loaded: Loaded, req: GenRequest) -> list[int]:
     if req.raw or (req.messages is None and isinstance(req.prompt, list)):
         ids = req.prompt if isinstance(req.prompt, list) else llm.tokenize(req.prompt or "", parse_special=True)
         return list(req.context or []) + list(ids)
+    if req.template is not None and req.messages is None:  # Ollama /api/generate's own template
+        try:
+            text = render_go(req.template, req.system or "", req.prompt or "")
+        except GoTemplateError as e:
+            raise bad_request(str(e), "template") from None
+        return list(req.context or []) + llm.tokenize(text, parse_special=True)
     messages = list(req.messages if req.messages is not None else [{"role": "user", "content": req.prompt or ""}])
     if req.system is not None:
         messages = [{"role": "system", "content": req.system}] + [m for m in messages if m["role"] != "system"]

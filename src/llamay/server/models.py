@@ -106,6 +106,8 @@ class Registry:
     def resolve(self, name: str | None) -> str:
         """A request's model name -> our name; ProtocolError 404 when nobody has that model."""
         if not name:
+            if not self.paths:
+                raise ProtocolError(404, "no model is being served", "not_found", "model")
             return next(iter(self.paths))
         for key in (name, name.removesuffix(":latest"), name.lower(), name.lower().removesuffix(":latest")):
             if key in self.paths:

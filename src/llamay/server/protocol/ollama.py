@@ -391,8 +391,10 @@ def parse_copy(body: Any) -> tuple[str, str]:
     names = []
     for key in ("source", "destination"):
         value = body.get(key)
-        if not isinstance(value, str) or not value:
+        if not value:
             raise bad_request(f"{key} is required", key)
+        if not isinstance(value, str):
+            raise bad_request(f"{key} must be a string", key)
         names.append(value)
     return names[0], names[1]
 
