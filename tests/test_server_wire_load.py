@@ -15,9 +15,11 @@ from test_server_wire import (
     HTTP,
     STORY,
     check_error,
+    model,  # noqa: F401  (fixtures shared with the wire tests)
     ndjson_lines,
     parse_metrics,
     sse_blocks,
+    url,  # noqa: F401
     wait_for,
 )
 
@@ -25,16 +27,6 @@ pytestmark = pytest.mark.model
 # SmolLM2's end-of-generation tokens <|endoftext|> 0 and <|im_end|> 2 (llama.cpp's tokenize.json, case 29),
 # banned so that a "long" request cannot end early
 NO_EOS = {"logit_bias": {"0": -100, "2": -100}}
-
-
-@pytest.fixture(scope="module")
-def url(live_server) -> str:
-    return live_server.url
-
-
-@pytest.fixture(scope="module")
-def model(url) -> str:
-    return HTTP.get(url + "/v1/models").json()["data"][0]["id"]
 
 
 @pytest.fixture(scope="module")
