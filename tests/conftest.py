@@ -13,6 +13,7 @@ SHARED = Path(os.environ.get("LLAMAY_SHARED", ROOT.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 CACHE = Path(os.environ.get("LLAMAY_TEST_CACHE", Path.home() / ".cache" / "llamay-tests"))
 os.environ["LLAMAY_HOME"] = tempfile.mkdtemp(prefix="llamay-home-")  # tests never touch ~/.llamay
+os.environ["OLLAMA_MODELS"] = tempfile.mkdtemp(prefix="ollama-models-")  # nor read ~/.ollama
 
 
 def smollm_file() -> Path | None:
@@ -60,3 +61,15 @@ def live_server(smollm_path):
                          "-c", "2048"])
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def url(live_server) -> str:
+    """The live server's base URL."""
+    return live_server.url
+
+
+@pytest.fixture(scope="session")
+def model(live_server) -> str:
+    """The live server's default model name."""
+    return live_server.registry.resolve(None)

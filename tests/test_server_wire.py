@@ -28,16 +28,6 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$
 ANTHROPIC_EVENT = TypeAdapter(RawMessageStreamEvent)
 HTTP = httpx.Client(timeout=60)  # generous: other work may share the 2 cores
 
-@pytest.fixture(scope="module")
-def url(live_server) -> str:
-    return live_server.url
-
-
-@pytest.fixture(scope="module")
-def model(url) -> str:
-    return HTTP.get(url + "/v1/models").json()["data"][0]["id"]
-
-
 def sse_blocks(resp: httpx.Response) -> list[list[str]]:
     """The events of a whole SSE body, each as its lines; every event ends with a blank line."""
     assert resp.headers["content-type"].split(";")[0] == "text/event-stream"

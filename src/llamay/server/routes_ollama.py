@@ -1,10 +1,12 @@
 """Ollama routes: NDJSON streams unless "stream": false, durations in nanoseconds, {"error": ...} bodies."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+import asyncio
 
-from .http import api, new_meta, read_json
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from .http import api, dumps, new_meta, read_json
 from .protocol import ollama as proto
 from .protocol.base import Finish, ProtocolError, Usage
 
@@ -79,23 +81,91 @@ async def ps(request: Request):
 @router.delete("/api/delete")
 @api(proto)
 async def delete(request: Request):
-    """Takes the name off this server (unloading it); model files given on the command line are never
-    deleted from disk."""
+    """A stored model is removed from llamay's store (Ollama's store is only read: 400); a file given on
+    the command line is only taken off this server, never deleted from disk."""
     registry = request.app.state.registry
     name = registry.resolve(proto.parse_delete(await read_json(request)))
     registry.unload(name)
-    del registry.paths[name]
+    if name in registry.pinned:
+        registry.hidden.add(name)
+    else:
+        await asyncio.to_thread(_store_call, lambda store: store.remove(name), registry.stored[name])
+    registry.refresh()
     return Response(status_code=200)
 
 
 @router.post("/api/copy")
 @api(proto)
 async def copy(request: Request):
-    """A second name for a model (for this server's lifetime)."""
     registry = request.app.state.registry
     source, destination = proto.parse_copy(await read_json(request))
-    path = registry.paths[registry.resolve(source)]
-    if not destination:
-        raise ProtocolError(400, "destination is required", param="destination")
-    registry.paths[destination] = path
+    name = registry.resolve(source)
+    if name in registry.pinned:  # a file: a second name for this server's lifetime
+        registry.pinned[destination] = registry.pinned[name]
+    else:
+        await asyncio.to_thread(_store_call, lambda store: store.copy(name, destination), registry.stored[name])
+    registry.refresh()
     return Response(status_code=200)
+
+
+def _store_call(fn, model):
+    from ..store import Store, StoreError
+    if model.source != "llamay":
+        raise ProtocolError(400, f"{model.name} is in Ollama's store, which llamay only reads", param="model")
+    try:
+        return fn(Store())
+    except StoreError as e:
+        raise ProtocolError(400, str(e), param="model") from None
+
+
+@router.post("/api/pull")
+@api(proto)
+async def pull(request: Request):
+    """Ollama's progress objects as NDJSON (status, digest, total, completed), or one object at the end
+    with "stream": false. A client that goes away does not stop the download (a later pull resumes)."""
+    body = await read_json(request)
+    name = body.get("model") or body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ProtocolError(400, "model is required", param="model")
+    stream = body.get("stream", True) is not False
+    loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+
+    def progress(status: str, digest: str | None = None, completed: int = 0, total: int = 0):
+        update = {"status": status}
+        if digest:
+            update.update(digest=digest, total=total, completed=completed)
+        loop.call_soon_threadsafe(queue.put_nowait, update)
+
+    def run():
+        from ..store import Store, StoreError
+        from ..store.pull import pull as store_pull
+        try:
+            store_pull(Store(), name, progress)
+        except StoreError as e:
+            loop.call_soon_threadsafe(queue.put_nowait, ProtocolError(400, str(e), param="model"))
+        except Exception as e:  # noqa: BLE001 - said to the client, not raised into the event loop
+            loop.call_soon_threadsafe(queue.put_nowait, ProtocolError(500, f"pull failed: {e}", "internal"))
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    worker = asyncio.create_task(asyncio.to_thread(run))
+    registry = request.app.state.registry
+
+    async def updates():
+        while (item := await queue.get()) is not None:
+            yield item
+        await worker
+        registry.refresh()
+
+    if not stream:
+        last = None
+        async for item in updates():
+            if isinstance(item, ProtocolError):
+                raise item
+            last = item
+        return JSONResponse(last)
+
+    async def lines():
+        async for item in updates():
+            yield proto.stream_error(item) if isinstance(item, ProtocolError) else dumps(item) + "\n"
+
+    return StreamingResponse(lines(), media_type=NDJSON)

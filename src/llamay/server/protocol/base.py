@@ -56,6 +56,7 @@ class GenRequest:
     format: Any = None  # structured output (issue 7): kept, not enforced yet
     tools: list[dict] | None = None  # tool definitions (issue 7): rendered by the template when it supports them
     options: dict[str, Any] = field(default_factory=dict)  # anything else API-specific the route needs
+    options_set: frozenset | None = None  # Ollama: the option keys the request set (a model's params fill the rest)
 
 
 @dataclass

@@ -193,6 +193,7 @@ def _apply_options(req: GenRequest, opts: dict[str, Any]) -> None:
     """Sampling knobs -> req.sampling (Ollama's defaults where unset); num_predict -> max_tokens (<= 0:
     unlimited, as Ollama's runner treats it); stop -> req.stop; the rest (num_ctx, ...) -> req.options."""
     req.sampling = {k: opts.get(k, OLLAMA_DEFAULTS[k]) for k in _SAMPLING}
+    req.options_set = frozenset(opts)
     if req.sampling["seed"] is not None and req.sampling["seed"] < 0:
         req.sampling["seed"] = None  # -1: a random seed
     n_predict = opts.get("num_predict")
