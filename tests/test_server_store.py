@@ -22,6 +22,7 @@ def setup(smollm_path, tmp_path_factory):
         mp.setenv("LLAMAY_REGISTRY", reg.url)
         layers = [("application/vnd.ollama.image.model", smollm_path.read_bytes()),
                   ("application/vnd.ollama.image.system", SYSTEM.encode()),
+                  ("application/vnd.ollama.image.template", b"Q: {{ .System }} {{ .Prompt }}\nA:"),
                   ("application/vnd.ollama.image.params", b'{"temperature": 0, "stop": ["\\n"]}')]
         config = json.dumps({"model_format": "gguf", "model_family": "llama"}).encode()
         reg.add_manifest("library/smol", "135m", {
@@ -49,8 +50,15 @@ def test_pull_streams_progress_then_the_model_is_served_with_its_layers(setup):
     ask = {"prompt": "What is the capital of France?", "stream": False}
     stored = httpx.post(server.url + "/api/generate", json={"model": "smol:135m", **ask}, timeout=120).json()
     pinned = httpx.post(server.url + "/api/generate", timeout=120, json={
-        "model": "smollm2:135m", **ask, "system": SYSTEM, "options": {"temperature": 0, "stop": ["\n"]}}).json()
+        "model": "smollm2:135m", "prompt": f"Q: {SYSTEM} {ask['prompt']}\nA:", "raw": True, "stream": False,
+        "options": {"temperature": 0, "stop": ["\n"]}}).json()
     assert stored["response"] == pinned["response"]  # the layers did what the explicit request does
+    chat = {"messages": [{"role": "user", "content": ask["prompt"]}], "stream": False}
+    stored = httpx.post(server.url + "/api/chat", json={"model": "smol:135m", **chat}, timeout=120).json()
+    pinned = httpx.post(server.url + "/api/chat", timeout=120, json={
+        "model": "smollm2:135m", "messages": [{"role": "system", "content": SYSTEM}] + chat["messages"],
+        "stream": False, "options": {"temperature": 0, "stop": ["\n"]}}).json()
+    assert stored["message"]["content"] == pinned["message"]["content"]  # chat: the GGUF's template
     shown = httpx.post(server.url + "/api/show", json={"model": "smol:135m"}).json()
     assert shown["details"]["quantization_level"] == "Q4_1"
 

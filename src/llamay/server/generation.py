@@ -61,6 +61,12 @@ def apply_model_defaults(req: GenRequest, stored) -> None:
     has_system = req.system is not None or any(m.get("role") == "system" for m in req.messages or [])
     if stored.system and not has_system and not req.raw:
         req.system = stored.system
+    if stored.template and req.template is None and req.messages is None and not req.raw:
+        try:  # a plain Go template layer serves /api/generate; others (range, if) leave the GGUF's own
+            render_go(stored.template, "", "")
+            req.template = stored.template
+        except GoTemplateError:
+            pass
     params = stored.params or {}
     stops = params.get("stop") or []
     req.stop = list(dict.fromkeys(list(req.stop) + ([stops] if isinstance(stops, str) else list(stops))))

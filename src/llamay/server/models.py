@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from ..defaults import default_model_path
 from ..engine.digest import weights_digest
 from ..engine.scheduler import Scheduler
-from ..gguf import GGUFReader
+from ..gguf import GGUFError, GGUFReader
+from ..models import UnsupportedModel
 from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
 
@@ -197,7 +198,10 @@ class Registry:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             if name not in self.loaded:
-                self.loaded[name] = await asyncio.to_thread(self._load, name)
+                try:
+                    self.loaded[name] = await asyncio.to_thread(self._load, name)
+                except (UnsupportedModel, GGUFError, ValueError) as e:
+                    raise ProtocolError(400, f"model '{name}' cannot generate: {e}", param="model") from None
         loaded = self.loaded[name]
         loaded.touch(keep_alive)
         return loaded
