@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -45,4 +46,7 @@ def create_app(registry: Registry) -> FastAPI:
 async def _reap(registry: Registry):
     while True:
         await asyncio.sleep(REAP_EVERY_S)
-        await asyncio.to_thread(registry.reap)
+        try:
+            await asyncio.to_thread(registry.reap)
+        except Exception:  # noqa: BLE001 - the reaper must outlive one bad pass
+            logging.getLogger("llamay.server").exception("unloading idle models failed")

@@ -225,7 +225,7 @@ class Registry:
     def reap(self, now: float | None = None) -> list[str]:
         """Unload models idle past their keep_alive (not those busy or holding named contexts)."""
         now = time.time() if now is None else now
-        gone = [name for name, m in self.loaded.items()
+        gone = [name for name, m in list(self.loaded.items())
                 if not m.busy and not m.contexts and m.expires_at() is not None and m.expires_at() <= now]
         for name in gone:
             self.unload(name)
