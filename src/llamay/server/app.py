@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from . import routes_anthropic, routes_contexts, routes_extras, routes_ollama, routes_openai
+from . import routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_ollama, routes_openai
 from .http import Runner
 from .metrics import Metrics
 from .models import Registry
@@ -32,7 +32,7 @@ def create_app(registry: Registry) -> FastAPI:
     app.state.registry = registry
     app.state.runner = Runner(registry, Metrics())
     app.state.contexts = {}
-    for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts):
+    for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed):
         app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)

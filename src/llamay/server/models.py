@@ -208,6 +208,10 @@ class Registry:
 
     def _load(self, name: str) -> Loaded:
         import llamay
+
+        from .embed_models import is_encoder
+        if is_encoder(self.paths[name]):
+            raise ProtocolError(400, f"{name} is an embedding model: it cannot generate", param="model")
         s = self.settings
         t0 = time.perf_counter_ns()
         llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget)

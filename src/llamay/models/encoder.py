@@ -1,0 +1,144 @@
+"""A bidirectional encoder (bert, nomic-bert) over a padding-free batch: the tokens of every input are
+concatenated and each attends only to its own sequence. Projections run on llamay's C matmul (F16, Q8_0 and
+every other supported block type); LayerNorm, GELU, attention and pooling are numpy, row-independent, so a
+sequence's output does not depend on what else is in the batch. Shapes: n = tokens in the batch.
+
+ref: llama.cpp src/llama-model.cpp build_bert and src/llama-graph.cpp build_pooling."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..gguf import GGUFReader, dequantize
+from ..kernels.matmul import QWeight, matmul
+from ..kernels.ops import rope
+from .encoder_spec import EncoderSpec
+from .spec import UnsupportedModel
+from .weights import Embedding
+
+_LINEAR = ("attn_output", "ffn_up", "ffn_down")
+_NORMS = ("attn_output_norm", "layer_output_norm")
+
+
+def expected_tensors(spec: EncoderSpec) -> tuple[list[str], list[str]]:
+    """(required, optional) GGUF tensor names. Optional: the classification head (rank pooling)."""
+    top = ["token_embd.weight", "token_embd_norm.weight", "token_embd_norm.bias"]
+    top += [] if spec.rope_base else ["position_embd.weight"]
+    mats = ["attn_qkv"] if spec.fused_qkv else ["attn_q", "attn_k", "attn_v"]
+    mats += list(_LINEAR) + (["ffn_gate"] if spec.ffn == "swiglu" else [])
+    layer = [f"{m}.weight" for m in mats] + [f"{m}.bias" for m in mats if spec.biases and m != "ffn_gate"]
+    layer += [f"{m}.{p}" for m in _NORMS for p in ("weight", "bias")]
+    required = top + [f"blk.{i}.{t}" for i in range(spec.n_layer) for t in layer]
+    optional = ["token_types.weight", "cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"]
+    return required, optional
+
+
+class Encoder:
+    def __init__(self, reader: GGUFReader, spec: EncoderSpec, nthreads: int):
+        self.spec, self.nthreads = spec, nthreads
+        required, optional = expected_tensors(spec)
+        present = set(reader.tensors)
+        missing = [n for n in required if n not in present]
+        if missing:
+            raise UnsupportedModel(f"{reader.path}: missing tensors {missing[:5]}")
+        unexpected = sorted(present - set(required) - set(optional))
+        if unexpected:
+            raise UnsupportedModel(f"{reader.path}: unexpected tensors {unexpected[:5]} for {spec.arch}")
+        if spec.pooling == "rank" and "cls.output.weight" not in present:
+            raise UnsupportedModel(f"{reader.path}: pooling 'rank' needs the cls.output.weight head")
+        self.w = {n: self._load(reader, n) for n in sorted(present)}
+        self.token_embd = Embedding(reader, "token_embd.weight")
+
+    @staticmethod
+    def _load(reader: GGUFReader, name: str):
+        """2-D weights of linear layers stay as block bytes; vectors and lookup tables become float32."""
+        t = reader.tensors[name]
+        table = name in ("position_embd.weight", "token_types.weight")
+        if len(t.shape) == 2 and not table and name != "token_embd.weight":
+            return QWeight.from_gguf(reader, name)
+        if name == "token_embd.weight":
+            return None  # looked up row by row (Embedding)
+        data = dequantize(reader.data(name), t.qtype, t.shape)
+        return np.ascontiguousarray(data.reshape(t.shape[::-1]), np.float32)  # [rows, row length]
+
+    @property
+    def n_types(self) -> int:
+        t = self.w.get("token_types.weight")
+        return 0 if t is None else t.shape[0]
+
+    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        y = matmul(x, self.w[name + ".weight"], n_threads=self.nthreads)
+        bias = self.w.get(name + ".bias")
+        return y if bias is None else y + bias
+
+    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """LayerNorm over the last axis, statistics in float64."""
+        mean = x.mean(axis=-1, keepdims=True, dtype=np.float64)
+        var = np.square(x - mean).mean(axis=-1, keepdims=True)
+        y = ((x - mean) / np.sqrt(var + self.spec.norm_eps)).astype(np.float32)
+        return np.ascontiguousarray(y * self.w[name + ".weight"] + self.w[name + ".bias"])
+
+    def forward(self, ids: np.ndarray, lens: list[int], types: np.ndarray | None = None) -> np.ndarray:
+        """ids int32 [n]: sequences of lengths lens, concatenated; types int32 [n] token types (default 0).
+        -> final hidden states float32 [n, n_embd]."""
+        s = self.spec
+        assert sum(lens) == len(ids) and all(0 < n <= s.n_ctx_train for n in lens), (lens, s.n_ctx_train)
+        pos = np.concatenate([np.arange(n, dtype=np.int32) for n in lens])
+        x = self.token_embd(ids)
+        if self.n_types:
+            x = x + self.w["token_types.weight"][np.zeros(len(ids), np.int32) if types is None else types]
+        if not s.rope_base:
+            x = x + self.w["position_embd.weight"][pos]
+        x = self._norm(x, "token_embd_norm")
+        for il in range(s.n_layer):
+            x = self._block(x, f"blk.{il}.", pos, lens)
+        return x
+
+    def _block(self, x: np.ndarray, p: str, pos: np.ndarray, lens: list[int]) -> np.ndarray:
+        """One post-norm block: x = LN(x + attn(x)); x = LN(x + ffn(x))."""
+        s = self.spec
+        if s.fused_qkv:
+            q, k, v = np.split(self._linear(x, p + "attn_qkv"), 3, axis=1)
+        else:
+            q, k, v = (self._linear(x, p + n) for n in ("attn_q", "attn_k", "attn_v"))
+        q, k, v = (np.ascontiguousarray(t).reshape(len(x), s.n_head, s.head_dim) for t in (q, k, v))
+        if s.rope_base:
+            for t in (q, k):
+                rope(t, pos, s.head_dim, s.rope_base, True, self.nthreads)
+        attn = np.empty_like(q)
+        lo = 0
+        for n in lens:
+            attn[lo:lo + n] = _attention(q[lo:lo + n], k[lo:lo + n], v[lo:lo + n], s.scale)
+            lo += n
+        o = self._linear(attn.reshape(len(x), s.n_embd), p + "attn_output")
+        x = self._norm(x + o, p + "attn_output_norm")
+        if s.ffn == "swiglu":
+            g = self._linear(x, p + "ffn_gate")
+            h = g / (1.0 + np.exp(-g)) * self._linear(x, p + "ffn_up")
+        else:
+            h = gelu(self._linear(x, p + "ffn_up"))
+        y = self._linear(np.ascontiguousarray(h, np.float32), p + "ffn_down")
+        return self._norm(x + y, p + "layer_output_norm")
+
+    def classify(self, cls_rows: np.ndarray) -> np.ndarray:
+        """Classification head on [n_seq, n_embd] rows -> [n_seq, n_labels]: optional dense + tanh
+        (BERT's pooler), then the output projection."""
+        h = cls_rows
+        if "cls.weight" in self.w:
+            h = np.tanh(self._linear(np.ascontiguousarray(h), "cls")).astype(np.float32)
+        return self._linear(np.ascontiguousarray(h), "cls.output")
+
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    """Bidirectional attention of one sequence: [n, n_head, head_dim] each -> [n, n_head, head_dim].
+    einsum, not `@`: BLAS's spinning thread pool fights llamay's matmul threads (15x slower on 2 cores)."""
+    s = np.einsum("qhd,khd->hqk", q, k) * np.float32(scale)  # [n_head, n, n]
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    s /= s.sum(axis=-1, keepdims=True)
+    return np.einsum("hqk,khd->qhd", s, v)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh form: what llama.cpp's build_bert applies (ggml_gelu); HF BERT's erf form differs by
+    < 1e-3 per element. ref: ggml/src/ggml-cpu/vec.h ggml_gelu_f32."""
+    c = np.float32(np.sqrt(2.0 / np.pi))
+    return (0.5 * x * (1.0 + np.tanh(c * x * (1.0 + np.float32(0.044715) * x * x)))).astype(np.float32)

@@ -1,0 +1,107 @@
+"""Embedding and reranking routes: OpenAI /v1/embeddings, Ollama /api/embed and /api/embeddings,
+llama-server /v1/rerank (and their unprefixed / `reranking` aliases). The lead includes `router` in app.py.
+
+Each request runs whole on one Embedder call (embed_models.run_embedder): encoders in a worker thread under
+the model's lock, decoders on their scheduler thread, so generation on other models (or the same one,
+between steps) goes on meanwhile."""
+from __future__ import annotations
+
+import logging
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from .embed_models import run_embedder
+from .http import api, read_json
+from .protocol import embeddings as conv
+from .protocol import ollama as ollama_proto
+from .protocol import openai as openai_proto
+from .protocol.base import ProtocolError, bad_request
+
+router = APIRouter()
+log = logging.getLogger("llamay.server")
+
+
+def embed_inputs(emb, req: conv.EmbedRequest) -> tuple[list, int]:
+    """(vectors, prompt tokens) for req on emb (called on the embedder's thread). An input over the
+    context is cut to it when req.truncate (Ollama's default, logged), else a 400 context_length."""
+    if emb.pooling in ("none", "rank"):
+        raise bad_request(f"this model's pooling type is '{emb.pooling}': it does not give one vector per input",
+                          "model")
+    inputs = list(req.inputs)
+    for i, x in enumerate(inputs):
+        if isinstance(x, list) and any(t < 0 or t >= emb.tokenizer.n_vocab for t in x):
+            raise bad_request(f"input[{i}] has a token id outside the vocabulary (0..{emb.tokenizer.n_vocab - 1})",
+                              "input")
+    counts = emb.count_tokens(inputs)
+    for i, n in enumerate(counts):
+        if n <= emb.n_ctx:
+            continue
+        if not req.truncate:
+            raise ProtocolError(400, f"the input length exceeds the context length: input[{i}] has {n} tokens, "
+                                f"the limit is {emb.n_ctx}", "context_length", "input")
+        ids = inputs[i] if isinstance(inputs[i], list) else emb.tokenizer.encode(inputs[i])
+        inputs[i], counts[i] = ids[:emb.n_ctx], emb.n_ctx
+        log.warning("embedding input %d cut from %d to %d tokens (truncate is on)", i, n, emb.n_ctx)
+    try:
+        vectors = emb.embed(inputs, normalize=req.normalize) if inputs else []
+    except ValueError as e:
+        raise ProtocolError(400, str(e), "context_length", "input") from None
+    return vectors, sum(counts)
+
+
+def rank_documents(emb, req: conv.RerankRequest) -> tuple[list[float], int]:
+    if emb.pooling != "rank":
+        raise bad_request(f"this model does not rerank (its pooling type is '{emb.pooling}', not 'rank')", "model")
+    q = emb.count_tokens([req.query])[0]
+    total = sum(q + n for n in emb.count_tokens(req.documents))
+    try:
+        return list(emb.rank(req.query, req.documents)), total
+    except ValueError as e:
+        raise ProtocolError(400, str(e), "context_length", "documents") from None
+
+
+async def _embed(request: Request, req: conv.EmbedRequest):
+    return await run_embedder(request.app.state, req.model, lambda emb: embed_inputs(emb, req), req.keep_alive)
+
+
+for _path in ("/v1/embeddings", "/embeddings"):
+    @router.post(_path)
+    @api(openai_proto)
+    async def openai_embeddings(request: Request):
+        req = conv.parse_openai(await read_json(request))
+        used = await _embed(request, req)
+        vectors, n_tokens = used.result
+        vectors = conv.shape_vectors(vectors, req, used.n_embd)
+        return JSONResponse(conv.openai_body(req, req.model, vectors, n_tokens))
+
+
+@router.post("/api/embed")
+@api(ollama_proto)
+async def ollama_embed(request: Request):
+    t0 = time.perf_counter_ns()
+    req = conv.parse_ollama_embed(await read_json(request))
+    used = await _embed(request, req)
+    vectors, n_tokens = used.result
+    vectors = conv.shape_vectors(vectors, req, used.n_embd)
+    total = time.perf_counter_ns() - t0
+    return JSONResponse(conv.ollama_embed_body(req.model, vectors, n_tokens, total, used.load_ns))
+
+
+@router.post("/api/embeddings")
+@api(ollama_proto)
+async def ollama_embeddings(request: Request):
+    req = conv.parse_ollama_embeddings(await read_json(request))
+    used = await _embed(request, req)
+    return JSONResponse(conv.ollama_embeddings_body(used.result[0]))
+
+
+for _path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking"):
+    @router.post(_path)
+    @api(openai_proto)
+    async def rerank(request: Request):
+        req = conv.parse_rerank(await read_json(request))
+        used = await run_embedder(request.app.state, req.model, lambda emb: rank_documents(emb, req))
+        scores, n_tokens = used.result
+        return JSONResponse(conv.rerank_body(req, req.model or used.name, scores, n_tokens))
