@@ -18,6 +18,8 @@ def add_parser(p):
     p.add_argument("--min-p", type=float, default=0.05)
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--grammar-file", help="a GBNF grammar the output must follow")
+    p.add_argument("--json-schema", metavar="FILE", help="a JSON schema file the output must follow")
     p.add_argument("--verbose", action="store_true", help="print timings to stderr")
 
 
@@ -26,9 +28,28 @@ def _sampling(args) -> dict:
                 min_p=args.min_p, repeat_penalty=args.repeat_penalty, seed=args.seed)
 
 
-def _stream(llm, prompt, args) -> str:
+def _grammar(llm, args):
+    """--grammar-file / --json-schema -> a compiled llamay.grammar.Grammar (or None)."""
+    if args.grammar_file and args.json_schema:
+        raise CLIError("give --grammar-file or --json-schema, not both")
+    path = args.grammar_file or args.json_schema
+    if not path:
+        return None
+    from ..grammar import Grammar, GrammarError
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except OSError as e:
+        raise CLIError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        return Grammar.compile(llm.tokenizer, "gbnf" if args.grammar_file else "json_schema", source)
+    except GrammarError as e:
+        raise CLIError(f"{path}: {e}") from None
+
+
+def _stream(llm, prompt, args, grammar=None) -> str:
     out = []
-    for piece in llm.generate(prompt, **_sampling(args)):
+    for piece in llm.generate(prompt, grammar=grammar, **_sampling(args)):
         sys.stdout.write(piece)
         sys.stdout.flush()
         out.append(piece)
@@ -42,14 +63,15 @@ def _stream(llm, prompt, args) -> str:
 
 def run(args):
     llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget)
+    grammar = _grammar(llm, args)
     if args.prompt is not None:
-        _stream(llm, args.prompt, args)
+        _stream(llm, args.prompt, args, grammar)
         print()
         return
-    _chat(llm, args)
+    _chat(llm, args, grammar)
 
 
-def _chat(llm, args):
+def _chat(llm, args, grammar):
     try:
         template = template_for(llm.metadata, llm.tokenizer)
     except ChatTemplateError as e:
@@ -70,5 +92,5 @@ def _chat(llm, args):
             eprint(f"llamay: the chat template refused this conversation: {e}")
             messages.pop()
             continue
-        messages.append({"role": "assistant", "content": _stream(llm, ids, args)})
+        messages.append({"role": "assistant", "content": _stream(llm, ids, args, grammar)})
         print()

@@ -24,6 +24,8 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"], help="KV cache type (default f16)")
     p.add_argument("--kv-budget", type=parse_size, default=None,
                    help="memory for KV pages per model, e.g. 512M (default: room for 4 full contexts)")
+    p.add_argument("--grammar-file", default=None,
+                   help="a GBNF grammar every request follows unless it asks for its own format")
     p.add_argument("--keep-alive", type=float, default=300.0,
                    help="seconds a model stays loaded after its last request (default 300; <0: forever)")
 
@@ -35,7 +37,7 @@ def build_app(args):
         raise CLIError("--concurrency and --batch must be at least 1, --queue at least 0")
     settings = models.Settings(threads=args.threads, kv=args.kv, kv_budget=args.kv_budget, n_ctx=args.ctx_size,
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
-                               keep_alive=args.keep_alive)
+                               keep_alive=args.keep_alive, grammar=_read(args.grammar_file))
     try:
         registry = models.Registry(args.model or [], settings)
     except ValueError as e:
@@ -45,6 +47,16 @@ def build_app(args):
     if not registry.paths:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
     return create_app(registry)
+
+
+def _read(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise CLIError(f"cannot read {path}: {e.strerror}") from None
 
 
 def _is_loopback(host: str) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..tokenizer import IncrementalDecoder
+from . import constrain
 from .sampling import Sampler, SamplingParams
 from .stops import StopMatcher
 
@@ -54,9 +55,12 @@ class Context:
         self.llm.check_ids(ids, extra=len(self.tokens))
         return self._runner.extend(self.id, ids)
 
-    def generate(self, max_tokens: int = 128, stop: str | list[str] | None = None, **sampling) -> Iterator[str]:
-        """Continue this context (generated tokens are appended to it). sampling: SamplingParams fields."""
-        return generate_tokens(self, SamplingParams(**sampling), max_tokens, [stop] if isinstance(stop, str) else stop)
+    def generate(self, max_tokens: int = 128, stop: str | list[str] | None = None, grammar=None,
+                 **sampling) -> Iterator[str]:
+        """Continue this context (generated tokens are appended to it). sampling: SamplingParams fields;
+        grammar: a llamay.grammar.Grammar the output must follow."""
+        return generate_tokens(self, SamplingParams(**sampling), max_tokens, [stop] if isinstance(stop, str) else stop,
+                               grammar)
 
     def fork(self, n: int = 1) -> list["Context"]:
         """n contexts sharing this one's pages (zero pages allocated; copy-on-write on divergence)."""
@@ -75,32 +79,35 @@ class Context:
         return f"Context(id={self.id}, tokens={len(self.tokens)}, pages={self.n_pages})"
 
 
-def generate_tokens(ctx: Context, params: SamplingParams, max_tokens: int, stops: list[str] | None) -> Iterator[str]:
+def generate_tokens(ctx: Context, params: SamplingParams, max_tokens: int, stop_strings: list[str] | None,
+                    grammar=None) -> Iterator[str]:
     """Sample up to max_tokens after ctx, appending them to it. The last sampled token is left pending
     (computed by the next extend) so that a finished generation costs no extra forward pass."""
     llm, runner = ctx.llm, ctx._runner
     history = list(ctx.tokens)
     logits = ctx.logits
     llm.stats = stats = GenerationStats(prompt_tokens=len(history), cached_tokens=ctx.n_cached)
-    sampler, detok, matcher = Sampler(params), IncrementalDecoder(llm.tokenizer), StopMatcher(stops)
+    sampler, detok, stops = Sampler(params), IncrementalDecoder(llm.tokenizer), StopMatcher(stop_strings)
     stats.finish_reason, t0 = "length", time.perf_counter()
+    matcher = grammar.matcher() if grammar is not None else None
     for i in range(max_tokens):
-        tok = sampler.sample(logits, history)
+        tok = constrain.sample(sampler, logits, history, matcher)
         if tok in llm.tokenizer.eog_ids:
             stats.finish_reason = "stop"
             break
+        complete = constrain.accept(matcher, tok, llm.tokenizer.eog_ids)
         history.append(tok)
         stats.generated_tokens += 1
         stats.token_ids.append(tok)
-        text = matcher.feed(detok.add(tok))
+        text = stops.feed(detok.add(tok))
         if text:
             yield text
-        if matcher.stopped or i == max_tokens - 1 or len(history) >= llm.n_ctx:
-            stats.finish_reason = "stop" if matcher.stopped else "length"
+        if stops.stopped or complete or i == max_tokens - 1 or len(history) >= llm.n_ctx:
+            stats.finish_reason = "stop" if stops.stopped or complete else "length"
             runner.pending[ctx.id] = [tok]
             break
         logits = runner.extend(ctx.id, [tok])
-    tail = matcher.feed(detok.flush()) + matcher.flush()
+    tail = stops.feed(detok.flush()) + stops.flush()
     if tail:
         yield tail
     stats.decode_s = time.perf_counter() - t0

@@ -125,22 +125,23 @@ class LLM:
     def generate(self, prompt: str | list[int], max_tokens: int = 128, temperature: float = 0.8,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
                  presence_penalty: float = 0.0, frequency_penalty: float = 0.0, seed: int | None = None,
-                 stop: str | list[str] | None = None) -> Iterator[str]:
+                 stop: str | list[str] | None = None, grammar=None) -> Iterator[str]:
         """Yields text pieces (never half a UTF-8 character). Ends at an end-of-generation token, a stop
-        string (not emitted), max_tokens, or the end of the context; self.stats says which."""
+        string (not emitted), max_tokens, the end of the context, or a grammar's complete output
+        (grammar: llamay.grammar.Grammar); self.stats says which."""
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                 repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                                 frequency_penalty=frequency_penalty, seed=seed)
         ids = self._ids(prompt)
         self.check_ids(ids)
-        return self._one_shot(ids, params, max_tokens, [stop] if isinstance(stop, str) else stop)
+        return self._one_shot(ids, params, max_tokens, [stop] if isinstance(stop, str) else stop, grammar)
 
-    def _one_shot(self, ids, params, max_tokens, stops) -> Iterator[str]:
+    def _one_shot(self, ids, params, max_tokens, stops, grammar) -> Iterator[str]:
         t0 = time.perf_counter()
         ctx = self.create_context(ids)
         prefill_s = time.perf_counter() - t0
         try:
-            for piece in generate_tokens(ctx, params, max_tokens, stops):
+            for piece in generate_tokens(ctx, params, max_tokens, stops, grammar):
                 yield piece
         finally:
             self.stats.prefill_s = prefill_s

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..kv import OutOfPages
 from ..tokenizer import IncrementalDecoder
+from . import constrain
 from .runner import Runner
 from .sampling import Sampler, SamplingParams
 from .stops import StopMatcher
@@ -42,6 +43,7 @@ class Job:
     n: int = 1
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob and the top k
     ctx: int | None = None
+    grammar: object = None  # llamay.grammar.Grammar: every choice's output is constrained by it
     cancelled: bool = False  # set by cancel(); seen at the next step
 
     def cancel(self):
@@ -83,6 +85,7 @@ class _Seq:
         if index and params.seed is not None:  # choices of one request differ even under a seed
             params = SamplingParams(**{**params.__dict__, "seed": params.seed + index})
         self.sampler, self.detok, self.matcher = Sampler(params), IncrementalDecoder(tokenizer), StopMatcher(job.stops)
+        self.grammar = job.grammar.matcher() if job.grammar is not None else None
         self.n_prompt, self.n_cached, self.n_gen = len(history) + len(todo), n_cached, 0
         self.next_tok: int | None = None  # sampled, its K/V not computed yet
         self.t_submit, self.t_start, self.t_prefilled = t_submit, time.perf_counter_ns(), 0
@@ -243,6 +246,7 @@ class Scheduler:
             seq.t_prefilled = time.perf_counter_ns()
             for i, kid in enumerate(runner.state.fork(seq.ctx, seq.job.n - 1), start=1):
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
+                twin.grammar = seq.grammar.clone() if seq.grammar is not None else None
                 twin.t_start, twin.t_prefilled = seq.t_start, seq.t_prefilled
                 self.running.append(twin)
                 self._sample(twin, logits)
@@ -251,15 +255,16 @@ class Scheduler:
     def _sample(self, seq: _Seq, logits: np.ndarray):
         if seq.job.max_tokens == 0:
             return self._finish(seq, "length")
-        tok = seq.sampler.sample(logits, seq.history)
+        tok = constrain.sample(seq.sampler, logits, seq.history, seq.grammar)
         if tok in self.tokenizer.eog_ids:
             return self._finish(seq, "stop")
+        complete = constrain.accept(seq.grammar, tok, self.tokenizer.eog_ids)
         seq.n_gen += 1
         logprob, top = _logprobs(logits, tok, seq.job.logprobs)
         text = seq.matcher.feed(seq.detok.add(tok))
         seq.job.sink(Piece(seq.index, text, tok, logprob, top))
         seq.next_tok = tok
-        if seq.matcher.stopped:
+        if seq.matcher.stopped or complete:
             return self._finish(seq, "stop")
         limit = seq.job.max_tokens
         if (limit is not None and seq.n_gen >= limit) or len(seq.history) + 1 >= self.n_ctx:

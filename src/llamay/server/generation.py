@@ -21,6 +21,39 @@ from .protocol.base import (Delta, Finish, GenRequest, ProtocolError, TokenLogpr
 class Prepared:
     ids: list[int]  # the prompt's tokens (appended to the context when continuing one)
     params: SamplingParams
+    grammar: object = None  # llamay.grammar.Grammar constraining the output
+
+
+def grammar_spec(fmt, grammar_text: str | None) -> tuple[str, object] | None:
+    """Each API's structured-output request -> (kind, source) for llamay.grammar, or None.
+    OpenAI response_format {type: json_object | json_schema {schema} (or llama-server's flat schema)},
+    Ollama format ("json" or a schema), Anthropic output_config.format (the schema), a GBNF `grammar`."""
+    if grammar_text:
+        return "gbnf", grammar_text
+    if fmt is None or fmt == "" or fmt == {}:
+        return None
+    if fmt == "json":
+        return "json_object", None
+    if not isinstance(fmt, dict):
+        raise bad_request(f"format must be \"json\" or a JSON schema object, got {fmt!r}", "format")
+    if fmt.get("type") == "json_object":
+        return "json_object", None
+    if fmt.get("type") == "json_schema" and ("json_schema" in fmt or "schema" in fmt):
+        nested = fmt.get("json_schema")
+        schema = nested.get("schema", {}) if isinstance(nested, dict) else fmt["schema"]
+        return "json_schema", schema
+    return "json_schema", fmt
+
+
+def compile_grammar(loaded: Loaded, req: GenRequest):
+    spec = grammar_spec(req.format, req.options.get("grammar") or loaded.default_grammar)
+    if spec is None:
+        return None
+    from ..grammar import Grammar, GrammarError
+    try:
+        return Grammar.compile(loaded.llm.tokenizer, *spec)
+    except GrammarError as e:
+        raise bad_request(f"the grammar or schema cannot be compiled: {e}", "response_format") from None
 
 
 def render(loaded: Loaded, req: GenRequest) -> list[int]:
@@ -94,7 +127,7 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
         params = SamplingParams(**req.sampling)
     except TypeError as e:
         raise bad_request(f"sampling: {e}") from None
-    return Prepared(ids, params)
+    return Prepared(ids, params, compile_grammar(loaded, req))
 
 
 class Generation:
@@ -108,7 +141,8 @@ class Generation:
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
-                       req.max_tokens, req.stop, req.n, req.top_logprobs if req.logprobs else None, ctx)
+                       req.max_tokens, req.stop, req.n, req.top_logprobs if req.logprobs else None, ctx,
+                       prep.grammar)
         self.dones: list[Done] = []
         try:
             loaded.scheduler.submit(self.job)

@@ -32,6 +32,7 @@ class Settings:
     batch: int = 512
     max_queue: int = 64
     keep_alive: float = DEFAULT_KEEP_ALIVE
+    grammar: str | None = None  # --grammar-file's text
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Loaded:
     contexts: set[str] = field(default_factory=set)  # named context ids living on this model
     load_charged: bool = False  # the first request after loading reports load_ns (Ollama's load_duration)
     stored: object = None  # store.StoredModel with the system / params layers; None for a file
+    default_grammar: str | None = None  # serve --grammar-file: GBNF for requests that ask for no format
 
     def expires_at(self) -> float | None:
         return None if self.keep_alive < 0 else self.last_used + self.keep_alive
@@ -217,7 +219,7 @@ class Registry:
         llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget)
         sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, s.concurrency, s.max_queue, s.batch)
         return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
-                      stored=self.defaults(name))
+                      stored=self.defaults(name), default_grammar=s.grammar)
 
     def unload(self, name: str) -> bool:
         loaded = self.loaded.pop(name, None)

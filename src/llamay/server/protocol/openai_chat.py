@@ -124,7 +124,7 @@ def parse_response_format(body: dict) -> dict | None:
 
 
 def _parse_options(body: dict) -> dict[str, Any]:
-    """Route-level extras: tool_choice, parallel_tool_calls, reasoning_effort, chat_template_kwargs."""
+    """Route-level extras: tool_choice, parallel_tool_calls, reasoning_effort, chat_template_kwargs, grammar."""
     options: dict[str, Any] = {}
     choice = get_field(body, "tool_choice", (str, dict), "a string or an object")
     if isinstance(choice, str) and choice not in ("none", "auto", "required"):
@@ -132,7 +132,8 @@ def _parse_options(body: dict) -> dict[str, Any]:
                           "tool_choice")
     for name, value in (("tool_choice", choice), ("parallel_tool_calls", get_bool(body, "parallel_tool_calls")),
                         ("reasoning_effort", get_str(body, "reasoning_effort")),
-                        ("chat_template_kwargs", get_field(body, "chat_template_kwargs", (dict,), "an object"))):
+                        ("chat_template_kwargs", get_field(body, "chat_template_kwargs", (dict,), "an object")),
+                        ("grammar", get_str(body, "grammar"))):  # llama-server's GBNF field
         if value is not None:
             options[name] = value
     return options

@@ -23,6 +23,8 @@ from .openai_common import (
     usage_body,
 )
 
+from .openai_chat import parse_response_format
+
 MAX_LOGPROBS = 5  # the legacy API's limit on `logprobs` alternatives
 
 
@@ -41,7 +43,8 @@ def parse_completion(body: Any) -> GenRequest:
         model=model, prompt=parse_prompt(body.get("prompt")), raw=True, suffix=get_str(body, "suffix"),
         echo=bool(get_bool(body, "echo")), stream=stream, include_usage=include_usage, n=n,
         stop=parse_stop(body), max_tokens=parse_max_tokens(body, "max_tokens"), sampling=parse_sampling(body),
-        logprobs=top is not None, top_logprobs=top or 0)
+        logprobs=top is not None, top_logprobs=top or 0, format=parse_response_format(body),
+        options={"grammar": grammar} if (grammar := get_str(body, "grammar")) else {})
 
 
 def parse_prompt(prompt: Any) -> str | list[int]:

@@ -1,0 +1,26 @@
+"""Grammar-constrained sampling, shared by the scheduler and the one-shot decode loop: the matcher masks
+the logits (end-of-generation allowed only when the output is complete), the sampler draws, the matcher
+advances. A matcher is llamay.grammar's Matcher (apply, advance, is_done, clone)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .sampling import Sampler
+
+
+def sample(sampler: Sampler, logits: np.ndarray, history: list[int], matcher=None) -> int:
+    if matcher is None:
+        return sampler.sample(logits, history)
+    masked = np.array(logits, dtype=np.float32)
+    matcher.apply(masked)
+    return sampler.sample(masked, history)
+
+
+def accept(matcher, tok: int, eog_ids) -> bool:
+    """Advance past tok -> True when the constrained output is complete (nothing more may follow)."""
+    if matcher is None:
+        return False
+    if tok in eog_ids:
+        return True
+    matcher.advance(tok)
+    return matcher.is_done()
