@@ -175,11 +175,11 @@ def test_parse_spec_and_names():
 
 
 def test_parse_html_honours_fragment_base_and_yanked():
-    html = ('<html><head><base href="https://files.example/root/"></head><body>'
+    html = ('<html><head><base href="https://files.example/simple-base/"></head><body>'
             '<a href="p/x-1.0-py3-none-any.whl#sha256=ABCD" data-yanked="">x-1.0-py3-none-any.whl</a>'
             '<a href="x-1.0.tar.gz#sha256=00">x-1.0.tar.gz</a></body></html>')
     links = pypi.parse_html(html, "https://index.example/simple/x/")
-    assert links == [pypi.WheelLink("x-1.0-py3-none-any.whl", "https://files.example/root/p/x-1.0-py3-none-any.whl",
+    assert links == [pypi.WheelLink("x-1.0-py3-none-any.whl", "https://files.example/simple-base/p/x-1.0-py3-none-any.whl",
                                     "abcd", True)]
 
 
