@@ -130,11 +130,12 @@ class Encoder:
 
 def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
     """Bidirectional attention of one sequence: [n, n_head, head_dim] each -> [n, n_head, head_dim].
-    einsum, not `@`: BLAS's spinning thread pool fights llamay's matmul threads (15x slower on 2 cores)."""
-    s = np.einsum("qhd,khd->hqk", q, k) * np.float32(scale)  # [n_head, n, n]
+    Stacked matmul per head (measured 8x faster than einsum per call on 30 tokens; batches 1.7x faster
+    end to end, with no fight between numpy and llamay's matmul threads seen on 2 cores)."""
+    s = np.matmul(q.transpose(1, 0, 2), k.transpose(1, 2, 0)) * np.float32(scale)  # [n_head, n, n]
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     s /= s.sum(axis=-1, keepdims=True)
-    return np.einsum("hqk,khd->qhd", s, v)
+    return np.matmul(s, v.transpose(1, 0, 2)).transpose(1, 0, 2)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
