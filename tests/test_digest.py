@@ -8,12 +8,12 @@ import pytest
 
 SHA256 = hashlib.sha256  # the real one, kept before the fixture replaces it
 
-from llamay import env
+from llamay import env, files
 from llamay.engine import digest
 
 
 class CountingSha256:
-    """Stands in for hashlib.sha256 inside digest.py and counts how many files get hashed."""
+    """Stands in for hashlib.sha256 inside llamay.files and counts how many files get hashed."""
     calls = 0
 
     def __init__(self):
@@ -32,7 +32,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("LLAMAY_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(digest, "_memory", {})
     CountingSha256.calls = 0
-    monkeypatch.setattr(digest.hashlib, "sha256", CountingSha256)
+    monkeypatch.setattr(files.hashlib, "sha256", CountingSha256)
     return tmp_path / "home"
 
 
@@ -51,7 +51,7 @@ def test_home_default_and_override(monkeypatch, tmp_path):
 
 
 def test_digest_equals_hashlib_across_chunks(tmp_path, monkeypatch, home):
-    monkeypatch.setattr(digest, "CHUNK", 1000)  # 3 full chunks and a partial one
+    monkeypatch.setattr(files, "CHUNK", 1000)  # 3 full chunks and a partial one
     path = weights(tmp_path, 3500)
     assert digest.weights_digest(path) == SHA256(path.read_bytes()).hexdigest()
 

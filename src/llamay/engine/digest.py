@@ -6,7 +6,6 @@ missing, unreadable, corrupt or unwritable cache file is ignored (and rewritten)
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -14,9 +13,8 @@ import threading
 from pathlib import Path
 
 from llamay import env
-from llamay.kv.snapshot import write_atomic
+from llamay.files import sha256_file, write_atomic
 
-CHUNK = 8 << 20  # bytes per read; hashlib releases the GIL on large updates
 CACHE_VERSION = 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _memory: dict[tuple[str, int, int], str] = {}  # (realpath, size, mtime_ns) -> sha256 hex
@@ -33,7 +31,7 @@ def weights_digest(path: str | os.PathLike) -> str:
     if (entry.get("size"), entry.get("mtime_ns")) == key[1:] and _HEX64.fullmatch(str(entry.get("sha256"))):
         _memory[key] = entry["sha256"]
         return entry["sha256"]
-    value = _hash_file(real)
+    value = sha256_file(real)
     if _key(real) == key:  # the file did not change while it was hashed: the digest names this version
         _memory[key] = value
         _remember(real, key, value)
@@ -47,16 +45,6 @@ def cache_path() -> Path:
 def _key(real: str) -> tuple[str, int, int]:
     st = os.stat(real)
     return real, st.st_size, st.st_mtime_ns
-
-
-def _hash_file(real: str) -> str:
-    h = hashlib.sha256()
-    with open(real, "rb", buffering=0) as f:
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
 
 
 def _load_cache() -> dict[str, dict]:

@@ -25,12 +25,13 @@ import mmap
 import os
 import re
 import struct
-import tempfile
 from dataclasses import dataclass, fields
-from typing import BinaryIO, Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import xxhash
+
+from ..files import write_atomic
 
 MAGIC = b"LLAMAYCX"
 VERSION = 1
@@ -192,27 +193,6 @@ def _pad(offset: int) -> int:
     return -offset % ALIGN
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]):
-    """write(f) into a temp file in the same folder, fsync, rename over path, fsync the folder; on any
-    failure the temp file is removed and path is untouched."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with open(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(folder)
-
-
 def _write_atomic(path: str, parts: list):
     def write(f):
         h = xxhash.xxh3_128()
@@ -221,14 +201,6 @@ def _write_atomic(path: str, parts: list):
             f.write(part)
         f.write(h.intdigest().to_bytes(CHECKSUM_BYTES, "little"))
     write_atomic(path, write)
-
-
-def _fsync_dir(folder: str):
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---- reading ----

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from ..files import sha256_file
 from .layout import Store
 from .names import StoreError, check_digest
 
@@ -73,8 +74,8 @@ def fetch_unknown(store: Store, url: str, progress: ProgressFn | None = None,
         report = _Reporter(progress, f"pulling {url.rsplit('/', 1)[-1][:40]}", None)
         with _file_lock(partial.with_name(partial.name + ".lock")):
             _download(c, url, partial, size, headers, report, url)
-            digest = "sha256:" + _sha256_file(partial)
-            path = store.commit_blob(partial, digest)
+            digest = "sha256:" + sha256_file(partial)
+            path = store.install(partial, digest)  # just hashed: commit_blob would read it all again
         return digest, path.stat().st_size
 
 
@@ -253,11 +254,3 @@ def _describe(e: Exception) -> str:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import env
+from ..files import fsync_dir, sha256_file, write_atomic
 from ..gguf import GGUFReader
 from .names import ModelName, StoreError, as_name, blob_name, check_digest, parse_name
 
@@ -222,22 +223,6 @@ class StoreReader:
             sm.messages = self._json(digest, sm.name, list)
 
 
-def _fsync_dir(path: Path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
-
-
 class Store(StoreReader):
     """llamay's own store. Every write is atomic (temp file in the same directory, fsync, os.replace):
     a reader sees the old file or the new one, never half of one."""
@@ -247,17 +232,7 @@ class Store(StoreReader):
 
     def _atomic_write(self, target: Path, data: bytes):
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(target.parent)
+        write_atomic(target, lambda f: f.write(data))
 
     def partial_path(self, digest: str) -> Path:
         return self.blobs_dir / (blob_name(digest) + "-partial")
@@ -266,19 +241,20 @@ class Store(StoreReader):
         """Verify `partial` (on the blobs/ filesystem) against `digest`, then rename it into place.
         A mismatch deletes the partial: resuming from wrong bytes would stay wrong."""
         partial = Path(partial)
-        got = _sha256_file(partial)
+        got = "sha256:" + sha256_file(partial)
         if got != digest:
             partial.unlink(missing_ok=True)
             raise StoreError(f"digest mismatch: expected {digest}, got {got} ({partial.name} deleted)")
-        return self._install(partial, digest)
+        return self.install(partial, digest)
 
-    def _install(self, verified: Path | str, digest: str) -> Path:
-        """Make a verified file the blob: flush it to disk, then one atomic rename."""
+    def install(self, verified: Path | str, digest: str) -> Path:
+        """Make a file whose sha256 the caller just computed the blob: flush it to disk, then one atomic
+        rename."""
         target = self.blob_path(digest)
         with open(verified, "rb") as f:
             os.fsync(f.fileno())
         os.replace(verified, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return target
 
     def add_file(self, path: Path | str, digest: str | None = None) -> str:
@@ -297,7 +273,7 @@ class Store(StoreReader):
             if digest is not None and got != digest:
                 raise StoreError(f"digest mismatch for {path}: expected {digest}, got {got}")
             if not self.has_blob(got):
-                self._install(tmp, got)
+                self.install(tmp, got)
             return got
         finally:
             Path(tmp).unlink(missing_ok=True)
