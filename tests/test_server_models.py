@@ -7,7 +7,7 @@ import pytest
 
 from conftest import LiveServer
 
-pytestmark = pytest.mark.model
+
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +21,7 @@ def _names(url: str) -> list[str]:
     return [m["model"] for m in httpx.get(url + "/api/ps").json()["models"]]
 
 
+@pytest.mark.model
 def test_models_load_on_first_use_and_unload_after_keep_alive(two_models):
     url = two_models.url
     listed = [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
@@ -40,6 +41,7 @@ def test_models_load_on_first_use_and_unload_after_keep_alive(two_models):
     assert _names(url) == ["smollm2:135m"]  # smollm2 keeps the default 300 s
 
 
+@pytest.mark.model
 def test_a_model_holding_contexts_stays_loaded(two_models):
     url = two_models.url
     r = httpx.post(url + "/v1/contexts", json={"model": "gemma-3-270m-q4_k_m", "prompt": "Once upon a time"},
@@ -51,3 +53,10 @@ def test_a_model_holding_contexts_stays_loaded(two_models):
     assert httpx.delete(f"{url}/v1/contexts/{r.json()['id']}").status_code == 200
     two_models.registry.reap(now=later)
     assert "gemma-3-270m-q4_k_m" not in _names(url)
+
+
+def test_the_fallback_file_is_served_only_when_nothing_else_is(tmp_path):
+    from llamay.server.models import DEFAULT_NAME, Registry, Settings
+    fallback, pinned = tmp_path / "default.gguf", tmp_path / "mine.gguf"
+    assert Registry([], Settings(), fallback=str(fallback)).paths == {DEFAULT_NAME: str(fallback)}
+    assert Registry([str(pinned)], Settings(), use_store=False, fallback=str(fallback)).paths == {"mine": str(pinned)}

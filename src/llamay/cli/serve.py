@@ -39,11 +39,10 @@ def build_app(args):
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
                                keep_alive=args.keep_alive, grammar=_read(args.grammar_file))
     try:
-        registry = models.Registry(args.model or [], settings)
+        default = default_model_path()
+        registry = models.Registry(args.model or [], settings, fallback=str(default) if default else None)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    if not registry.paths and default_model_path() is not None:
-        registry.pinned[models.DEFAULT_NAME] = str(default_model_path())  # nothing stored: the default model
     if not registry.paths:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
     return create_app(registry)

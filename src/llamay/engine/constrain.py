@@ -9,11 +9,7 @@ from .sampling import Sampler
 
 
 def sample(sampler: Sampler, logits: np.ndarray, history: list[int], matcher=None) -> int:
-    if matcher is None:
-        return sampler.sample(logits, history)
-    masked = np.array(logits, dtype=np.float32)
-    matcher.apply(masked)
-    return sampler.sample(masked, history)
+    return sampler.sample(logits, history, matcher.apply if matcher is not None else None)
 
 
 def accept(matcher, tok: int, eog_ids) -> bool:

@@ -119,9 +119,12 @@ class Sampler:
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
 
-    def sample(self, logits: np.ndarray, history: list[int]) -> int:
-        """logits: float32 [n_vocab], not modified; history: token ids so far (prompt and generated)."""
+    def sample(self, logits: np.ndarray, history: list[int], constrain=None) -> int:
+        """logits: float32 [n_vocab], not modified; history: token ids so far (prompt and generated);
+        constrain(logits): masks the working copy in place first (a grammar, the chain's first step)."""
         logits = np.array(logits, dtype=np.float32)
+        if constrain is not None:
+            constrain(logits)
         logits[self._bias_ids] += self._bias_values
         apply_penalties(logits, history, self.params)
         if self.params.temperature <= 0:

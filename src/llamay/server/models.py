@@ -95,10 +95,10 @@ def name_for(path: str) -> str:
 
 
 class Registry:
-    def __init__(self, pinned: list[str], settings: Settings, use_store: bool = True):
+    def __init__(self, pinned: list[str], settings: Settings, use_store: bool = True, fallback: str | None = None):
         """pinned: model files or stored model names (-m), the first the default. With use_store, every
         model in llamay's store and Ollama's is served by name too (the first stored one is the default
-        when nothing is pinned)."""
+        when nothing is pinned). fallback: a file served as DEFAULT_NAME when nothing is pinned or stored."""
         self.settings, self.use_store = settings, use_store
         self.pinned: dict[str, str] = {}
         for spec in pinned:
@@ -111,6 +111,8 @@ class Registry:
         self._infos: dict[tuple[str, str], ModelInfo] = {}
         self._mutex = threading.Lock()
         self.refresh()
+        if fallback is not None and not self.paths:
+            self.pinned[DEFAULT_NAME] = fallback
 
     def _pin(self, spec: str) -> tuple[str, str]:
         if os.path.exists(spec) or not self.use_store:

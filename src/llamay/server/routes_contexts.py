@@ -43,6 +43,11 @@ def _table(request: Request) -> dict[str, NamedContext]:
     return request.app.state.contexts
 
 
+def _check_idle(nc: NamedContext):
+    if nc.busy:
+        raise ProtocolError(409, f"context '{nc.id}' is generating", param="id")
+
+
 def _get(request: Request, cid: str) -> NamedContext:
     nc = _table(request).get(cid)
     if nc is None:
@@ -147,8 +152,7 @@ async def show(request: Request, cid: str):
 @api(proto)
 async def delete(request: Request, cid: str):
     nc = _get(request, cid)
-    if nc.busy:
-        raise ProtocolError(409, f"context '{cid}' is generating", param="id")
+    _check_idle(nc)
     loaded = await _loaded(request, nc)
     del _table(request)[cid]
     loaded.contexts.discard(cid)
@@ -166,8 +170,7 @@ async def fork(request: Request, cid: str):
         n = 0
     if not 1 <= n <= 64:
         raise bad_request("n must be an integer from 1 to 64", "n")
-    if nc.busy:
-        raise ProtocolError(409, f"context '{cid}' is generating", param="id")
+    _check_idle(nc)
     loaded = await _loaded(request, nc)
     kids = await _on_thread(loaded, lambda runner: runner.fork(nc.ctx, n))
     made = [_add(request, loaded, k, list(nc.messages) if nc.messages is not None else None) for k in kids]
@@ -178,8 +181,7 @@ async def fork(request: Request, cid: str):
 @api(proto)
 async def snapshot(request: Request, cid: str):
     nc = _get(request, cid)
-    if nc.busy:
-        raise ProtocolError(409, f"context '{cid}' is generating", param="id")
+    _check_idle(nc)
     loaded = await _loaded(request, nc)
     fd, path = tempfile.mkstemp(suffix=".llamayctx")
     os.close(fd)
@@ -252,8 +254,7 @@ class _TextTap:
 async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, output, prefix: str,
                     ids: list[int], on_finish, rebase: bool = False):
     """rebase: ids are the whole context wanted; keep the common prefix with the context, append the rest."""
-    if nc.busy:
-        raise ProtocolError(409, f"context '{nc.id}' is generating", param="id")
+    _check_idle(nc)
     nc.busy = True
 
     def setup(runner) -> tuple[list[int], int]:
