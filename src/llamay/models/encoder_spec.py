@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .spec import UnsupportedModel
+from .spec import UnsupportedModel, metadata_getter
 
 # ref: llama.cpp include/llama.h enum llama_pooling_type (the value of {arch}.pooling_type)
 POOLING = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
@@ -37,11 +37,7 @@ class EncoderSpec:
 
 
 def _common(meta: dict, arch: str) -> dict:
-    def get(key, default=None):
-        value = meta.get(f"{arch}.{key}", default)
-        if value is None:
-            raise UnsupportedModel(f"{arch} file lacks metadata '{arch}.{key}'")
-        return value
+    get = metadata_getter(meta, arch)
 
     if get("attention.causal", False):
         raise UnsupportedModel(f"{arch}: a causal encoder is not supported")

@@ -59,12 +59,18 @@ class ArchSpec:
         return self.rope_base_local if self.rope_base_local and self.layer_window(il) else self.rope_base
 
 
-def _common(meta: dict, arch: str) -> dict:
+def metadata_getter(meta: dict, arch: str):
+    """get(key, default=None) -> meta['{arch}.{key}']; a missing key without a default is UnsupportedModel."""
     def get(key, default=None):
         value = meta.get(f"{arch}.{key}", default)
         if value is None:
             raise UnsupportedModel(f"{arch} file lacks metadata '{arch}.{key}'")
         return value
+    return get
+
+
+def _common(meta: dict, arch: str) -> dict:
+    get = metadata_getter(meta, arch)
 
     n_embd, n_head = int(get("embedding_length")), int(get("attention.head_count"))
     n_ff = get("feed_forward_length")
