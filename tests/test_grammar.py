@@ -94,8 +94,10 @@ class ByteTokenizer:
     def piece(self, tid: int) -> bytes:
         return bytes([tid]) if tid < 256 else [b"</s>", b"<eot>", b"{}"][tid - 256]
 
-    def is_special(self, tid: int) -> bool:
+    def is_control(self, tid: int) -> bool:
         return tid >= 256
+
+    is_special = is_control
 
     def encode(self, text: str, add_special: bool = False, parse_special: bool = False) -> list[int]:
         return list(text.encode())

@@ -85,7 +85,7 @@ def test_sdk_request_with_tools_and_system_is_parsed():
     assert req.sampling == {"temperature": 0.25, "top_k": 5}
     assert req.tools == [{"type": "function", "function": {
         "name": "get_weather", "description": "Weather now", "parameters": tools[0]["input_schema"]}}]
-    assert req.options["tool_choice"] == {"type": "auto"}
+    assert (req.options["tool_choice"], req.options["parallel_tool_calls"]) == ("auto", True)
     assert req.options["thinking"] == {"type": "enabled", "budget_tokens": 1024}
     assert req.messages == [
         {"role": "system", "content": "Be brief."},

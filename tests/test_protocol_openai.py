@@ -350,7 +350,7 @@ def test_parse_responses_from_the_sdk_request():
 
 @pytest.mark.parametrize("patch, param", [
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0].type"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].type"),
+    ({"input": [{"type": "web_search_call", "id": "ws_1", "status": "completed"}]}, "input[0].type"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
     ({"input": []}, "input"), ({"input": None}, "input"), ({"max_output_tokens": 0}, "max_output_tokens"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"temperature": 3}, "temperature"),

@@ -6,12 +6,17 @@ filter that keeps non-ASCII characters.
 """
 import json
 from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 import jinja2
 import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import (
+    ImmutableSandboxedEnvironment,
+    SandboxedEnvironment,
+    modifies_known_mutable,
+)
 
 # ref: llama.cpp llm_chat_apply_template, LLM_CHAT_TEMPLATE_CHATML (used when a model has no template)
 CHATML_SOURCE = (
@@ -70,9 +75,34 @@ class _GenerationTag(jinja2.ext.Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
+# ids of the containers the caller passed to the render in progress (alive during it, so ids are unique)
+_CALLER_CONTAINERS: ContextVar[frozenset[int]] = ContextVar("caller_containers", default=frozenset())
+
+
+def _container_ids(value: Any) -> frozenset[int]:
+    found: set[int] = set()
+    stack = [value]  # iterative: caller data may nest deeper than the recursion limit
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (dict, list, set, tuple)) and id(item) not in found:
+            found.add(id(item))
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return frozenset(found)
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """Caller data (messages, tools, ...) stays immutable; lists and dicts the template built itself may
+    grow (Kimi K2's template appends to a list in a namespace, as llama.cpp's engine allows)."""
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if not SandboxedEnvironment.is_safe_attribute(self, obj, attr, value):
+            return False
+        return not modifies_known_mutable(obj, attr) or id(obj) not in _CALLER_CONTAINERS.get()
+
+
 def _make_environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols, _GenerationTag])
+    env = _Environment(trim_blocks=True, lstrip_blocks=True,
+                       extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -99,6 +129,7 @@ class ChatTemplate:
         """extra: template-specific variables (enable_thinking, date_string, documents, ...)."""
         variables = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra,
                      "messages": messages, "add_generation_prompt": add_generation_prompt, "tools": tools}
+        token = _CALLER_CONTAINERS.set(_container_ids(variables))
         try:
             return self._template.render(**variables)
         except _TemplateRaised as e:
@@ -107,6 +138,8 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template blocked by the sandbox: {e}") from None
         except Exception as e:  # untrusted code: any failure inside it is the template's error
             raise ChatTemplateError(f"chat template failed: {type(e).__name__}: {e}") from None
+        finally:
+            _CALLER_CONTAINERS.reset(token)
 
 
 def default_template(bos_token: str = "", eos_token: str = "") -> ChatTemplate:

@@ -1,7 +1,8 @@
 """The llguidance view of a llamay Tokenizer: built once per tokenizer (a weak-keyed cache).
 
-Token bytes are llama_token_to_piece's; special (control / user-defined) tokens are flagged so a grammar
-never matches them as text. Every end-of-generation id counts as EOS."""
+Token bytes are llama_token_to_piece's; control tokens are flagged special so a grammar never matches them
+as text (a grammar names them as <[id]>); user-defined tokens (<think>, <tool_call>) match as the text they
+stand for, as llama.cpp renders them. Every end-of-generation id counts as EOS."""
 from __future__ import annotations
 
 import threading
@@ -46,7 +47,7 @@ class _Source:
         self.eos_token_id = eos_id
         self.bos_token_id = tokenizer.bos_id
         self.tokens = [tokenizer.piece(i) for i in range(n_vocab)]
-        self.special_token_ids = [i for i in range(n_vocab) if tokenizer.is_special(i)]
+        self.special_token_ids = [i for i in range(n_vocab) if tokenizer.is_control(i)]
         self._encode = weakref.WeakMethod(tokenizer.encode)
 
     def __call__(self, text: bytes | str) -> list[int]:

@@ -12,9 +12,21 @@ from ..chat.reasoning import ReasoningSplitter
 from ..engine.sampling import SamplingParams
 from ..engine.scheduler import Done, Job, Overloaded, Piece
 from ..kv import OutOfPages
+from ..toolcall.formats import CallFormat
+from ..toolcall.parser import CallParser
+from ..toolcall.plan import ToolPlan
+from ..toolcall.plan import plan as plan_tools
 from .models import Loaded
-from .protocol.base import (Delta, Finish, GenRequest, ProtocolError, TokenLogprob, TopLogprob, Usage,
-                            bad_request)
+from .protocol.base import (
+    Delta,
+    Finish,
+    GenRequest,
+    ProtocolError,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+    bad_request,
+)
 
 
 @dataclass
@@ -22,6 +34,7 @@ class Prepared:
     ids: list[int]  # the prompt's tokens (appended to the context when continuing one)
     params: SamplingParams
     grammar: object = None  # llamay.grammar.Grammar constraining the output
+    calls: CallFormat | None = None  # the output is read for tool calls in this format
 
 
 def grammar_spec(fmt, grammar_text: str | None) -> tuple[str, object] | None:
@@ -45,41 +58,53 @@ def grammar_spec(fmt, grammar_text: str | None) -> tuple[str, object] | None:
     return "json_schema", fmt
 
 
-def compile_grammar(loaded: Loaded, req: GenRequest):
-    spec = grammar_spec(req.format, req.options.get("grammar") or loaded.default_grammar)
+def compile_grammar(loaded: Loaded, req: GenRequest, tools: ToolPlan | None = None):
+    """Tool calls' grammar when tools are in play, else the request's structured-output format."""
+    spec = ("lark", tools.lark) if tools is not None and tools.lark else \
+        grammar_spec(req.format, req.options.get("grammar") or loaded.default_grammar)
     if spec is None:
         return None
     from ..grammar import Grammar, GrammarError
     try:
         return Grammar.compile(loaded.llm.tokenizer, *spec)
     except GrammarError as e:
-        raise bad_request(f"the grammar or schema cannot be compiled: {e}", "response_format") from None
+        param = "tools" if spec[0] == "lark" else "response_format"
+        raise bad_request(f"the grammar or schema cannot be compiled: {e}", param) from None
 
 
 def render(loaded: Loaded, req: GenRequest) -> list[int]:
-    """The prompt's token ids: raw text/ids as they are, else through the model's chat template."""
+    return render_plan(loaded, req)[0]
+
+
+def render_plan(loaded: Loaded, req: GenRequest) -> tuple[list[int], ToolPlan | None]:
+    """The prompt's token ids (raw text/ids as they are, else through the model's chat template) and the
+    tool-call plan of a chat with tools."""
     llm = loaded.llm
     if req.raw or (req.messages is None and isinstance(req.prompt, list)):
         ids = req.prompt if isinstance(req.prompt, list) else llm.tokenize(req.prompt or "", parse_special=True)
-        return list(req.context or []) + list(ids)
+        return list(req.context or []) + list(ids), None
     if req.template is not None and req.messages is None:  # Ollama /api/generate's own template
         try:
             text = render_go(req.template, req.system or "", req.prompt or "")
         except GoTemplateError as e:
             raise bad_request(str(e), "template") from None
-        return list(req.context or []) + llm.tokenize(text, parse_special=True)
+        return list(req.context or []) + llm.tokenize(text, parse_special=True), None
     messages = list(req.messages if req.messages is not None else [{"role": "user", "content": req.prompt or ""}])
     if req.system is not None:
         messages = [{"role": "system", "content": req.system}] + [m for m in messages if m["role"] != "system"]
     template = template_for(llm.metadata, llm.tokenizer)
     try:
-        ids = prompt_ids(template, llm.tokenizer, messages, tools=req.tools)
+        tools = plan_tools(template.source, messages, req.tools, req.options, llm.tokenizer)
+    except ValueError as e:
+        raise bad_request(str(e), "tool_choice") from None
+    try:
+        ids = prompt_ids(template, llm.tokenizer, tools.messages, tools=tools.tools)
     except ChatTemplateError as e:
         raise bad_request(f"the model's chat template refused the messages: {e}", "messages") from None
     if req.context:
         bos = llm.tokenizer.bos_id
         ids = list(req.context) + (ids[1:] if ids and ids[0] == bos else ids)
-    return ids
+    return ids, tools
 
 
 SAMPLING_PARAMS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
@@ -113,7 +138,7 @@ def apply_model_defaults(req: GenRequest, stored) -> None:
 def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
     """Checks that the prompt fits the context (extra: tokens already in a continued context)."""
     apply_model_defaults(req, loaded.stored)
-    ids = render(loaded, req)
+    ids, tools = render_plan(loaded, req)
     llm = loaded.llm
     if not ids and not extra:
         raise bad_request("the prompt is empty", "prompt")
@@ -127,7 +152,7 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
         params = SamplingParams(**req.sampling)
     except TypeError as e:
         raise bad_request(f"sampling: {e}") from None
-    return Prepared(ids, params, compile_grammar(loaded, req))
+    return Prepared(ids, params, compile_grammar(loaded, req, tools), tools.fmt if tools else None)
 
 
 class Generation:
@@ -137,7 +162,7 @@ class Generation:
     before; the first cancel() gives that back."""
 
     def __init__(self, loaded: Loaded, req: GenRequest, prep: Prepared, ctx: int | None = None, on_close=None):
-        self.loaded, self.req, self.on_close = loaded, req, on_close
+        self.loaded, self.req, self.on_close, self.calls = loaded, req, on_close, prep.calls
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
@@ -164,29 +189,59 @@ class Generation:
     async def events(self) -> AsyncIterator[Delta | Finish]:
         req, tokenizer = self.req, self.loaded.llm.tokenizer
         template = self.loaded.llm.metadata.get("tokenizer.chat_template", "")
-        splitters = [ReasoningSplitter(template) for _ in range(req.n)]
+        splitters = [_Reader(template, self.calls) for _ in range(req.n)]
         try:
             while len(self.dones) < req.n:
                 ev = await self.queue.get()
                 if isinstance(ev, Piece):
-                    content, reasoning = splitters[ev.index].feed(ev.text)
+                    content, reasoning, calls = splitters[ev.index].feed(ev.text)
                     logprobs = [_logprob(tokenizer, ev)] if ev.logprob is not None else []
-                    if content or reasoning or logprobs:
-                        yield Delta(ev.index, content, reasoning, logprobs)
+                    if content or reasoning or logprobs or calls:
+                        yield Delta(ev.index, content, reasoning, logprobs, calls)
                     continue
                 if ev.reason == "error":
                     raise _engine_error(ev.error)
                 if ev.reason == "cancelled":
                     raise ProtocolError(503, "the server is shutting down", "overloaded")
                 self.dones.append(ev)
-                content, reasoning = splitters[ev.index].flush()
-                if content or reasoning:
-                    yield Delta(ev.index, content, reasoning)
+                reader = splitters[ev.index]
+                content, reasoning, calls = reader.flush()
+                if content or reasoning or calls:
+                    yield Delta(ev.index, content, reasoning, tool_calls=calls)
                 usage = Usage(ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens, self.load_ns,
                               ev.prompt_ns, ev.eval_ns, ev.total_ns + self.load_ns)
-                yield Finish(ev.index, ev.reason, usage, ev.tokens, ev.stop_sequence)
+                reason = "tool_calls" if reader.calls and ev.reason == "stop" else ev.reason
+                yield Finish(ev.index, reason, usage, ev.tokens, ev.stop_sequence)
         finally:
             self.cancel()  # a no-op for the job once every choice is done
+
+
+class _Reader:
+    """One choice's output text -> (content, reasoning, tool-call deltas): the reasoning split first, then
+    the content read for calls."""
+
+    def __init__(self, template_source: str, calls: CallFormat | None):
+        self.splitter = ReasoningSplitter(template_source)
+        self.parser = CallParser(calls) if calls is not None else None
+
+    @property
+    def calls(self) -> int:
+        return self.parser.calls if self.parser else 0
+
+    def feed(self, text: str) -> tuple[str, str, list]:
+        content, reasoning = self.splitter.feed(text)
+        if self.parser is None:
+            return content, reasoning, []
+        content, calls = self.parser.feed(content)
+        return content, reasoning, calls
+
+    def flush(self) -> tuple[str, str, list]:
+        content, reasoning = self.splitter.flush()
+        if self.parser is None:
+            return content, reasoning, []
+        content, calls = self.parser.feed(content)
+        tail, more = self.parser.end()
+        return content + tail, reasoning, calls + more
 
 
 def _engine_error(error: Exception | None) -> ProtocolError:

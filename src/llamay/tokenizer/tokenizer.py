@@ -60,6 +60,11 @@ class Tokenizer:
     def is_special(self, tid: int) -> bool:
         return bool(self.vocab.attrs[tid] & (CONTROL | UNKNOWN | USER_DEFINED))
 
+    def is_control(self, tid: int) -> bool:
+        """Control tokens (BOS, EOS, turn markers): never text. User-defined ones (<think>, <tool_call>)
+        stand for their text."""
+        return bool(self.vocab.attrs[tid] & (CONTROL | UNKNOWN))
+
     def is_eog(self, tid: int) -> bool:
         return tid in self.vocab.eog_ids
 

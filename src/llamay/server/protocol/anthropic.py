@@ -5,14 +5,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .base import Delta, Finish, GenRequest, ProtocolError, ResponseMeta, Usage, bad_request, merge_usage
+from .base import (
+    Delta,
+    Finish,
+    GenRequest,
+    ProtocolError,
+    ResponseMeta,
+    ToolCallDelta,
+    Usage,
+    bad_request,
+    merge_usage,
+)
+from .openai_common import arguments_object
 
 JOIN = "\n"  # between text blocks of one message, and between merged consecutive same-role messages
 _ERROR_TYPES = {"invalid_request": "invalid_request_error", "context_length": "invalid_request_error",
                 "not_found": "not_found_error", "overloaded": "overloaded_error",
                 "authentication": "authentication_error", "internal": "api_error"}
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
-_TOOL_CHOICES = ("auto", "any", "tool", "none")
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none", "tool": None}  # -> GenRequest's tool_choice
 
 
 # ---- request side -------------------------------------------------------------------------------------------
@@ -48,9 +60,9 @@ def _parse_common(body: Any) -> GenRequest:
     req = GenRequest(model=model, messages=messages, tools=_tools(body.get("tools")))
     if messages[-1]["role"] == "assistant":  # prefill: the reply continues this text
         req.options["continue_final_message"] = True
-    for key, check in (("tool_choice", _tool_choice), ("thinking", _thinking)):
-        if body.get(key) is not None:
-            req.options[key] = check(body[key])
+    req.options["tool_choice"], req.options["parallel_tool_calls"] = _tool_choice(body.get("tool_choice"), req.tools)
+    if body.get("thinking") is not None:
+        req.options["thinking"] = _thinking(body["thinking"])
     req.format = _output_format(body.get("output_config"))
     return req
 
@@ -202,12 +214,25 @@ def _tool(tool: Any, where: str) -> dict:
     return {"type": "function", "function": function}
 
 
-def _tool_choice(choice: Any) -> dict:
+def _tool_choice(choice: Any, tools: list[dict] | None) -> tuple[str | dict, bool]:
+    """{"type": auto|any|tool|none, "name"?, "disable_parallel_tool_use"?} -> (tool_choice as GenRequest
+    has it: "auto" | "required" | {"name"} | "none", parallel tool calls allowed)."""
+    if choice is None:
+        return "auto", True
     if not isinstance(choice, dict) or choice.get("type") not in _TOOL_CHOICES:
         raise bad_request("tool_choice.type: must be one of " + ", ".join(_TOOL_CHOICES), "tool_choice.type")
-    if choice["type"] == "tool":
-        _str(choice, "name", "tool_choice")
-    return choice
+    disable = choice.get("disable_parallel_tool_use", False)
+    if not isinstance(disable, bool):
+        raise bad_request("tool_choice.disable_parallel_tool_use: must be a boolean",
+                          "tool_choice.disable_parallel_tool_use")
+    names = [tool["function"]["name"] for tool in tools or []]
+    if choice["type"] in ("any", "tool") and not names:
+        raise bad_request(f"tool_choice.type: {choice['type']!r} needs tools, and none were given", "tool_choice.type")
+    normal = _TOOL_CHOICES[choice["type"]] or {"name": _str(choice, "name", "tool_choice")}
+    if isinstance(normal, dict) and normal["name"] not in names:
+        raise bad_request(f"tool_choice.name: tool {normal['name']!r} is not among tools ({', '.join(names)})",
+                          "tool_choice.name")
+    return normal, not disable
 
 
 def _thinking(thinking: Any) -> dict:
@@ -277,12 +302,13 @@ class MessagesOutput:
     then message_delta (stop reason, cumulative usage) and, from end(), message_stop.
 
     Blocks are indexed 0, 1, ... in start order: a "thinking" block while reasoning arrives, a "text" block
-    for content; there is always a text block (empty when no content came). prompt_usage, when the route
-    knows it before generating, puts the final input token counts in message_start already."""
+    for content, a "tool_use" block per tool call (its input streamed as input_json_delta fragments); a text
+    block (empty) is added when neither text nor a tool call came. prompt_usage, when the route knows it
+    before generating, puts the final input token counts in message_start already."""
 
     def __init__(self, req: GenRequest, meta: ResponseMeta, prompt_usage: Usage | None = None):
         self.req, self.meta, self.prompt_usage = req, meta, prompt_usage
-        self._blocks: list[list[str]] = []  # [kind, text] in start order; the index is the position
+        self._blocks: list[list] = []  # [kind, text, tool_use {id, name} or None] in start order; index = position
         self._open = False  # the last block is started and not yet stopped
         self._started = False
         self._finish: Finish | None = None
@@ -295,6 +321,8 @@ class MessagesOutput:
         else:
             frames = self._start(self.prompt_usage or Usage(), 1)  # one token already sampled
             frames += self._append("thinking", ev.reasoning) + self._append("text", ev.content)
+            for part in ev.tool_calls:
+                frames += self._tool_part(part)
         return frames if self.req.stream else []
 
     def end(self) -> list[str]:
@@ -303,7 +331,7 @@ class MessagesOutput:
 
     def body(self) -> dict:
         stop_reason, stop_sequence = self._stop()
-        content = [_block(kind, text) for kind, text in self._blocks]
+        content = [_block(kind, text, tool) for kind, text, tool in self._blocks]
         return {"id": self.meta.id, "type": "message", "role": "assistant", "model": self.meta.model,
                 "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
                 "usage": _usage_json(self._usage())}
@@ -327,12 +355,25 @@ class MessagesOutput:
         return frames + [_sse("content_block_delta", {"type": "content_block_delta",
                                                       "index": len(self._blocks) - 1, "delta": delta})]
 
-    def _open_block(self, kind: str) -> list[str]:
+    def _tool_part(self, part: ToolCallDelta) -> list[str]:
+        """A call's first part stops the open block and starts its tool_use block; every part's argument
+        text is one input_json_delta (the first may be "", as the API sends it)."""
+        frames = []
+        if part.id is not None:
+            frames += self._open_block("tool_use", {"id": "toolu_" + part.id.removeprefix("call_"), "name": part.name})
+        if not (self._open and self._blocks[-1][0] == "tool_use"):
+            raise ValueError(f"tool call {part.index}: arguments before the call's first delta")
+        self._blocks[-1][1] += part.arguments
+        delta = {"type": "input_json_delta", "partial_json": part.arguments}
+        return frames + [_sse("content_block_delta", {"type": "content_block_delta",
+                                                      "index": len(self._blocks) - 1, "delta": delta})]
+
+    def _open_block(self, kind: str, tool: dict | None = None) -> list[str]:
         frames = self._close_block()
-        self._blocks.append([kind, ""])
+        self._blocks.append([kind, "", tool])
         self._open = True
-        start = {"type": "text", "text": ""} if kind == "text" else \
-            {"type": "thinking", "thinking": "", "signature": ""}
+        start = {"text": {"type": "text", "text": ""}, "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+                 "tool_use": {"type": "tool_use", **(tool or {}), "input": {}}}[kind]
         frames.append(_sse("content_block_start", {"type": "content_block_start",
                                                    "index": len(self._blocks) - 1, "content_block": start}))
         return frames + ([_sse("ping", {"type": "ping"})] if len(self._blocks) == 1 else [])
@@ -346,7 +387,7 @@ class MessagesOutput:
     def _on_finish(self, fin: Finish) -> list[str]:
         self._finish = fin
         frames = self._start(fin.usage, fin.usage.completion_tokens)
-        if not any(kind == "text" for kind, _ in self._blocks):
+        if not any(kind in ("text", "tool_use") for kind, _, _ in self._blocks):
             frames += self._open_block("text")
         frames += self._close_block()
         stop_reason, stop_sequence = self._stop()
@@ -360,9 +401,9 @@ class MessagesOutput:
         reason = self._finish.reason
         if reason == "stop" and self._finish.stop_sequence is not None:
             return "stop_sequence", self._finish.stop_sequence
-        if reason not in ("stop", "length"):
+        if reason not in _STOP_REASONS:
             raise ValueError(f"unknown finish reason {reason!r}")
-        return ("end_turn" if reason == "stop" else "max_tokens"), None
+        return _STOP_REASONS[reason], None
 
     def _usage(self) -> Usage:
         if self._finish is None:
@@ -370,9 +411,11 @@ class MessagesOutput:
         return merge_usage([self._finish])
 
 
-def _block(kind: str, text: str) -> dict:
+def _block(kind: str, text: str, tool: dict | None) -> dict:
     if kind == "text":
         return {"type": "text", "text": text, "citations": None}
+    if kind == "tool_use":
+        return {"type": "tool_use", **tool, "input": arguments_object(text, tool["name"])}
     return {"type": "thinking", "thinking": text, "signature": ""}
 
 

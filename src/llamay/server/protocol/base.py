@@ -53,8 +53,11 @@ class GenRequest:
     echo: bool = False  # OpenAI completions: prompt text prepended to the output
     keep_alive: float | None = None  # seconds the model stays loaded after this request; None: default; <0: forever
     context: list[int] | None = None  # Ollama /api/generate `context` (token ids of an earlier exchange)
-    format: Any = None  # structured output (issue 7): kept, not enforced yet
-    tools: list[dict] | None = None  # tool definitions (issue 7): rendered by the template when it supports them
+    format: Any = None  # structured output: OpenAI response_format, Ollama format, Anthropic output_config.format
+    # Tool definitions in the chat-template (OpenAI chat) shape:
+    # [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. options["tool_choice"]
+    # is "auto" (the default), "none", "required" or {"name": function}; options["parallel_tool_calls"] a bool.
+    tools: list[dict] | None = None
     options: dict[str, Any] = field(default_factory=dict)  # anything else API-specific the route needs
     options_set: frozenset | None = None  # Ollama: the option keys the request set (a model's params fill the rest)
 
@@ -75,14 +78,25 @@ class TokenLogprob:
 
 
 @dataclass
+class ToolCallDelta:
+    """Part of one tool call of a choice. A call's first delta carries its id and name; later ones only
+    argument text. A call's `arguments` fragments joined are its arguments as JSON object text."""
+    index: int  # the call's position among this choice's calls: 0, 1, ...
+    id: str | None = None  # "call_" + 24 alphanumerics, on the first delta; an API may reshape the prefix
+    name: str | None = None  # on the first delta
+    arguments: str = ""
+
+
+@dataclass
 class Delta:
     """New output of one choice. content and reasoning are text safe to show now (never half a UTF-8
     character, never part of a stop string); either may be empty. logprobs: one entry per sampled token
-    this delta covers, when the request asked for logprobs."""
+    this delta covers, when the request asked for logprobs. tool_calls: parts of calls, in order."""
     index: int
     content: str = ""
     reasoning: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
 
 
 @dataclass
@@ -105,7 +119,7 @@ class Usage:
 @dataclass
 class Finish:
     """One choice ended. reason: 'stop' (end-of-generation token or stop string), 'length' (max_tokens
-    or the context's end)."""
+    or the context's end), 'tool_calls' (the output ended with one or more tool calls)."""
     index: int
     reason: str
     usage: Usage  # the usage of this choice's sequence (prompt counted in every choice)

@@ -20,6 +20,7 @@ from .ollama_out import (
     tags_body,
     version_body,
 )
+from .openai_common import check_function_tool
 
 __all__ = [
     "OLLAMA_DEFAULTS", "ChatOutput", "GenerateOutput", "capabilities", "error_body", "parse_chat",
@@ -300,14 +301,16 @@ def _context(value: Any) -> list[int] | None:
 
 
 def parse_chat(body: Any) -> GenRequest:
-    """POST /api/chat -> GenRequest (messages in the chat-template shape, tools kept)."""
+    """POST /api/chat -> GenRequest (messages in the chat-template shape, tools kept once checked; Ollama
+    has no tool_choice: always "auto")."""
     req = GenRequest(model=_model(body))
     raw_messages = _field(body, "messages", list, [], "an array")
     req.messages = [_message(m, i) for i, m in enumerate(raw_messages)]
     tools = _field(body, "tools", list, None, "an array")
     if tools is not None and not all(isinstance(t, dict) for t in tools):
         raise bad_request("tools must be an array of objects", "tools")
-    req.tools = tools or None
+    req.tools = [check_function_tool(t, f"tools[{i}]") for i, t in enumerate(tools)] if tools else None
+    req.options.update(tool_choice="auto", parallel_tool_calls=True)
     _common(body, req)
     if not req.messages:
         _mark_load(req)

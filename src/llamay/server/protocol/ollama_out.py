@@ -21,8 +21,9 @@ from .base import (
     TokenLogprob,
     Usage,
 )
+from .openai_common import ToolCall, add_call_part
 
-_DONE_REASONS = {"stop": "stop", "length": "length"}
+_DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop"}  # Ollama keeps "stop" for tool calls
 _FOREVER_NS = (1 << 63) - 1  # Go's time.Now().Add(math.MaxInt64): how Ollama dates a never-expiring model
 _ARRAY_LIMIT = 5  # /api/show empties model_info arrays longer than this unless verbose
 
@@ -129,13 +130,48 @@ class GenerateOutput(_NdjsonOutput):
 
 
 class ChatOutput(_NdjsonOutput):
-    """/api/chat: text in `message.content`, reasoning in `message.thinking`."""
+    """/api/chat: text in `message.content`, reasoning in `message.thinking`, tool calls whole in
+    `message.tool_calls` with arguments as an object. Streaming, a call goes out as its own done:false
+    line once complete: when the next call starts, or at the Finish before the final line."""
+
+    def __init__(self, req: GenRequest, meta: ResponseMeta, clock: Callable[[], int] = time.time_ns):
+        super().__init__(req, meta, clock)
+        self.calls: list[ToolCall] = []
+        self._n_sent = 0  # calls already streamed
+
+    def feed(self, ev: Delta | Finish) -> list[str]:
+        if isinstance(ev, Finish):
+            return self._call_lines(len(self.calls)) + super().feed(ev)
+        lines = super().feed(ev)
+        for part in ev.tool_calls:
+            add_call_part(self.calls, part)
+        return lines + self._call_lines(len(self.calls) - 1)  # the last call may still grow
+
+    def body(self) -> dict:
+        obj = super().body()
+        if self.calls:
+            obj["message"]["tool_calls"] = [_tool_call(c, k) for k, c in enumerate(self.calls)]
+        return obj
+
+    def _call_lines(self, n_complete: int) -> list[str]:
+        """Lines for the calls completed since the last ones sent (streaming only)."""
+        first, self._n_sent = self._n_sent, max(self._n_sent, n_complete)
+        if not self.req.stream:
+            return []
+        return [_line({**self._head(), "message": {"role": "assistant", "content": "",
+                                                   "tool_calls": [_tool_call(self.calls[k], k)]}, "done": False})
+                for k in range(first, self._n_sent)]
 
     def _payload(self, content: str, thinking: str) -> dict:
         message = {"role": "assistant", "content": content}
         if thinking:
             message["thinking"] = thinking
         return {"message": message}
+
+
+def _tool_call(call: ToolCall, k: int) -> dict:
+    """Ollama's api.ToolCall: arguments as an object."""
+    return {"id": call.id, "function": {"index": k, "name": call.name, "arguments": call.arguments_object()}}
 
 # ------------------------------------------------------------------------------------------------ errors
 

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Delta, Finish, GenRequest, ResponseMeta, TokenLogprob, bad_request
+from .base import (
+    Delta,
+    Finish,
+    GenRequest,
+    ResponseMeta,
+    TokenLogprob,
+    ToolCallDelta,
+    bad_request,
+)
 from .openai_common import (
     DONE,
     FINISH_REASONS,
     ChoicesOutput,
+    ChoiceState,
+    check_tool_choice,
     frame,
     get_bool,
     get_field,
     get_int,
     get_str,
+    parse_function_tools,
     parse_max_tokens,
     parse_n,
     parse_sampling,
@@ -27,6 +38,8 @@ from .openai_common import (
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MEDIA_PARTS = {"image_url", "input_audio", "file"}
 RESPONSE_FORMATS = {"text", "json_object", "json_schema"}
+TOOL_CHOICES = ("none", "auto", "required")
+CHAT_FINISH_REASONS = {**FINISH_REASONS, "tool_calls": "tool_calls"}
 
 
 def parse_chat(body: Any) -> GenRequest:
@@ -37,12 +50,13 @@ def parse_chat(body: Any) -> GenRequest:
         raise bad_request("'messages' must be a non-empty array", "messages")
     stream, include_usage = parse_stream(body)
     logprobs, top_logprobs = _parse_logprobs(body)
+    tools = parse_function_tools(body)
     return GenRequest(
         model=model, messages=[parse_message(i, m) for i, m in enumerate(messages)], stream=stream,
         include_usage=include_usage, n=parse_n(body), stop=parse_stop(body),
         max_tokens=parse_max_tokens(body, "max_completion_tokens", "max_tokens"),
         sampling=parse_sampling(body), logprobs=logprobs, top_logprobs=top_logprobs,
-        tools=_parse_tools(body), format=parse_response_format(body), options=_parse_options(body))
+        tools=tools, format=parse_response_format(body), options=_parse_options(body, tools))
 
 
 def parse_message(i: int, msg: Any) -> dict:
@@ -101,13 +115,6 @@ def _parse_logprobs(body: dict) -> tuple[bool, int]:
     return logprobs, top or 0
 
 
-def _parse_tools(body: dict) -> list[dict] | None:
-    tools = get_field(body, "tools", (list,), "an array of tools")
-    if tools and not all(isinstance(t, dict) for t in tools):
-        raise bad_request("'tools' must be an array of objects", "tools")
-    return tools or None
-
-
 def parse_response_format(body: dict) -> dict | None:
     """Kept for the grammar (issue 7). Takes OpenAI's nested json_schema and llama-server's flat
     `schema`; type "text" means no format."""
@@ -123,20 +130,49 @@ def parse_response_format(body: dict) -> dict | None:
     return fmt
 
 
-def _parse_options(body: dict) -> dict[str, Any]:
-    """Route-level extras: tool_choice, parallel_tool_calls, reasoning_effort, chat_template_kwargs, grammar."""
-    options: dict[str, Any] = {}
-    choice = get_field(body, "tool_choice", (str, dict), "a string or an object")
-    if isinstance(choice, str) and choice not in ("none", "auto", "required"):
-        raise bad_request(f"'tool_choice' must be none, auto, required or an object, got {choice!r}",
-                          "tool_choice")
-    for name, value in (("tool_choice", choice), ("parallel_tool_calls", get_bool(body, "parallel_tool_calls")),
-                        ("reasoning_effort", get_str(body, "reasoning_effort")),
+def _parse_options(body: dict, tools: list[dict] | None) -> dict[str, Any]:
+    """Route-level extras: tool_choice (normalised), parallel_tool_calls, reasoning_effort,
+    chat_template_kwargs, grammar."""
+    options: dict[str, Any] = {"tool_choice": _tool_choice(body, tools),
+                               "parallel_tool_calls": get_bool(body, "parallel_tool_calls") is not False}
+    for name, value in (("reasoning_effort", get_str(body, "reasoning_effort")),
                         ("chat_template_kwargs", get_field(body, "chat_template_kwargs", (dict,), "an object")),
                         ("grammar", get_str(body, "grammar"))):  # llama-server's GBNF field
         if value is not None:
             options[name] = value
     return options
+
+
+def _tool_choice(body: dict, tools: list[dict] | None) -> str | dict:
+    """"none" | "auto" (the default) | "required" | {"type": "function", "function": {"name"}} -> {"name"}."""
+    choice = get_field(body, "tool_choice", (str, dict), "a string or an object")
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str) and choice not in TOOL_CHOICES:
+        raise bad_request(f"'tool_choice' must be none, auto, required or an object, got {choice!r}",
+                          "tool_choice")
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        if choice.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad_request("'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+                              "{\"name\": ...}}", "tool_choice")
+        choice = {"name": fn["name"]}
+    return check_tool_choice(choice, tools)
+
+
+def call_deltas(parts: list[ToolCallDelta]) -> list[dict]:
+    """One Delta's call parts -> delta.tool_calls entries, one per call; id, type and name only on the
+    entry that opens a call (the SDK concatenates every string it sees again)."""
+    entries: dict[int, dict] = {}
+    for part in parts:
+        if part.index in entries:
+            entries[part.index]["function"]["arguments"] += part.arguments
+        elif part.id is None:
+            entries[part.index] = {"index": part.index, "function": {"arguments": part.arguments}}
+        else:
+            entries[part.index] = {"index": part.index, "id": part.id, "type": "function",
+                                   "function": {"name": part.name, "arguments": part.arguments}}
+    return list(entries.values())
 
 
 def chat_logprob(t: TokenLogprob) -> dict:
@@ -162,13 +198,15 @@ class ChatOutput(ChoicesOutput):
             return []
         frames = self._open()
         if isinstance(ev, Finish):
-            frames.append(self._chunk(ev.index, {}, finish_reason=FINISH_REASONS[ev.reason]))
+            frames.append(self._chunk(ev.index, {}, finish_reason=CHAT_FINISH_REASONS[ev.reason]))
             return frames
         delta = {}
         if ev.reasoning:
             delta["reasoning_content"] = ev.reasoning  # llama-server's (and DeepSeek's) field
         if ev.content:
             delta["content"] = ev.content
+        if ev.tool_calls:
+            delta["tool_calls"] = call_deltas(ev.tool_calls)
         if delta or ev.logprobs:
             logprobs = {"content": [chat_logprob(t) for t in ev.logprobs], "refusal": None} if ev.logprobs else None
             frames.append(self._chunk(ev.index, delta, logprobs=logprobs))
@@ -190,14 +228,14 @@ class ChatOutput(ChoicesOutput):
 
     def _choice_body(self, i: int) -> dict:
         state = self.choices[i]
-        message = {"role": "assistant", "content": "".join(state.content), "refusal": None}
+        message = _message(state)
         reasoning = "".join(state.reasoning)
         if reasoning:
             message["reasoning_content"] = reasoning
         logprobs = {"content": [chat_logprob(t) for t in state.logprobs], "refusal": None} \
             if self.req.logprobs else None
         return {"index": i, "message": message, "logprobs": logprobs,
-                "finish_reason": FINISH_REASONS[state.finish.reason]}
+                "finish_reason": CHAT_FINISH_REASONS[state.finish.reason]}
 
     def _open(self) -> list[str]:
         if self._opened:
@@ -215,3 +253,13 @@ class ChatOutput(ChoicesOutput):
         if self.req.include_usage:
             chunk["usage"] = None  # the SDK expects the key on every chunk once usage is asked for
         return frame(chunk)
+
+
+def _message(state: ChoiceState) -> dict:
+    """The assistant message: content null when there are tool calls and no text (as OpenAI sends it)."""
+    content = "".join(state.content)
+    message = {"role": "assistant", "content": content or (None if state.calls else ""), "refusal": None}
+    if state.calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.text}}
+                                 for c in state.calls]
+    return message

@@ -11,6 +11,7 @@ from .base import (
     Finish,
     ProtocolError,
     TokenLogprob,
+    ToolCallDelta,
     Usage,
     bad_request,
     merge_usage,
@@ -153,6 +154,49 @@ def parse_max_tokens(body: dict, *names: str) -> int | None:
     return next((value for _, value in values if value is not None), None)
 
 
+def check_function_tool(tool: Any, where: str) -> dict:
+    """One tool in the chat shape {"type": "function", "function": {"name": str, "description"?: str,
+    "parameters"?: object}}; anything else (custom tools included) is a 400 naming the path."""
+    if not isinstance(tool, dict):
+        raise bad_request(f"'{where}' must be an object", where)
+    if tool.get("type") != "function":
+        raise bad_request(f"'{where}.type' must be 'function' (the only tool type served here), "
+                          f"got {tool.get('type')!r}", f"{where}.type")
+    fn = get_field(tool, "function", (dict,), "an object", f"{where}.function")
+    if fn is None:
+        raise bad_request(f"'{where}.function' is required", f"{where}.function")
+    check_function(fn, f"{where}.function")
+    return tool
+
+
+def check_function(fn: dict, where: str) -> None:
+    """name a non-empty string; description a string and parameters a JSON Schema object when present."""
+    if not get_str(fn, "name", f"{where}.name"):
+        raise bad_request(f"'{where}.name' is required", f"{where}.name")
+    get_str(fn, "description", f"{where}.description")
+    get_field(fn, "parameters", (dict,), "a JSON Schema object", f"{where}.parameters")
+
+
+def parse_function_tools(body: dict) -> list[dict] | None:
+    """`tools` in the chat shape, each checked; None when absent or empty."""
+    tools = get_field(body, "tools", (list,), "an array of tools")
+    if not tools:
+        return None
+    return [check_function_tool(t, f"tools[{i}]") for i, t in enumerate(tools)]
+
+
+def check_tool_choice(choice: str | dict, tools: list[dict] | None) -> str | dict:
+    """A normalised tool_choice ("none" | "auto" | "required" | {"name"}) against the offered tools:
+    only none/auto without tools; a named function must be one of them."""
+    names = [t["function"]["name"] for t in tools or []]
+    if not names and choice not in ("none", "auto"):
+        raise bad_request(f"'tool_choice' {choice!r} needs 'tools', and none were given", "tool_choice")
+    if isinstance(choice, dict) and choice["name"] not in names:
+        raise bad_request(f"'tool_choice' names function {choice['name']!r}, which is not among 'tools' "
+                          f"({', '.join(names)})", "tool_choice")
+    return choice
+
+
 def frame(obj: dict, event: str | None = None) -> str:
     """One SSE event: compact JSON, non-ASCII kept."""
     data = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
@@ -190,18 +234,60 @@ def error_object(err: ProtocolError) -> dict:
 
 
 @dataclass
+class ToolCall:
+    """One tool call as it accumulates: arguments is the list of JSON text fragments."""
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+    def add(self, part: ToolCallDelta) -> None:
+        self.arguments.append(part.arguments)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.arguments)
+
+    def arguments_object(self) -> dict:
+        return arguments_object(self.text, self.name)
+
+
+def arguments_object(text: str, name: str) -> dict:
+    """A call's joined argument fragments as an object (the engine's contract: JSON object text); the
+    APIs whose calls carry an object (Anthropic's input, Ollama's arguments) use this."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise TypeError(f"tool call {name!r}: arguments are not a JSON object: {text!r}")
+    return value
+
+
+def add_call_part(calls: list[ToolCall], part: ToolCallDelta) -> ToolCall:
+    """Appends `part` to its call in `calls` (a first part, carrying id and name, opens call part.index)."""
+    if part.index == len(calls):
+        if part.id is None or part.name is None:
+            raise ValueError(f"tool call {part.index}: its first delta must carry the id and name")
+        calls.append(ToolCall(part.id, part.name))
+    elif part.index != len(calls) - 1:
+        raise ValueError(f"tool call {part.index} out of order: {len(calls)} calls so far")
+    calls[part.index].add(part)
+    return calls[part.index]
+
+
+@dataclass
 class ChoiceState:
     """What one choice produced so far (for body() and the finish chunk)."""
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)  # completions' text_offset per logprobs entry
+    calls: list[ToolCall] = field(default_factory=list)
     finish: Finish | None = None
 
     def add(self, delta: Delta) -> None:
         self.content.append(delta.content)
         self.reasoning.append(delta.reasoning)
         self.logprobs.extend(delta.logprobs)
+        for part in delta.tool_calls:
+            add_call_part(self.calls, part)
 
 
 class ChoicesOutput:

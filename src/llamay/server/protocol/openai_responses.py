@@ -1,5 +1,5 @@
-"""POST /v1/responses, text only: body -> GenRequest, engine events -> a response object or its event
-stream (ref: ../shared/docs/protocols/openai.md §5)."""
+"""POST /v1/responses, text and function calls: body -> GenRequest, engine events -> a response object or
+its event stream (ref: ../shared/docs/protocols/openai.md §5)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,10 +12,13 @@ from .base import (
     ProtocolError,
     ResponseMeta,
     TokenLogprob,
+    ToolCallDelta,
     Usage,
     bad_request,
 )
 from .openai_common import (
+    check_function,
+    check_tool_choice,
     error_object,
     frame,
     get_bool,
@@ -32,6 +35,7 @@ ROLES = {"developer": "system", "system": "system", "user": "user", "assistant":
 TEXT_PARTS = {"input_text", "output_text"}  # output_text: assistant turns of the history
 MEDIA_PARTS = {"input_image", "input_file", "input_audio"}
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+TOOL_CHOICES = ("none", "auto", "required")
 
 
 def parse_responses(body: Any) -> GenRequest:
@@ -47,45 +51,117 @@ def parse_responses(body: Any) -> GenRequest:
     include = get_field(body, "include", (list,), "an array of strings") or []
     text = get_field(body, "text", (dict,), "an object") or {}
     fmt = get_field(text, "format", (dict,), "an object", "text.format")
+    tools = _parse_tools(body)
     options = {"instructions": instructions, "metadata": body.get("metadata"),
-               "tool_choice": get_field(body, "tool_choice", (str, dict), "a string or an object") or "auto",
+               "tool_choice": check_tool_choice(_tool_choice(body), tools),
                "parallel_tool_calls": get_bool(body, "parallel_tool_calls") is not False}
     return GenRequest(
         model=model, messages=messages, stream=bool(get_bool(body, "stream")),
         max_tokens=parse_max_tokens(body, "max_output_tokens"), sampling=parse_sampling(body),
         logprobs=bool(top) or LOGPROBS_INCLUDE in include, top_logprobs=top or 0,
-        tools=get_field(body, "tools", (list,), "an array of tools") or None,
+        tools=tools,
         format=None if fmt is None or fmt.get("type") == "text" else fmt, options=options)
 
 
+def _parse_tools(body: dict) -> list[dict] | None:
+    """Flat function tools {"type": "function", "name", "description"?, "parameters"?, "strict"?} -> the
+    chat-template shape; built-in tools (web_search, file_search, ...) cannot run here: 400."""
+    tools = get_field(body, "tools", (list,), "an array of tools")
+    return [_tool(tool, f"tools[{i}]") for i, tool in enumerate(tools)] if tools else None
+
+
+def _tool(tool: Any, where: str) -> dict:
+    if not isinstance(tool, dict):
+        raise bad_request(f"'{where}' must be an object", where)
+    if tool.get("type") != "function":
+        raise bad_request(f"'{where}.type' is {tool.get('type')!r}: only function tools are served here",
+                          f"{where}.type")
+    check_function(tool, where)
+    get_field(tool, "strict", (bool,), "a boolean", f"{where}.strict")
+    return {"type": "function", "function": {key: tool[key] for key in ("name", "description", "parameters",
+                                                                        "strict") if tool.get(key) is not None}}
+
+
+def _tool_choice(body: dict) -> str | dict:
+    """"none" | "auto" (the default) | "required" | {"type": "function", "name"} -> {"name"}."""
+    choice = get_field(body, "tool_choice", (str, dict), "a string or an object")
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str) and choice in TOOL_CHOICES:
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"name": choice["name"]}
+    raise bad_request("'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...}, "
+                      f"got {choice!r}", "tool_choice")
+
+
+def _echo_tools(tools: list[dict] | None) -> list[dict]:
+    """req.tools back in the flat Responses shape (the response object echoes them)."""
+    return [{"type": "function", **t["function"]} for t in tools or []]
+
+
+def _echo_tool_choice(choice: str | dict) -> str | dict:
+    return {"type": "function", "name": choice["name"]} if isinstance(choice, dict) else choice
+
+
 def parse_input(body: dict) -> list[dict]:
-    """`input`: a string (one user message) or a list of message items with text content."""
+    """`input`: a string (one user message) or a list of items: messages with text content, function_call
+    items (joined to the assistant turn they follow), function_call_output items (tool messages) and
+    reasoning items (accepted, not re-rendered)."""
     items = body.get("input")
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise bad_request("'input' is required: a string or a non-empty array of message items", "input")
-    return [_input_message(i, item) for i, item in enumerate(items)]
+    messages: list[dict] = []
+    for i, item in enumerate(items):
+        _add_item(messages, item, f"input[{i}]")
+    return messages
 
 
-def _input_message(i: int, item: Any) -> dict:
-    where = f"input[{i}]"
+def _add_item(messages: list[dict], item: Any, where: str) -> None:
     if not isinstance(item, dict):
         raise bad_request(f"'{where}' must be an object", where)
     kind = item.get("type", "message")
-    if kind != "message":
-        raise bad_request(f"'{where}.type' is {kind!r}: only message items with text are supported yet",
-                          f"{where}.type")
+    if kind == "message":
+        messages.append(_input_message(item, where))
+    elif kind == "function_call":
+        call = {"id": _required_str(item, "call_id", where), "type": "function",
+                "function": {"name": _required_str(item, "name", where),
+                             "arguments": _required_str(item, "arguments", where)}}
+        if not messages or messages[-1]["role"] != "assistant":
+            messages.append({"role": "assistant", "content": ""})
+        messages[-1].setdefault("tool_calls", []).append(call)
+    elif kind == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else _parts_text(output, f"{where}.output")
+        messages.append({"role": "tool", "content": text, "tool_call_id": _required_str(item, "call_id", where)})
+    elif kind != "reasoning":
+        raise bad_request(f"'{where}.type' is {kind!r}: only message, function_call, function_call_output "
+                          "and reasoning items are supported", f"{where}.type")
+
+
+def _required_str(item: dict, key: str, where: str) -> str:
+    value = get_str(item, key, f"{where}.{key}")
+    if value is None:
+        raise bad_request(f"'{where}.{key}' is required", f"{where}.{key}")
+    return value
+
+
+def _input_message(item: dict, where: str) -> dict:
     role = item.get("role")
     if role not in ROLES:
         raise bad_request(f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
     content = item.get("content")
     if isinstance(content, str):
         return {"role": ROLES[role], "content": content}
+    return {"role": ROLES[role], "content": _parts_text(content, f"{where}.content")}
+
+
+def _parts_text(content: Any, where: str) -> str:
     if not isinstance(content, list):
-        raise bad_request(f"'{where}.content' must be a string or an array of content parts", f"{where}.content")
-    return {"role": ROLES[role], "content": "\n".join(_part_text(p, f"{where}.content[{j}]")
-                                                     for j, p in enumerate(content))}
+        raise bad_request(f"'{where}' must be a string or an array of content parts", where)
+    return "\n".join(_part_text(p, f"{where}[{j}]") for j, p in enumerate(content))
 
 
 def _part_text(part: Any, where: str) -> str:
@@ -115,12 +191,15 @@ def responses_usage(usage: Usage) -> dict:
 
 @dataclass
 class _Item:
-    """One output item: a reasoning item (reasoning_text) or an assistant message (output_text)."""
-    kind: str  # "reasoning" | "message"
+    """One output item: a reasoning item (reasoning_text), an assistant message (output_text) or a
+    function call (texts: its argument fragments)."""
+    kind: str  # "reasoning" | "message" | "function_call"
     id: str
     texts: list[str] = field(default_factory=list)
     logprobs: list[dict] = field(default_factory=list)
     status: str = "in_progress"
+    call_id: str = ""
+    name: str = ""
 
     def part(self, empty: bool = False) -> dict:
         text = "" if empty else "".join(self.texts)
@@ -129,6 +208,9 @@ class _Item:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": [] if empty else self.logprobs}
 
     def render(self, empty: bool = False) -> dict:
+        if self.kind == "function_call":
+            return {"id": self.id, "type": "function_call", "call_id": self.call_id, "name": self.name,
+                    "arguments": "" if empty else "".join(self.texts), "status": self.status}
         content = [] if empty else [self.part()]
         if self.kind == "reasoning":
             return {"id": self.id, "type": "reasoning", "summary": [], "content": content, "status": self.status}
@@ -140,7 +222,8 @@ class ResponsesOutput:
     accepts: created, in_progress, then per output item added / content_part.added / deltas / text done /
     content_part.done / item done, and completed (or incomplete) in end(). created and in_progress go out
     with the first fed event. Reasoning text opens a reasoning item; a switch between reasoning and
-    content closes the open item and opens the next at the following output_index."""
+    content closes the open item and opens the next at the following output_index. A tool call is a
+    function_call item of its own: added, function_call_arguments delta(s) and done, item done."""
 
     def __init__(self, req: GenRequest, meta: ResponseMeta):
         self.req, self.meta = req, meta
@@ -153,14 +236,16 @@ class ResponsesOutput:
         frames = self._start()
         if isinstance(ev, Finish):
             self._finish = ev
-            if not any(item.kind == "message" for item in self._items):
+            if not any(item.kind in ("message", "function_call") for item in self._items):
                 frames += self._append("message", "", [])
-            frames += self._close("completed" if ev.reason == "stop" else "incomplete")
+            frames += self._close("incomplete" if ev.reason == "length" else "completed")
         else:
             if ev.reasoning:
                 frames += self._append("reasoning", ev.reasoning, [])
             if ev.content or ev.logprobs:
                 frames += self._append("message", ev.content, [responses_logprob(t) for t in ev.logprobs])
+            for part in ev.tool_calls:
+                frames += self._call_part(part)
         return frames if self.req.stream else []
 
     def end(self) -> list[str]:
@@ -210,14 +295,31 @@ class ResponsesOutput:
             frames.append(self._event("response.output_text.delta", **where, delta=text, logprobs=logprobs))
         return frames
 
-    def _open(self, kind: str) -> list[str]:
-        prefix = "rs" if kind == "reasoning" else "msg"
-        item = _Item(kind, f"{prefix}_{self.meta.id.removeprefix('resp_')}_{len(self._items)}")
+    def _call_part(self, part: ToolCallDelta) -> list[str]:
+        """A call's first part closes the open item and adds its function_call item; each non-empty
+        argument fragment is one arguments delta."""
+        frames = []
+        if part.id is not None:
+            frames += self._close("completed") + self._open("function_call", call_id=part.id, name=part.name)
+        item = self._items[-1]
+        if item.kind != "function_call" or item.status != "in_progress":
+            raise ValueError(f"tool call {part.index}: arguments before the call's first delta")
+        item.texts.append(part.arguments)
+        if part.arguments:
+            frames.append(self._event("response.function_call_arguments.delta", item_id=item.id,
+                                      output_index=self._items.index(item), delta=part.arguments))
+        return frames
+
+    def _open(self, kind: str, **fields) -> list[str]:
+        prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
+        item = _Item(kind, f"{prefix}_{self.meta.id.removeprefix('resp_')}_{len(self._items)}", **fields)
         self._items.append(item)
         where = self._where(item)
-        return [self._event("response.output_item.added", output_index=where["output_index"],
-                            item=item.render(empty=True)),
-                self._event("response.content_part.added", **where, part=item.part(empty=True))]
+        added = self._event("response.output_item.added", output_index=where["output_index"],
+                            item=item.render(empty=True))
+        if kind == "function_call":
+            return [added]
+        return [added, self._event("response.content_part.added", **where, part=item.part(empty=True))]
 
     def _close(self, status: str) -> list[str]:
         if not self._items or self._items[-1].status != "in_progress":
@@ -225,12 +327,17 @@ class ResponsesOutput:
         item = self._items[-1]
         item.status = status
         where, text = self._where(item), "".join(item.texts)
-        if item.kind == "reasoning":
-            done = self._event("response.reasoning_text.done", **where, text=text)
+        if item.kind == "function_call":
+            frames = [self._event("response.function_call_arguments.done", item_id=item.id,
+                                  output_index=where["output_index"], arguments=text)]
+        elif item.kind == "reasoning":
+            frames = [self._event("response.reasoning_text.done", **where, text=text)]
         else:
-            done = self._event("response.output_text.done", **where, text=text, logprobs=item.logprobs)
-        return [done, self._event("response.content_part.done", **where, part=item.part()),
-                self._event("response.output_item.done", output_index=where["output_index"], item=item.render())]
+            frames = [self._event("response.output_text.done", **where, text=text, logprobs=item.logprobs)]
+        if item.kind != "function_call":
+            frames.append(self._event("response.content_part.done", **where, part=item.part()))
+        return frames + [self._event("response.output_item.done", output_index=where["output_index"],
+                                     item=item.render())]
 
     def _where(self, item: _Item) -> dict:
         return {"item_id": item.id, "output_index": self._items.index(item), "content_index": 0}
@@ -247,7 +354,7 @@ class ResponsesOutput:
             "model": self.meta.model, "output": output, "error": None, "incomplete_details": None,
             "instructions": opts.get("instructions"), "max_output_tokens": req.max_tokens,
             "temperature": req.sampling.get("temperature"), "top_p": req.sampling.get("top_p"),
-            "tools": req.tools or [], "tool_choice": opts.get("tool_choice", "auto"),
+            "tools": _echo_tools(req.tools), "tool_choice": _echo_tool_choice(opts.get("tool_choice", "auto")),
             "parallel_tool_calls": opts.get("parallel_tool_calls", True),
             "text": {"format": req.format or {"type": "text"}}, "metadata": opts.get("metadata"),
             "previous_response_id": None, "store": False, "usage": None}

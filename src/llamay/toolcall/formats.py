@@ -1,0 +1,94 @@
+"""The tool-call formats of the major model families, as their chat templates render an assistant's calls.
+
+A call region starts at `trigger` (text the model writes, or a special token's text) and holds one call, or
+several separated by `sep` inside `open` ... `close`. A call is `head` (the function name in it) + the
+arguments (a JSON object; Gemma 4's own object syntax) + `tail`. Parallel calls as several regions are
+separated by `region_sep`. These describe what llamay's grammars generate; the parser also reads what the
+templates render (other whitespace, extra keys such as ids)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NAME = r'"((?:[^"\\]|\\.)*)"'
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    name: str
+    trigger: str  # starts a region; "" = the whole output is one region (generic JSON)
+    open: str  # after the trigger, before the first call
+    head: str  # a call's text before its arguments; {name} stands for the function name
+    tail: str  # after the arguments
+    close: str  # ends the region ("" = a region ends with its call, or at the output's end)
+    sep: str = ""  # between calls inside one region ("" = one call per region)
+    region_sep: str = ""  # between regions
+    head_re: str = ""  # reads a head as rendered/generated (group 1: the name), anchored at the call start
+    tail_re: str = r"\s*\}"  # reads a tail
+    sep_re: str = r"\s*,\s*"
+    close_re: str = ""
+    args: str = "json"  # "json" or "gemma" (Gemma 4's <|"|>-quoted object syntax)
+    quoted_name: bool = True  # the name in head_re's group 1 is a JSON string body
+
+    def head_text(self, name: str) -> str:
+        return self.head.replace("{name}", name)
+
+
+def _json_head(name_key: str, args_key: str, extra: str = "") -> str:
+    return r'\s*\{\s*' + extra + f'"{name_key}"' + r'\s*:\s*' + _NAME + r'\s*,\s*' + f'"{args_key}"' + r'\s*:\s*'
+
+
+HERMES = CallFormat(  # Hermes 2/3, Qwen 2.5/3, QwQ, SmolLM3 (ChatML family)
+    "hermes", "<tool_call>", "\n", '{"name": "{name}", "arguments": ', "}", "\n</tool_call>",
+    region_sep="\n", head_re=_json_head("name", "arguments"), close_re=r"\s*</tool_call>")
+LLAMA3 = CallFormat(  # Llama 3.1 / 3.2 / 3.3 JSON tool calling
+    "llama3", '{"name": "', "", '{"name": "{name}", "parameters": ', "}", "", region_sep="\n",
+    head_re=_json_head("name", "parameters"))
+MISTRAL = CallFormat(  # Mistral Nemo / Small 3.0 / 3.1: [TOOL_CALLS][{...}, {...}]
+    "mistral", "[TOOL_CALLS]", "[", '{"name": "{name}", "arguments": ', "}", "]", sep=", ",
+    head_re=r"\s*" + _json_head("name", "arguments"), tail_re=r'(?:\s*,\s*"id"\s*:\s*"[^"]*")?\s*\}',
+    close_re=r"\s*\]")
+MISTRAL_ARGS = CallFormat(  # Mistral Small 3.2, Magistral, Devstral: [TOOL_CALLS]name[ARGS]{...}
+    "mistral_args", "[TOOL_CALLS]", "", "{name}[ARGS]", "", "",
+    head_re=r"([A-Za-z0-9_.\-]+)(?:\[CALL_ID\][A-Za-z0-9]*)?\[ARGS\]", tail_re="", quoted_name=False)
+COMMAND_R7B = CallFormat(  # Command R7B: <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., ...}]
+    "command_r7b", "<|START_ACTION|>", "[", '{"tool_name": "{name}", "parameters": ', "}", "]<|END_ACTION|>",
+    sep=", ", head_re=_json_head("tool_name", "parameters", r'(?:"tool_call_id"\s*:\s*"[^"]*"\s*,\s*)?'),
+    close_re=r"\s*\]\s*<\|END_ACTION\|>")
+COMMAND_R = CallFormat(  # Command R / R+: Action: ```json [{"tool_name": ..., "parameters": {...}}] ```
+    "command_r", "Action:", " ```json\n[", '{"tool_name": "{name}", "parameters": ', "}", "]\n```",
+    sep=", ", head_re=_json_head("tool_name", "parameters"), close_re=r"\s*\]\s*```")
+GEMMA4 = CallFormat(  # Gemma 4: <|tool_call>call:name{key:<|"|>text<|"|>,n:1}<tool_call|>
+    "gemma4", "<|tool_call>", "", "call:{name}", "", "<tool_call|>",
+    head_re=r"call:([A-Za-z0-9_.\-]+)(?=\{)", tail_re="", close_re=r"<tool_call\|>", args="gemma", quoted_name=False)
+GENERIC = CallFormat(  # llama.cpp's generic form for templates without tool support
+    "generic", "", '{"tool_calls": [', '{"name": "{name}", "arguments": ', "}", "]}", sep=", ",
+    head_re=_json_head("name", "arguments"), close_re=r"\s*\]\s*\}")
+
+FORMATS = {f.name: f for f in (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, COMMAND_R7B, COMMAND_R, GEMMA4, GENERIC)}
+
+# Markers in a template's source, most specific first.
+_DETECT = (
+    ("<|tool_call>call:", GEMMA4),
+    ("[ARGS]", MISTRAL_ARGS),
+    ("[TOOL_CALLS]", MISTRAL),
+    ("<|START_ACTION|>", COMMAND_R7B),
+    ("Action:", COMMAND_R),
+    ("<tool_call>", HERMES),
+    ("<|python_tag|>", LLAMA3),
+    ('"parameters": ', LLAMA3),
+)
+
+
+def detect(source: str, supports_tools: bool = True) -> CallFormat:
+    """The format a template's model writes calls in; GENERIC when it renders no tools or none is known."""
+    if not supports_tools or not source:
+        return GENERIC
+    for marker, fmt in _DETECT:
+        if marker in source:
+            return fmt
+    return GENERIC
+
+
+def compiled(pattern: str) -> re.Pattern | None:
+    return re.compile(pattern, re.DOTALL) if pattern else None

@@ -1,0 +1,58 @@
+"""One request's tool-call plan: what the template renders, which format the output is read in, and the
+grammar that constrains it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..chat.reasoning import OPEN as THINK
+from .formats import GENERIC, CallFormat, detect
+from .grammar import tool_grammar
+from .polyfill import adapt, caps
+
+
+@dataclass
+class ToolPlan:
+    messages: list[dict]  # what the template renders (polyfilled where it lacks tool support)
+    tools: list[dict] | None  # passed to the template (None when it cannot render them)
+    fmt: CallFormat | None  # the output is read for calls in this format (None: plain content)
+    lark: str | None  # the grammar constraining the output (None: unconstrained)
+
+
+def choice_of(options: dict):
+    choice = options.get("tool_choice", "auto")
+    if choice not in ("auto", "none", "required") and not (isinstance(choice, dict) and "name" in choice):
+        raise ValueError(f"tool_choice must be auto, none, required or a named function, got {choice!r}")
+    return choice
+
+
+def plan(source: str, messages: list[dict], tools: list[dict] | None, options: dict, tokenizer,
+         **template_vars) -> ToolPlan:
+    """source: the chat template; tools in the chat-template shape; options: tool_choice, parallel_tool_calls.
+    ValueError for a named function that is not offered."""
+    choice = choice_of(options)
+    found = caps(source, template_vars or None)
+    if not tools:
+        return ToolPlan(adapt(found, messages, None), None, None, None)
+    tools = [_complete(t) for t in tools]
+    names = [t["function"]["name"] for t in tools]
+    if isinstance(choice, dict) and choice["name"] not in names:
+        raise ValueError(f"tool_choice names {choice['name']!r}, which is not among the tools offered "
+                         f"({', '.join(names)})")
+    fmt = detect(source, found.supports_tools)
+    if fmt is GENERIC:  # a format llamay cannot read: the tools are described the generic way instead
+        found = replace(found, supports_tools=False)
+    # "none" still renders the tools (the prompt, and so its cached prefix, stays the same turn to turn);
+    # calls are neither constrained nor read, except that the generic form keeps its answer wrapper
+    messages = adapt(found, messages, tools, tool_choice_required=choice not in ("auto", "none"))
+    if choice == "none" and fmt is not GENERIC:
+        return ToolPlan(messages, tools if found.supports_tools else None, None, None)
+    parallel = options.get("parallel_tool_calls", True) is not False
+    lark = tool_grammar(fmt, tools, choice, parallel, tokenizer, think=THINK in source)
+    return ToolPlan(messages, tools if found.supports_tools else None, fmt, lark)
+
+
+def _complete(tool: dict) -> dict:
+    """Templates read description and parameters unguarded (Hermes, Llama 3.1): give them both."""
+    fn = tool["function"]
+    params = fn.get("parameters") or {"type": "object", "properties": {}}
+    return {**tool, "function": {**fn, "description": fn.get("description") or "", "parameters": params}}
