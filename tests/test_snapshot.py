@@ -8,12 +8,12 @@ import pytest
 import xxhash
 from hypothesis import given, settings, strategies as st
 
-from llamay.kv.snapshot import (HEADER, KVGeometry, Snapshot, SnapshotError, SnapshotFile, SnapshotHeader,
+from llamay.kv.snapshot import (HEADER, HEADERS, KVGeometry, Snapshot, SnapshotError, SnapshotFile, SnapshotHeader,
                                 check_compatible, read_snapshot, write_snapshot)
 
 DIGEST = "ab" * 32
 N_VOCAB = 11
-PAGES_AT = 256  # small's page data: 172 header + 7 * 4 tokens + 11 * 4 logits = 244, padded to 64
+PAGES_AT = 256  # small's page data: 180 header + 7 * 4 tokens + 11 * 4 logits = 252, padded to 64
 OTHER = "cd" * 32
 # vq8: exact f16 keys, int8 values with one f16 scale per 4 values (an engine-defined layout, opaque here)
 GEOMETRIES = {
@@ -89,7 +89,7 @@ def reseal(data: bytes) -> bytes:
 
 def with_fields(data: bytes, **changes) -> bytes:
     names = ["magic", "version", "digest", "arch", "kv_type", "n_layer", "n_kv_head", "head_dim", "page_size",
-             "n_tokens", "n_pages", "k_page_bytes", "v_page_bytes", "n_logits"]
+             "n_tokens", "n_pages", "k_page_bytes", "v_page_bytes", "n_logits", "n_meta"]
     fields = dict(zip(names, HEADER.unpack(data[:HEADER.size])))
     fields.update(changes)
     return HEADER.pack(*fields.values()) + data[HEADER.size:]
@@ -118,14 +118,51 @@ def test_round_trip(tmp_path, kv_type, n_tokens, reader):
 def test_layout_is_the_documented_one(small):
     """Parse the file by hand from the module docstring's layout, not with the reader."""
     _, data, header, ks, vs, logits = small
-    assert data[:8] == b"LLAMAYCX" and struct.unpack_from("<I", data, 8) == (1,)
+    assert data[:8] == b"LLAMAYCX" and struct.unpack_from("<I", data, 8) == (2,)
     assert data[12:76].decode() == DIGEST and data[76:82] == b"gemma3" and data[108:111] == b"f16"
-    assert struct.unpack_from("<IIIIQQQQQ", data, 116) == (2, 1, 8, 4, 7, 2, 64, 64, N_VOCAB)
-    assert np.frombuffer(data, "<u4", 7, 172).tolist() == header.token_ids.tolist()
-    assert data[200:244] == logits.astype("<f4").tobytes() and data[244:PAGES_AT] == bytes(12)
+    assert struct.unpack_from("<IIIIQQQQQQ", data, 116) == (2, 1, 8, 4, 7, 2, 64, 64, N_VOCAB, 0)
+    assert np.frombuffer(data, "<u4", 7, 180).tolist() == header.token_ids.tolist()
+    assert data[208:252] == logits.astype("<f4").tobytes() and data[252:PAGES_AT] == bytes(4)
     pages = b"".join(a.astype("<f2").tobytes() for kv in zip(ks, vs) for a in kv)
     assert data[PAGES_AT:-16] == pages
     assert int.from_bytes(data[-16:], "little") == xxhash.xxh3_128_intdigest(data[:-16])
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_meta_round_trips(tmp_path, reader):
+    header, ks, vs, logits = make("f16", 5)
+    meta = {"grammar": {"kind": "json_schema", "source": '{"type":"object"}', "tokens": [1, 2, 3]}, "é": None}
+    with_meta = SnapshotHeader(header.weights_digest, header.geometry, header.token_ids, meta)
+    write_snapshot(tmp_path / "m.llamayctx", with_meta, ks, vs, logits)
+    snap = READERS[reader](tmp_path / "m.llamayctx")
+    assert snap.header.meta == meta and same_content(snap, header, ks, vs, logits)
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_version_1_files_still_read(tmp_path, small, reader):
+    """Version 1: a 172-byte header without n_meta, no meta section (same padding rule)."""
+    _, data, header, ks, vs, logits = small
+    fields = list(HEADER.unpack(data[:HEADER.size]))
+    fields[1] = 1
+    v1 = HEADERS[1].pack(*fields[:-1]) + data[180:252]
+    v1 += bytes(-len(v1) % 64) + data[PAGES_AT:-16]
+    snap = read_bytes(tmp_path, reseal(v1 + bytes(16)), reader=READERS[reader])
+    assert snap.header.meta == {} and same_content(snap, header, ks, vs, logits)
+
+
+def test_bad_meta_is_refused(tmp_path, small):
+    header, ks, vs, logits = make("f16", 5)
+    for meta, message in (([1], "must be a JSON object"), ({"x": object()}, "not JSON-serialisable")):
+        with pytest.raises(SnapshotError, match=message):
+            write_snapshot(tmp_path / "b.llamayctx", SnapshotHeader(header.weights_digest, header.geometry,
+                                                                   header.token_ids, meta), ks, vs, logits)
+    good = SnapshotHeader(header.weights_digest, header.geometry, header.token_ids, {"a": 1})
+    write_snapshot(tmp_path / "g.llamayctx", good, ks, vs, logits)
+    data = (tmp_path / "g.llamayctx").read_bytes()
+    at = data.index(b'{"a":1}')
+    for bad in (b'{"a":!}', b'[1,2,3]'):
+        with pytest.raises(SnapshotError, match="meta"):
+            read_bytes(tmp_path, reseal(data[:at] + bad + data[at + 7:]))
 
 
 def test_views_are_read_only_and_not_copies(tmp_path):
@@ -179,9 +216,9 @@ def test_bad_magic_is_named(tmp_path, small):
         read_bytes(tmp_path, b"GGUF" + small[1][4:])
 
 
-@pytest.mark.parametrize("version", [0, 2, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 3, 2**32 - 1])
 def test_other_version_is_refused_by_number(tmp_path, small, version):
-    with pytest.raises(SnapshotError, match=f"format version {version} is not supported.*reads version 1"):
+    with pytest.raises(SnapshotError, match=f"format version {version} is not supported.*reads versions 1, 2"):
         read_bytes(tmp_path, reseal(with_fields(small[1], version=version)))
 
 

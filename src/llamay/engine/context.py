@@ -53,12 +53,15 @@ class Context:
         """Append text (tokenized without BOS, special tokens parsed) or ids -> the new last logits."""
         ids = self.llm.tokenize(more, add_special=False, parse_special=True) if isinstance(more, str) else list(more)
         self.llm.check_ids(ids, extra=len(self.tokens))
+        self._runner.matchers.pop(self.id, None)  # text from outside: a cut-off grammar no longer applies
         return self._runner.extend(self.id, ids)
 
     def generate(self, max_tokens: int = 128, stop: str | list[str] | None = None, grammar=None,
                  **sampling) -> Iterator[str]:
         """Continue this context (generated tokens are appended to it). sampling: SamplingParams fields;
-        grammar: a llamay.grammar.Grammar the output must follow."""
+        grammar: a llamay.grammar.Grammar the output must follow. A constrained generation cut off by
+        max_tokens keeps its grammar position with the context: the next generate() (without a grammar)
+        continues under it, fork() gives each child a copy, save() writes it into the snapshot."""
         return generate_tokens(self, SamplingParams(**sampling), max_tokens, [stop] if isinstance(stop, str) else stop,
                                grammar)
 
@@ -89,7 +92,8 @@ def generate_tokens(ctx: Context, params: SamplingParams, max_tokens: int, stop_
     llm.stats = stats = GenerationStats(prompt_tokens=len(history), cached_tokens=ctx.n_cached)
     sampler, detok, stops = Sampler(params), IncrementalDecoder(llm.tokenizer), StopMatcher(stop_strings)
     stats.finish_reason, t0 = "length", time.perf_counter()
-    matcher = grammar.matcher() if grammar is not None else None
+    matcher = grammar.matcher() if grammar is not None else runner.matchers.get(ctx.id)
+    runner.matchers.pop(ctx.id, None)  # kept again below only if this generation is cut off in sync
     for i in range(max_tokens):
         tok = constrain.sample(sampler, logits, history, matcher)
         if tok in llm.tokenizer.eog_ids:
@@ -107,6 +111,8 @@ def generate_tokens(ctx: Context, params: SamplingParams, max_tokens: int, stop_
             runner.pending[ctx.id] = [tok]
             break
         logits = runner.extend(ctx.id, [tok])
+    if matcher is not None and stats.finish_reason == "length" and not matcher.is_done():
+        runner.matchers[ctx.id] = matcher
     tail = stops.feed(detok.flush()) + stops.flush()
     if tail:
         yield tail

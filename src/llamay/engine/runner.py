@@ -21,6 +21,9 @@ class Runner:
         self.state = KVState(n_pages, page_size, budget_pages)
         self.last_logits: dict[int, np.ndarray] = {}  # ctx_id -> logits after its last computed token
         self.pending: dict[int, list[int]] = {}  # ctx_id -> sampled tokens not yet computed
+        # ctx_id -> the grammar matcher of a constrained generation cut off before its end (continued by
+        # the context's next generate; cloned by fork; saved in snapshots)
+        self.matchers: dict[int, object] = {}
         self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
 
     def create(self, tokens: list[int]) -> tuple[int, int]:
@@ -95,11 +98,15 @@ class Runner:
         kids = self.state.fork(ctx, n)
         for k in kids:
             self.last_logits[k] = self.last_logits[ctx]
+            if ctx in self.matchers:
+                self.matchers[k] = self.matchers[ctx].clone()
         return kids
 
     def truncate(self, ctx: int, n: int):
         """Keep the context's first n tokens (a pending sampled token counts as one)."""
         committed, pending = self.state.n_tokens(ctx), self.pending.pop(ctx, [])
+        if n < committed + len(pending):
+            self.matchers.pop(ctx, None)  # its position is past the cut
         if n >= committed:
             if pending[:n - committed]:
                 self.pending[ctx] = pending[:n - committed]
@@ -114,3 +121,4 @@ class Runner:
         self.state.free(ctx)
         self.last_logits.pop(ctx, None)
         self.pending.pop(ctx, None)
+        self.matchers.pop(ctx, None)

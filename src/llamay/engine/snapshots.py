@@ -1,7 +1,9 @@
 """Saving a context to a .llamayctx file and restoring it into fresh pages (kv/snapshot.py is the format).
 
 A snapshot carries the context's tokens, its pages and the logits after its last token, so a restored
-context continues exactly like the original without recomputing anything."""
+context continues exactly like the original without recomputing anything; and, for a constrained
+generation cut off before its end, the grammar's position (source and consumed tokens), so it continues
+under the same grammar."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +25,9 @@ def save(llm, ctx_id: int, path: str):
     pool = runner.pool
     g = geometry(llm)
     layers = [[pool.page_view(a)[pages].reshape(len(pages), -1) for a in arrs] for arrs in (pool.k, pool.v)]
-    header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32))
+    matcher = runner.matchers.get(ctx_id)
+    meta = {"grammar": matcher.state()} if matcher is not None else {}
+    header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32), meta)
     write_snapshot(path, header, layers[0], layers[1], logits=logits)
 
 
@@ -40,8 +44,21 @@ def restore(llm, path: str) -> int:
             pool = runner.pool
             f.read_pages_into([pool.page_view(a) for a in pool.k], [pool.page_view(a) for a in pool.v], pages)
             logits = f.read_logits(llm.n_vocab)
+            matcher = _resume_grammar(llm, f.header.meta.get("grammar"))
         except BaseException:
             runner.state.free(ctx)
             raise
     runner.last_logits[ctx] = logits
+    if matcher is not None:
+        runner.matchers[ctx] = matcher
     return ctx
+
+
+def _resume_grammar(llm, state):
+    if state is None:
+        return None
+    from ..grammar import Grammar, GrammarError
+    try:
+        return Grammar.resume(llm.tokenizer, state)
+    except GrammarError as e:
+        raise SnapshotError(f"the snapshot's grammar state cannot be resumed: {e}") from None

@@ -30,8 +30,9 @@ class GrammarError(ValueError):
 class Grammar:
     """A compiled grammar for one tokenizer; `matcher()` starts a sequence."""
 
-    def __init__(self, tokenizer, kind: str, ll_grammar: str):
+    def __init__(self, tokenizer, kind: str, ll_grammar: str, source: str = ""):
         self.kind = kind
+        self.source = source  # the canonical source text it was compiled from
         self.n_vocab = tokenizer.n_vocab
         self.eos_ids = np.asarray(eos_ids(tokenizer), dtype=np.int64)
         self._ll_tokenizer = ll_tokenizer(tokenizer)
@@ -49,12 +50,26 @@ class Grammar:
             if found is not None:
                 per_tokenizer.move_to_end(key)
                 return found
-        grammar = cls(tokenizer, kind, _check(ll_tokenizer(tokenizer), _to_llguidance(kind, text)))
+        grammar = cls(tokenizer, kind, _check(ll_tokenizer(tokenizer), _to_llguidance(kind, text)), text)
         with _LOCK:
             per_tokenizer[key] = grammar
             while len(per_tokenizer) > _CACHE_SIZE:
                 per_tokenizer.popitem(last=False)
         return grammar
+
+    @classmethod
+    def resume(cls, tokenizer, state) -> Matcher:
+        """A matcher at a saved position (Matcher.state()): the grammar compiled again (or found in the
+        cache) and its tokens consumed again. GrammarError if the state does not fit this tokenizer."""
+        if not isinstance(state, dict) or not isinstance(state.get("tokens"), list) or \
+                not isinstance(state.get("source"), str):
+            raise GrammarError(f"a saved grammar state needs kind, source and tokens, got {state!r:.100}")
+        matcher = cls.compile(tokenizer, state.get("kind"), state["source"]).matcher()
+        for tok in state["tokens"]:
+            if not isinstance(tok, int):
+                raise GrammarError(f"saved grammar tokens must be integers, got {tok!r}")
+            matcher.advance(tok)
+        return matcher
 
     def matcher(self) -> Matcher:
         ll = llguidance.LLMatcher(self._ll_tokenizer, self._ll_grammar, log_level=0)
@@ -117,6 +132,7 @@ class Matcher:
         self._ll = ll
         self._bits = np.empty((grammar.n_vocab + 31) // 32, dtype=np.int32)  # 1 bit per token
         self._mask: np.ndarray | None = None  # bool [n_vocab] for the current state
+        self.tokens: list[int] = []  # consumed so far: with the grammar's source, the whole state
 
     def allowed(self) -> np.ndarray:
         """bool [n_vocab]: True for the tokens that may come next (read-only view; do not modify)."""
@@ -149,6 +165,7 @@ class Matcher:
         self._mask = None
         if not self._ll.consume_token(token):
             self._raise_if_error()
+        self.tokens.append(token)
 
     def is_accepting(self) -> bool:
         """The output so far is a complete sentence of the grammar (EOS allowed)."""
@@ -161,8 +178,12 @@ class Matcher:
     def clone(self) -> Matcher:
         """An independent copy at the same position (for a forked context)."""
         twin = Matcher(self.grammar, self._ll.deep_copy())
-        twin._mask = self._mask
+        twin._mask, twin.tokens = self._mask, list(self.tokens)
         return twin
+
+    def state(self) -> dict:
+        """What Grammar.resume needs to rebuild this position (JSON-serialisable)."""
+        return {"kind": self.grammar.kind, "source": self.grammar.source, "tokens": list(self.tokens)}
 
     def _raise_if_error(self):
         if self._ll.is_error():

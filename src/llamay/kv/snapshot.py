@@ -1,16 +1,19 @@
 """.llamayctx snapshots: one context's tokens and KV pages in one self-checking file (DESIGN.md §6).
 
-Layout, version 1, all little-endian, no pointers:
-  fixed header (HEADER, 172 bytes): magic, version, weights digest, arch, KV type, geometry, counts
+Layout, version 2, all little-endian, no pointers:
+  fixed header (HEADER, 180 bytes): magic, version, weights digest, arch, KV type, geometry, counts
   token ids            u32[n_tokens]
   logits               f32[n_logits]: after the last token (n_vocab of them), or none (n_logits = 0)
+  meta                 n_meta bytes of UTF-8 JSON (an object; none when empty): state beside the KV, such
+                       as a grammar's position in a constrained generation
   zero padding         to a multiple of 64 bytes, so page data is aligned for numpy views
   page data            for each layer: K pages then V pages, n_pages * page_bytes each, context order;
                        a dense (f32/f16) page is [page_size, n_kv_head, head_dim] of that dtype
   checksum             xxh3_128 of every byte before it, 16 bytes
 The header is fixed binary rather than JSON: every field has a fixed width and type, so parsing hostile
 input is one struct.unpack plus integer bounds, and the exact file size follows from the header by
-arithmetic before anything is allocated. Any change of layout bumps VERSION.
+arithmetic before anything is allocated. Any change of layout bumps VERSION; version 1 (no meta, a
+172-byte header) is still read.
 
 Two ways to read, both validating the header against the file size before allocating anything:
 read_snapshot maps the file (no copy) and returns read-only numpy views after verifying the checksum;
@@ -21,11 +24,12 @@ place by another process while it is mapped can still raise SIGBUS, as with any 
 """
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import re
 import struct
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -34,8 +38,9 @@ import xxhash
 from ..files import write_atomic
 
 MAGIC = b"LLAMAYCX"
-VERSION = 1
-HEADER = struct.Struct("<8sI64s32s8sIIIIQQQQQ")
+VERSION = 2
+HEADERS = {1: struct.Struct("<8sI64s32s8sIIIIQQQQQ"), 2: struct.Struct("<8sI64s32s8sIIIIQQQQQQ")}
+HEADER = HEADERS[VERSION]
 CHECKSUM_BYTES = 16
 ALIGN = 64
 IOV_MAX = 1024  # buffers per preadv call (Linux's limit)
@@ -102,6 +107,7 @@ class SnapshotHeader:
     weights_digest: str  # sha256 hex of the GGUF file the KV was computed with
     geometry: KVGeometry
     token_ids: np.ndarray  # [n_tokens] uint32 (any int sequence is accepted when writing)
+    meta: dict = field(default_factory=dict)  # JSON-serialisable state kept with the KV
 
     @property
     def n_pages(self) -> int:
@@ -144,11 +150,12 @@ def write_snapshot(path: str | os.PathLike, header: SnapshotHeader, layers_k: Se
         raise SnapshotError(f"weights digest {header.weights_digest!r} is not a lowercase sha256 hex")
     tokens = _token_array(header.token_ids)
     logits = _logits_array(logits)
+    meta = _meta_bytes(header.meta)
     n_pages = pages_for(len(tokens), g.page_size)
     if len(layers_k) != g.n_layer or len(layers_v) != g.n_layer:
         raise SnapshotError(f"expected {g.n_layer} layers of K and V, got {len(layers_k)} and {len(layers_v)}")
-    parts = [_pack_header(header.weights_digest, g, len(tokens), n_pages, len(logits)), tokens, logits,
-             bytes(_pad(HEADER.size + tokens.nbytes + logits.nbytes))]
+    parts = [_pack_header(header.weights_digest, g, len(tokens), n_pages, len(logits), len(meta)), tokens,
+             logits, meta, bytes(_pad(HEADER.size + tokens.nbytes + logits.nbytes + len(meta)))]
     for i in range(g.n_layer):
         parts.append(_layer_array(layers_k[i], g, n_pages, g.k_page_bytes, f"K of layer {i}"))
         parts.append(_layer_array(layers_v[i], g, n_pages, g.v_page_bytes, f"V of layer {i}"))
@@ -173,6 +180,27 @@ def _logits_array(logits) -> np.ndarray:
     return np.ascontiguousarray(a, dtype="<f4")
 
 
+def _meta_bytes(meta: dict) -> bytes:
+    if not isinstance(meta, dict):
+        raise SnapshotError(f"snapshot meta must be a JSON object, got {type(meta).__name__}")
+    try:
+        return json.dumps(meta, separators=(",", ":"), ensure_ascii=False).encode() if meta else b""
+    except (TypeError, ValueError) as e:
+        raise SnapshotError(f"snapshot meta is not JSON-serialisable: {e}") from None
+
+
+def _parse_meta(raw) -> dict:
+    if not len(raw):
+        return {}
+    try:
+        meta = json.loads(bytes(raw).decode())
+    except ValueError as e:
+        raise SnapshotError(f"snapshot meta is not UTF-8 JSON: {e}") from None
+    if not isinstance(meta, dict):
+        raise SnapshotError("snapshot meta must be a JSON object")
+    return meta
+
+
 def _layer_array(a: np.ndarray, g: KVGeometry, n_pages: int, page_bytes: int, what: str) -> np.ndarray:
     if a.dtype == np.uint8 and a.shape == (n_pages, page_bytes):
         return np.ascontiguousarray(a)
@@ -183,10 +211,10 @@ def _layer_array(a: np.ndarray, g: KVGeometry, n_pages: int, page_bytes: int, wh
     return np.ascontiguousarray(a, dtype=dtype)  # no copy when already contiguous little-endian
 
 
-def _pack_header(digest: str, g: KVGeometry, n_tokens: int, n_pages: int, n_logits: int) -> bytes:
+def _pack_header(digest: str, g: KVGeometry, n_tokens: int, n_pages: int, n_logits: int, n_meta: int) -> bytes:
     return HEADER.pack(MAGIC, VERSION, digest.encode(), g.arch.encode(), g.kv_type.encode(),
                        g.n_layer, g.n_kv_head, g.head_dim, g.page_size, n_tokens, n_pages,
-                       g.k_page_bytes, g.v_page_bytes, n_logits)
+                       g.k_page_bytes, g.v_page_bytes, n_logits, n_meta)
 
 
 def _pad(offset: int) -> int:
@@ -218,7 +246,8 @@ def read_snapshot(path: str | os.PathLike) -> Snapshot:
     buf = np.frombuffer(mapped, np.uint8)  # keeps the mapping alive while any view lives
     body = buf[:size - CHECKSUM_BYTES]
     _verify(xxhash.xxh3_128_intdigest(body), buf[size - CHECKSUM_BYTES:].tobytes(), path)
-    header = SnapshotHeader(digest, g, body[HEADER.size:c.logits_at].view("<u4"))
+    header = SnapshotHeader(digest, g, body[c.header_size:c.logits_at].view("<u4"),
+                            _parse_meta(body[c.logits_end:c.meta_end]))
     return Snapshot(header, *_layer_views(body, g, c), body[c.logits_at:c.logits_end].view("<f4"))
 
 
@@ -237,8 +266,10 @@ class SnapshotFile:
             digest, g, self._counts = _parse_header(os.pread(self._fd, HEADER.size, 0), self.size)
             self._prefix = np.empty(self._counts.pages_at, np.uint8)  # bounded: <= the file's size
             _fill(self._fd, [self._prefix], 0)
-            tokens = self._prefix[HEADER.size:self._counts.logits_at].view("<u4")
-            self.header = SnapshotHeader(digest, g, tokens)  # unverified until read_pages_into returns
+            c = self._counts
+            tokens = self._prefix[c.header_size:c.logits_at].view("<u4")
+            meta = _parse_meta(self._prefix[c.logits_end:c.meta_end])
+            self.header = SnapshotHeader(digest, g, tokens, meta)  # unverified until read_pages_into returns
             self.verified = False
         except BaseException:
             os.close(self._fd)
@@ -333,18 +364,24 @@ class _Counts(NamedTuple):
     n_tokens: int
     n_pages: int
     n_logits: int
+    n_meta: int
+    header_size: int
 
     @property
     def logits_at(self) -> int:
-        return HEADER.size + 4 * self.n_tokens
+        return self.header_size + 4 * self.n_tokens
 
     @property
     def logits_end(self) -> int:
         return self.logits_at + 4 * self.n_logits
 
     @property
+    def meta_end(self) -> int:
+        return self.logits_end + self.n_meta
+
+    @property
     def pages_at(self) -> int:
-        return self.logits_end + _pad(self.logits_end)
+        return self.meta_end + _pad(self.meta_end)
 
     def file_size(self, g: KVGeometry) -> int:
         return self.pages_at + g.n_layer * self.n_pages * (g.k_page_bytes + g.v_page_bytes) + CHECKSUM_BYTES
@@ -357,13 +394,15 @@ def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
     if len(head) < len(MAGIC) + 4:
         raise SnapshotError(f"truncated snapshot: {size} bytes, not even a header")
     version = int.from_bytes(head[len(MAGIC):len(MAGIC) + 4], "little")
-    if version != VERSION:
+    if version not in HEADERS:
         raise SnapshotError(f"snapshot format version {version} is not supported "
-                            f"(this llamay reads version {VERSION})")
-    if len(head) < HEADER.size:
-        raise SnapshotError(f"truncated snapshot: {size} bytes, the header alone needs {HEADER.size}")
+                            f"(this llamay reads versions {', '.join(map(str, HEADERS))})")
+    header = HEADERS[version]
+    if len(head) < header.size:
+        raise SnapshotError(f"truncated snapshot: {size} bytes, the header alone needs {header.size}")
     (_, _, digest, arch, kv_type, n_layer, n_kv_head, head_dim, page_size, n_tokens, n_pages,
-     k_bytes, v_bytes, n_logits) = HEADER.unpack(head)
+     k_bytes, v_bytes, n_logits, *more) = header.unpack(head[:header.size])
+    n_meta = more[0] if more else 0
     digest = _text(digest, "weights digest")
     if not _HEX64.fullmatch(digest):
         raise SnapshotError(f"weights digest {digest!r} is not a sha256 hex")
@@ -373,7 +412,7 @@ def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
     if n_pages != pages_for(n_tokens, page_size):
         raise SnapshotError(f"{n_tokens} tokens need {pages_for(n_tokens, page_size)} pages of "
                             f"{page_size}, the header says {n_pages}")
-    counts = _Counts(n_tokens, n_pages, n_logits)
+    counts = _Counts(n_tokens, n_pages, n_logits, n_meta, header.size)
     expected = counts.file_size(g)
     if expected != size:
         kind = "truncated" if size < expected else "oversized"
