@@ -517,3 +517,11 @@ def test_ollama_generate_ignores_tool_deltas():
                    Finish(0, "tool_calls", USAGE)])
     body = out.body()
     assert (body["response"], body["done_reason"]) == ("a", "stop") and "tool_calls" not in body
+
+
+def test_call_cut_off_by_max_tokens_gives_an_empty_object():
+    from llamay.server.protocol.toolcalls import arguments_object
+    assert arguments_object('{"tz": "U', "get_time") == {}
+    assert arguments_object('{"tz": "UTC"}', "get_time") == {"tz": "UTC"}
+    with pytest.raises(TypeError):
+        arguments_object("[1]", "get_time")

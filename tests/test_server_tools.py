@@ -147,7 +147,7 @@ def test_anthropic_tool_use_streamed_and_round_trip(claude, live_server, model):
 
 def test_anthropic_named_tool(claude, model):
     msg = claude.messages.create(model=model, max_tokens=60, messages=ASK, tools=_anthropic_tools(),
-                                 tool_choice={"type": "tool", "name": "get_time"},
+                                 tool_choice={"type": "tool", "name": "get_time", "disable_parallel_tool_use": True},
                                  extra_body={"temperature": 1.0, "seed": 3})
     uses = [b for b in msg.content if b.type == "tool_use"]
     assert uses and all(b.name == "get_time" for b in uses)

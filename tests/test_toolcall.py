@@ -266,3 +266,29 @@ def test_plan_per_choice(tokenizer):
     with pytest.raises(ValueError, match="'nope'.*get_weather, get_time"):
         plan(hermes, ask, TOOLS, {"tool_choice": {"name": "nope"}}, tokenizer)
     assert plan(hermes, ask, None, {}, tokenizer).lark is None
+
+
+def test_a_response_holds_at_most_max_calls(tokenizer):
+    from llamay.toolcall.grammar import MAX_CALLS
+    call = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}'
+    grammar = Grammar.compile(tokenizer, "lark", tool_grammar(GENERIC, TOOLS, "required", True, tokenizer))
+    for n in (1, 2, MAX_CALLS, MAX_CALLS + 1):  # tokenized as a whole: tokens such as `}},` are fine
+        text = '{"tool_calls": [' + ", ".join([call] * n) + "]}"
+        assert _accepts(grammar, tokenizer, text) == (n <= MAX_CALLS), n
+
+
+def test_parses_command_r_plus_actions():
+    """Command R+ renders its actions as indented JSON (and needs every parameter described)."""
+    described = [{"type": "function", "function": {**t["function"], "parameters": {
+        **t["function"]["parameters"], "properties": {k: {**v, "description": k} for k, v in
+                                                      t["function"]["parameters"]["properties"].items()}}}}
+                 for t in TOOLS]
+    template = ChatTemplate(source("CohereForAI-c4ai-command-r-plus-tool_use"), "<s>", "</s>")
+    user = [{"role": "user", "content": "USER-TURN"}]
+    calls = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(CALLS)]}
+    after = template.render(user + [calls], add_generation_prompt=False, tools=described)
+    text = after[after.index("\nAction:\n```json"):]  # the turn and what follows (its instructions)
+    assert detect(template.source).name == "command_r"
+    for seed in range(5):
+        assert parse(FORMATS["command_r"], text, random.Random(seed))[1] == CALLS

@@ -29,6 +29,7 @@ class CallFormat:
     close_re: str = ""
     args: str = "json"  # "json" or "gemma" (Gemma 4's <|"|>-quoted object syntax)
     quoted_name: bool = True  # the name in head_re's group 1 is a JSON string body
+    keys: tuple[str, str] | None = ("name", "arguments")  # a JSON call object's name and arguments keys
 
     def head_text(self, name: str) -> str:
         return self.head.replace("{name}", name)
@@ -43,23 +44,26 @@ HERMES = CallFormat(  # Hermes 2/3, Qwen 2.5/3, QwQ, SmolLM3 (ChatML family)
     region_sep="\n", head_re=_json_head("name", "arguments"), close_re=r"\s*</tool_call>")
 LLAMA3 = CallFormat(  # Llama 3.1 / 3.2 / 3.3 JSON tool calling
     "llama3", '{"name": "', "", '{"name": "{name}", "parameters": ', "}", "", region_sep="\n",
+    keys=("name", "parameters"),
     head_re=_json_head("name", "parameters"))
 MISTRAL = CallFormat(  # Mistral Nemo / Small 3.0 / 3.1: [TOOL_CALLS][{...}, {...}]
     "mistral", "[TOOL_CALLS]", "[", '{"name": "{name}", "arguments": ', "}", "]", sep=", ",
     head_re=r"\s*" + _json_head("name", "arguments"), tail_re=r'(?:\s*,\s*"id"\s*:\s*"[^"]*")?\s*\}',
     close_re=r"\s*\]")
 MISTRAL_ARGS = CallFormat(  # Mistral Small 3.2, Magistral, Devstral: [TOOL_CALLS]name[ARGS]{...}
-    "mistral_args", "[TOOL_CALLS]", "", "{name}[ARGS]", "", "",
+    "mistral_args", "[TOOL_CALLS]", "", "{name}[ARGS]", "", "", keys=None,
     head_re=r"([A-Za-z0-9_.\-]+)(?:\[CALL_ID\][A-Za-z0-9]*)?\[ARGS\]", tail_re="", quoted_name=False)
 COMMAND_R7B = CallFormat(  # Command R7B: <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., ...}]
     "command_r7b", "<|START_ACTION|>", "[", '{"tool_name": "{name}", "parameters": ', "}", "]<|END_ACTION|>",
+    keys=("tool_name", "parameters"),
     sep=", ", head_re=_json_head("tool_name", "parameters", r'(?:"tool_call_id"\s*:\s*"[^"]*"\s*,\s*)?'),
     close_re=r"\s*\]\s*<\|END_ACTION\|>")
 COMMAND_R = CallFormat(  # Command R / R+: Action: ```json [{"tool_name": ..., "parameters": {...}}] ```
     "command_r", "Action:", " ```json\n[", '{"tool_name": "{name}", "parameters": ', "}", "]\n```",
+    keys=("tool_name", "parameters"),
     sep=", ", head_re=_json_head("tool_name", "parameters"), close_re=r"\s*\]\s*```")
 GEMMA4 = CallFormat(  # Gemma 4: <|tool_call>call:name{key:<|"|>text<|"|>,n:1}<tool_call|>
-    "gemma4", "<|tool_call>", "", "call:{name}", "", "<tool_call|>",
+    "gemma4", "<|tool_call>", "", "call:{name}", "", "<tool_call|>", keys=None,
     head_re=r"call:([A-Za-z0-9_.\-]+)(?=\{)", tail_re="", close_re=r"<tool_call\|>", args="gemma", quoted_name=False)
 GENERIC = CallFormat(  # llama.cpp's generic form for templates without tool support
     "generic", "", '{"tool_calls": [', '{"name": "{name}", "arguments": ', "}", "]}", sep=", ",

@@ -12,6 +12,7 @@ import weakref
 
 from .formats import GENERIC, CallFormat
 
+MAX_CALLS = 16  # per response: a model repeating a call cannot run on to the end of the context
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 TEXT = "TEXT: /(.|\\n)*/"
 _MARKER = re.compile(r'(<\|?[A-Za-z_"/|]+\|?>|\[[A-Z_]+\])')
@@ -23,35 +24,47 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
                  think: bool = False) -> str:
     """Lark text. tools: chat-template shape; choice: "auto" | "required" | {"name": function}, or "none"
     for the generic form (its answer wrapper only).
-    think: the model may reason in <think>...</think> before forced calls."""
+    think: the model may reason in <think>...</think> before forced calls.
+
+    A JSON call (or a JSON array of calls) is one %json value, so a token may span its inner boundaries
+    (`}}`, `"},`): llguidance refuses a token that crosses from a %json value into the text after it."""
     specials = _special_ids(tokenizer)
-    seq = lambda text: _seq(text, specials)
+    seq = lambda text: _seq(text, specials)  # noqa: E731
     functions = [t["function"] for t in tools]
     if isinstance(choice, dict):
         functions = [f for f in functions if f["name"] == choice["name"]]
     in_head = bool(fmt.trigger) and fmt.head.startswith(fmt.trigger)
-    rules, names = [], []
-    for i, fn in enumerate(functions):
-        head = fmt.head_text(json.dumps(fn["name"], ensure_ascii=False)[1:-1] if fmt.quoted_name else fn["name"])
-        rules.append(f"call_{i}: {seq(head)} {_args(fmt, fn, f'args_{i}', specials, rules)} {seq(fmt.tail)}")
-        rules.append(f"rest_{i}: {seq(head[len(fmt.trigger):])} {_args(fmt, fn, f'args_{i}', specials, [])} "
-                     f"{seq(fmt.tail)}" if in_head else "")
-        names.append(i)
-    rules = [r for r in rules if r]
-    rules.append("call: " + " | ".join(f"call_{i}" for i in names))
-    many = f"({seq(fmt.sep)} call)*" if fmt.sep and parallel else ""
-    body = f"{seq(fmt.open)} call {many} {seq(fmt.close)}"
-    if in_head:
-        rules.append("rest: " + " | ".join(f"rest_{i}" for i in names))
+    rules = []
+    if fmt.keys:
+        calls = _call_schemas(fmt, functions)
+        rules.append(f"call: {_json(calls[0] if len(calls) == 1 else {'anyOf': calls})}")
+    else:
+        rules += [f"call_{i}: {seq(_head(fmt, fn))} {_args(fmt, fn, f'args_{i}', specials, rules)} {seq(fmt.tail)}"
+                  for i, fn in enumerate(functions)]
+        rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(functions))))
+    if fmt.sep:  # several calls in one region: a JSON array
+        array = {"type": "array", "items": _one(_call_schemas(fmt, functions)), "minItems": 1,
+                 "maxItems": MAX_CALLS if parallel else 1}
+        at, to = fmt.open.rindex("["), fmt.close.index("]") + 1
+        body = f"{seq(fmt.open[:at])} {_json(array)} {seq(fmt.close[to:])}" if fmt is not GENERIC else ""
+    else:
+        body = f"{seq(fmt.open)} call {seq(fmt.close)}"
+    if in_head:  # the trigger is the head's start: after it, the rest of a head, then the arguments
+        rules += [f"rest_{i}: {seq(_head(fmt, fn)[len(fmt.trigger):])} {_args(fmt, fn, f'rest_args_{i}', specials, rules)} "
+                  f"{seq(fmt.tail)}" for i, fn in enumerate(functions)]
+        rules.append("rest: " + " | ".join(f"rest_{i}" for i in range(len(functions))))
         region, after_trigger = "call", "rest"
     else:
         region, after_trigger = f"{seq(fmt.trigger)} {body}", body
     again = parallel and not fmt.sep
     if fmt is GENERIC:
-        answer = '"{\\"response\\": " %json{"type": "string"} "}"'
-        start = f"{body} | {answer}" if choice == "auto" else answer if choice == "none" else body
+        listed = {"type": "object", "properties": {"tool_calls": array}, "required": ["tool_calls"],
+                  "additionalProperties": False}
+        answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
+                  "additionalProperties": False}
+        start = _json({"auto": {"anyOf": [listed, answer]}, "none": answer}.get(str(choice), listed))
     elif choice != "auto":
-        start = f"{region} ({seq(fmt.region_sep)} {region})*" if again else region
+        start = f"{region} ({seq(fmt.region_sep)} {region}){{0,{MAX_CALLS - 1}}}" if again else region
     else:
         trigger = specials.get(fmt.trigger)
         if trigger is not None:
@@ -59,12 +72,31 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
         else:
             rules.append(f"trig[lazy]: TEXT {json.dumps(fmt.trigger)}")
             rules.append(f"tag: trig {after_trigger}")
-        start = "tag* TEXT" if parallel else "TEXT | tag"
+        start = f"tag{{0,{MAX_CALLS}}} TEXT" if parallel else "TEXT | tag"
     if think and (choice != "auto" or fmt is GENERIC):
         start = f"think? ({start})"
         rules += [f'think: {seq("<think>")} think_body WS?', f'think_body[lazy]: TEXT {seq("</think>")}',
                   "WS: /[ \\t\\r\\n]+/"]
     return "\n".join(["%llguidance {}", f"start: {start}", *rules, TEXT]) + "\n"
+
+
+def _head(fmt: CallFormat, fn: dict) -> str:
+    return fmt.head_text(json.dumps(fn["name"], ensure_ascii=False)[1:-1] if fmt.quoted_name else fn["name"])
+
+
+def _call_schemas(fmt: CallFormat, functions: list[dict]) -> list[dict]:
+    """One JSON call object per function, keys in the format's order (llguidance keeps property order)."""
+    name_key, args_key = fmt.keys
+    return [{"type": "object", "properties": {name_key: {"const": fn["name"]}, args_key: arguments_schema(fn)},
+             "required": [name_key, args_key], "additionalProperties": False} for fn in functions]
+
+
+def _one(schemas: list[dict]) -> dict:
+    return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+
+
+def _json(schema: dict) -> str:
+    return "%json " + json.dumps({"x-guidance": JSON_STYLE, **schema}, ensure_ascii=False)
 
 
 def _args(fmt: CallFormat, fn: dict, rule: str, specials: dict, rules: list) -> str:
@@ -75,7 +107,7 @@ def _args(fmt: CallFormat, fn: dict, rule: str, specials: dict, rules: list) -> 
         rules.append(args_lark(schema, rule, quote=f"<[{specials[quote]}]>" if quote in specials
                                else json.dumps(quote)))
         return rule
-    return "%json " + json.dumps({"x-guidance": JSON_STYLE, **schema}, ensure_ascii=False)
+    return _json(schema)
 
 
 def arguments_schema(fn: dict) -> dict:

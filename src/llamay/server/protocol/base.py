@@ -80,7 +80,8 @@ class TokenLogprob:
 @dataclass
 class ToolCallDelta:
     """Part of one tool call of a choice. A call's first delta carries its id and name; later ones only
-    argument text. A call's `arguments` fragments joined are its arguments as JSON object text."""
+    argument text. A call's `arguments` fragments joined are its arguments as JSON object text (cut short
+    only when the choice ends at max_tokens: Finish.reason 'length')."""
     index: int  # the call's position among this choice's calls: 0, 1, ...
     id: str | None = None  # "call_" + 24 alphanumerics, on the first delta; an API may reshape the prefix
     name: str | None = None  # on the first delta

@@ -21,7 +21,7 @@ from .base import (
     TokenLogprob,
     Usage,
 )
-from .openai_common import ToolCall, add_call_part
+from .toolcalls import ToolCall, add_call_part
 
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop"}  # Ollama keeps "stop" for tool calls
 _FOREVER_NS = (1 << 63) - 1  # Go's time.Now().Add(math.MaxInt64): how Ollama dates a never-expiring model

@@ -11,11 +11,11 @@ from .base import (
     Finish,
     ProtocolError,
     TokenLogprob,
-    ToolCallDelta,
     Usage,
     bad_request,
     merge_usage,
 )
+from .toolcalls import ToolCall, add_call_part
 
 MAX_N = 8  # choices per request: each is a full sequence in the batch
 MAX_STOP = 4  # OpenAI's documented limit on stop sequences
@@ -231,45 +231,6 @@ def error_object(err: ProtocolError) -> dict:
     if err.kind == "not_found" and err.param != "model":
         code = None  # something else not found (a context): not OpenAI's model_not_found
     return {"message": err.message, "type": kind, "param": err.param, "code": code}
-
-
-@dataclass
-class ToolCall:
-    """One tool call as it accumulates: arguments is the list of JSON text fragments."""
-    id: str
-    name: str
-    arguments: list[str] = field(default_factory=list)
-
-    def add(self, part: ToolCallDelta) -> None:
-        self.arguments.append(part.arguments)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.arguments)
-
-    def arguments_object(self) -> dict:
-        return arguments_object(self.text, self.name)
-
-
-def arguments_object(text: str, name: str) -> dict:
-    """A call's joined argument fragments as an object (the engine's contract: JSON object text); the
-    APIs whose calls carry an object (Anthropic's input, Ollama's arguments) use this."""
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise TypeError(f"tool call {name!r}: arguments are not a JSON object: {text!r}")
-    return value
-
-
-def add_call_part(calls: list[ToolCall], part: ToolCallDelta) -> ToolCall:
-    """Appends `part` to its call in `calls` (a first part, carrying id and name, opens call part.index)."""
-    if part.index == len(calls):
-        if part.id is None or part.name is None:
-            raise ValueError(f"tool call {part.index}: its first delta must carry the id and name")
-        calls.append(ToolCall(part.id, part.name))
-    elif part.index != len(calls) - 1:
-        raise ValueError(f"tool call {part.index} out of order: {len(calls)} calls so far")
-    calls[part.index].add(part)
-    return calls[part.index]
 
 
 @dataclass
