@@ -5,6 +5,7 @@ back into the next prompt."""
 import json
 
 import anthropic
+import httpx
 import jsonschema
 import ollama
 import openai
@@ -174,3 +175,26 @@ def test_ollama_tools_streamed_and_round_trip(url, live_server, model):
     after = client.chat(model=model, messages=history, options={"temperature": 0, "num_predict": 24})
     assert after.message.content and after.done
     assert RESULT in _prompt_text(live_server, parse_ollama_chat({"model": model, "messages": history}))
+
+
+def test_context_chat_calls_tools_and_keeps_the_call_for_the_next_turn(oai, url, model):
+    """An agent loop on a named context: the call is recorded as the assistant's turn, so the next turn
+    (the tool's result) re-renders the same prefix and computes only the result and what follows."""
+    with httpx.Client(base_url=url, timeout=120) as http:
+        ctx = http.post("/v1/contexts", json={"model": model, "messages": ASK, "tools": TOOLS}).json()
+        try:
+            first = oai.post(f"/contexts/{ctx['id']}/chat", cast_to=openai.types.chat.ChatCompletion, body={
+                "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False, "temperature": 0,
+                "max_tokens": 60})
+            call = first.choices[0].message.tool_calls[0]
+            assert first.choices[0].finish_reason == "tool_calls"
+            _check(call.function.name, call.function.arguments)
+            held = http.get(f"/v1/contexts/{ctx['id']}").json()["tokens"]
+            result = {"role": "tool", "tool_call_id": call.id, "content": RESULT}
+            second = oai.post(f"/contexts/{ctx['id']}/chat", cast_to=openai.types.chat.ChatCompletion, body={
+                "messages": [result], "tools": TOOLS, "tool_choice": "none", "temperature": 0, "max_tokens": 16})
+            assert second.choices[0].message.content and not second.choices[0].message.tool_calls
+            # the recorded call renders as the tokens the model generated: only the turn after it is new
+            assert second.usage.prompt_tokens_details.cached_tokens >= held - 2
+        finally:
+            http.delete(f"/v1/contexts/{ctx['id']}")

@@ -211,12 +211,11 @@ def test_non_null_content_where_required():
 
 
 def test_tools_prompt_merges_into_system_and_names_both_forms():
-    adapted = adapt(NO_TOOLS, [SYSTEM, QUESTION], TOOLS, tool_choice_required=True)
+    adapted = adapt(NO_TOOLS, [SYSTEM, QUESTION], TOOLS)
     assert len(adapted) == 2 and adapted[0]["content"].startswith(SYSTEM["content"] + "\n\n")
     text = adapted[0]["content"]
     assert json.dumps(TOOLS[0]["function"]) in text
     assert '{"tool_calls": [{"name": ' in text and '{"response": ' in text
-    assert "call is required" in text and "call is required" not in tools_prompt(TOOLS)
     prepended = adapt(NO_TOOLS, [QUESTION], TOOLS)
     assert prepended[0] == {"role": "system", "content": tools_prompt(TOOLS)} and prepended[1] == QUESTION
 

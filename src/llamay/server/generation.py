@@ -139,6 +139,7 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
     """Checks that the prompt fits the context (extra: tokens already in a continued context)."""
     apply_model_defaults(req, loaded.stored)
     ids, tools = render_plan(loaded, req)
+    tools = tools or req.options.get("tool_plan")  # a context's chat: rendered whole by the route
     llm = loaded.llm
     if not ids and not extra:
         raise bad_request("the prompt is empty", "prompt")

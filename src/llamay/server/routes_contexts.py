@@ -18,11 +18,12 @@ from fastapi.responses import JSONResponse, Response
 
 from ..engine import snapshots
 from ..kv.snapshot import SnapshotError
-from .generation import render
+from .generation import render, render_plan
 from .http import api, read_json
 from .models import Loaded
 from .protocol import openai as proto
-from .protocol.base import Delta, Finish, ProtocolError, bad_request
+from .protocol.base import Delta, Finish, GenRequest, ProtocolError, bad_request
+from .protocol.toolcalls import ToolCall, add_call_part
 
 router = APIRouter()
 SNAPSHOT_TYPE = "application/octet-stream"
@@ -86,7 +87,9 @@ async def create(request: Request):
         raise bad_request("give exactly one of prompt or messages", "prompt")
     if prompt is not None and not isinstance(prompt, (str, list)):
         raise bad_request("prompt must be a string or a list of token ids", "prompt")
-    req = proto.parse_chat({"model": body.get("model"), "messages": messages}) if messages is not None else None
+    tools = {"tools": body["tools"]} if body.get("tools") else {}
+    req = proto.parse_chat({"model": body.get("model"), "messages": messages, **tools}) \
+        if messages is not None else None
     if req is None:
         req = proto.parse_completion({"model": body.get("model"), "prompt": prompt})
     loaded = await request.app.state.registry.get(req.model)
@@ -223,11 +226,12 @@ async def chat(request: Request, cid: str):
     req = proto.parse_chat({**body, "model": nc.model, "messages": body["messages"] if appended else nc.messages})
     loaded = await _loaded(request, nc)
     messages = nc.messages + req.messages if appended else nc.messages
-    full = await asyncio.to_thread(render, loaded, type(req)(model=nc.model, messages=messages, tools=req.tools))
-    req.n = 1
+    whole = GenRequest(model=nc.model, messages=messages, tools=req.tools, options=req.options)
+    full, plan = await asyncio.to_thread(render_plan, loaded, whole)
+    req.options["tool_plan"], req.n = plan, 1
 
     def on_finish(finishes: list[Finish]):
-        nc.messages = messages + [{"role": "assistant", "content": out.text}]
+        nc.messages = messages + [out.message()]
 
     out = _TextTap()
     return await _continue(request, nc, loaded, req, lambda r, m: out.wrap(proto.ChatOutput(r, m)), "chatcmpl-",
@@ -235,10 +239,18 @@ async def chat(request: Request, cid: str):
 
 
 class _TextTap:
-    """Keeps the content an output object is fed (to record the assistant's turn)."""
+    """Keeps the content and tool calls an output object is fed (to record the assistant's turn)."""
 
     def __init__(self):
         self.text = ""
+        self.calls: list[ToolCall] = []
+
+    def message(self) -> dict:
+        msg = {"role": "assistant", "content": self.text}
+        if self.calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.text}}
+                                 for c in self.calls]
+        return msg
 
     def wrap(self, output):
         feed = output.feed
@@ -246,6 +258,8 @@ class _TextTap:
         def tapped(ev):
             if isinstance(ev, Delta):
                 self.text += ev.content
+                for part in ev.tool_calls:
+                    add_call_part(self.calls, part)
             return feed(ev)
         output.feed = tapped
         return output

@@ -29,7 +29,10 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
     A JSON call (or a JSON array of calls) is one %json value, so a token may span its inner boundaries
     (`}}`, `"},`): llguidance refuses a token that crosses from a %json value into the text after it."""
     specials = _special_ids(tokenizer)
-    seq = lambda text: _seq(text, specials)  # noqa: E731
+
+    def seq(text: str) -> str:
+        return _seq(text, specials)
+
     functions = [t["function"] for t in tools]
     if isinstance(choice, dict):
         functions = [f for f in functions if f["name"] == choice["name"]]

@@ -43,7 +43,7 @@ def plan(source: str, messages: list[dict], tools: list[dict] | None, options: d
         found = replace(found, supports_tools=False)
     # "none" still renders the tools (the prompt, and so its cached prefix, stays the same turn to turn);
     # calls are neither constrained nor read, except that the generic form keeps its answer wrapper
-    messages = adapt(found, messages, tools, tool_choice_required=choice not in ("auto", "none"))
+    messages = adapt(found, messages, tools)
     if choice == "none" and fmt is not GENERIC:
         return ToolPlan(messages, tools if found.supports_tools else None, None, None)
     parallel = options.get("parallel_tool_calls", True) is not False

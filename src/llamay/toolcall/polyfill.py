@@ -171,14 +171,15 @@ def _call_message(calls: list[tuple[str, Any]], content: str | None) -> dict:
         for call_id, arguments in calls]}
 
 
-def adapt(caps: TemplateCaps, messages: list[dict], tools: list[dict] | None,
-          tool_choice_required: bool = False) -> list[dict]:
+def adapt(caps: TemplateCaps, messages: list[dict], tools: list[dict] | None) -> list[dict]:
     """Messages (chat-template shape) rewritten so a template with these caps renders all of them.
 
     Call arguments given as JSON text become mappings (kept as text when not a JSON object, or when the
     template requires text); calls and results a template cannot render become JSON text in llama.cpp's
     generic form; tools it cannot list go into the system message with instructions for the generic JSON
-    answer. The input is not modified. Render the result with the same `tools`."""
+    answer (the same text whatever the tool_choice, so a conversation's prompt prefix stays the same from
+    turn to turn; the grammar is what forces a call). The input is not modified. Render the result with
+    the same `tools`."""
     calls = _CallBook(caps)
     adapted = []
     for message in messages:
@@ -189,7 +190,7 @@ def adapt(caps: TemplateCaps, messages: list[dict], tools: list[dict] | None,
         else:
             adapted.append(_non_null(caps, dict(message)))
     if tools and not caps.supports_tools:
-        adapted = _with_system_text(adapted, tools_prompt(tools, tool_choice_required))
+        adapted = _with_system_text(adapted, tools_prompt(tools))
     if not caps.supports_system_role:
         adapted = _fold_system(adapted)
     if caps.requires_alternating_roles:
@@ -197,15 +198,13 @@ def adapt(caps: TemplateCaps, messages: list[dict], tools: list[dict] | None,
     return adapted
 
 
-def tools_prompt(tools: list[dict], tool_choice_required: bool = False) -> str:
+def tools_prompt(tools: list[dict]) -> str:
     """System text listing the tools for a template that cannot, and the generic JSON answer forms."""
     listing = "\n".join(json.dumps(tool.get("function", tool), ensure_ascii=False) for tool in tools)
     lines = ["You can call these tools (one JSON definition per line):", listing, "",
              "To call tools, reply with only a JSON object of this form:",
              '{"tool_calls": [{"name": "<function name>", "arguments": {<arguments as a JSON object>}}]}',
              "To answer directly without a tool, reply with only:", '{"response": "<your answer>"}']
-    if tool_choice_required:
-        lines.append("A tool call is required now: reply with the tool_calls form.")
     return "\n".join(lines)
 
 
