@@ -198,3 +198,22 @@ def test_context_chat_calls_tools_and_keeps_the_call_for_the_next_turn(oai, url,
             assert second.usage.prompt_tokens_details.cached_tokens >= held - 2
         finally:
             http.delete(f"/v1/contexts/{ctx['id']}")
+
+
+def test_openai_responses_function_call_and_output(oai, model):
+    tools = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
+              "parameters": t["function"]["parameters"]} for t in TOOLS]
+    first = oai.responses.create(model=model, input=ASK[0]["content"], tools=tools, tool_choice="required",
+                                 parallel_tool_calls=False, temperature=0, max_output_tokens=60)
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert len(calls) == 1 and first.status == "completed"
+    _check(calls[0].name, calls[0].arguments)
+    with oai.responses.stream(model=model, input=ASK[0]["content"], tools=tools, tool_choice="required",
+                              parallel_tool_calls=False, temperature=0, max_output_tokens=60) as stream:
+        streamed = [i for i in stream.get_final_response().output if i.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in streamed] == [(calls[0].name, json.loads(calls[0].arguments))]
+    after = oai.responses.create(model=model, tools=tools, tool_choice="none", temperature=0, max_output_tokens=16,
+                                 input=[{"role": "user", "content": ASK[0]["content"]}, calls[0].model_dump(),
+                                        {"type": "function_call_output", "call_id": calls[0].call_id,
+                                         "output": RESULT}])
+    assert after.output_text

@@ -9,6 +9,7 @@ import jsonschema
 import numpy as np
 import pytest
 from conftest import SHARED
+from test_toolcall_gemma import accepts as _accepts
 
 from llamay.chat.template import ChatTemplate
 from llamay.grammar import Grammar
@@ -163,16 +164,6 @@ def tokenizer(smollm_path):
     from llamay.gguf import GGUFReader
     from llamay.tokenizer import Tokenizer
     return Tokenizer.from_gguf(GGUFReader(smollm_path))
-
-
-def _accepts(grammar: Grammar, tokenizer, text: str) -> bool:
-    m = grammar.matcher()
-    try:
-        for t in tokenizer.encode(text, add_special=False, parse_special=False):
-            m.advance(t)
-    except ValueError:
-        return False
-    return m.is_accepting()
 
 
 @pytest.mark.parametrize("name", ["NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "Qwen-Qwen3-0.6B",
