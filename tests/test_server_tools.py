@@ -106,6 +106,14 @@ def test_openai_tool_choice_errors(oai, model):
         oai.chat.completions.create(model=model, messages=ASK, tool_choice="required")
 
 
+def test_a_tool_schema_the_compiler_refuses_is_a_400(oai, model):
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "format": "no-such-format"}}}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model=model, messages=ASK, tools=bad, tool_choice="required")
+    assert "no-such-format" in str(e.value) and e.value.body["param"] == "tools"
+
+
 def test_openai_auto_answers_or_calls_on_schema(oai, model):
     out = oai.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hello."}],
                                       tools=TOOLS, temperature=0, max_tokens=40)

@@ -245,5 +245,5 @@ def _gemma_json(text: str) -> str:
     from .gemma import args_to_json
     try:
         return json.dumps(args_to_json(text), ensure_ascii=False)
-    except ValueError:
-        return json.dumps({"_raw": text}, ensure_ascii=False)
+    except ValueError:  # possible only without the grammar: a call whose arguments cannot be read
+        return "{}"
