@@ -76,3 +76,28 @@ def test_a_schema_the_compiler_refuses_is_a_400(oai, model):
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
                 "a": {"type": "string", "format": "no-such-format"}}}}})
     assert "schema" in str(e.value)
+
+
+def test_context_generation_cut_off_keeps_its_grammar_across_requests_and_snapshots(url, model):
+    """A named context's constrained generation stopped by max_tokens: the next request continues under the
+    same grammar, and the context's snapshot carries it (a restored copy continues identically)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    with httpx.Client(base_url=url, timeout=120) as http:
+        made = [http.post("/v1/contexts", json={"model": model, "messages": ASK}).json()["id"]]
+        try:
+            head = http.post(f"/v1/contexts/{made[0]}/generate",
+                             json={"response_format": fmt, "max_tokens": 6, "temperature": 0}).json()["choices"][0]
+            assert head["finish_reason"] == "length"
+            snapshot = http.get(f"/v1/contexts/{made[0]}/snapshot").content
+            rest = http.post(f"/v1/contexts/{made[0]}/generate",
+                             json={"max_tokens": 200, "temperature": 0}).json()["choices"][0]
+            assert rest["finish_reason"] == "stop"
+            jsonschema.validate(json.loads(head["text"] + rest["text"]), PERSON)
+            made.append(http.post("/v1/contexts", params={"model": model}, content=snapshot,
+                                  headers={"content-type": "application/octet-stream"}).json()["id"])
+            again = http.post(f"/v1/contexts/{made[1]}/generate",
+                              json={"max_tokens": 200, "temperature": 0}).json()["choices"][0]
+            assert again["text"] == rest["text"]
+        finally:
+            for cid in made:
+                http.delete(f"/v1/contexts/{cid}")

@@ -232,7 +232,11 @@ class Scheduler:
             ctx, history = job.ctx, runner.state.tokens(job.ctx)
             todo = runner.pending.pop(ctx, []) + list(job.prompt)
             n_cached = len(history)
+        # a named context's cut-off constrained generation continues under its grammar, unless text is added
+        cut = runner.matchers.pop(ctx, None)
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
+        if job.grammar is None and not job.prompt:
+            seq.grammar = cut
         self.running.append(seq)
         if not todo:  # a context continued as it is: its last logits are known
             self._logits_ready(seq, runner.last_logits[ctx])
@@ -281,6 +285,8 @@ class Scheduler:
         if keep:
             if seq.next_tok is not None:
                 runner.pending[seq.ctx] = [seq.next_tok]
+            if reason == "length" and seq.grammar is not None and not seq.grammar.is_done():
+                runner.matchers[seq.ctx] = seq.grammar  # continued by its next job, saved in snapshots
         else:
             runner.free(seq.ctx, cache=reason != "error")
         now = time.perf_counter_ns()
