@@ -32,6 +32,21 @@ def ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1e3
 
 
+def timed_step(matcher, sampler, logits: np.ndarray, history: list[int]) -> tuple[int, float, float]:
+    """One constrained sample, timed -> (token, mask seconds, mask + apply + advance seconds). logits are
+    masked in place; an end-of-generation token is not advanced over."""
+    t0 = time.perf_counter()
+    matcher.allowed()
+    t1 = time.perf_counter()
+    matcher.apply(logits)
+    t2 = time.perf_counter()
+    token = sampler.sample(logits, history)
+    t3 = time.perf_counter()
+    if token not in matcher.grammar.eos_ids:
+        matcher.advance(token)
+    return token, t1 - t0, t2 - t0 + time.perf_counter() - t3
+
+
 def run(label: str, path, n_tokens: int, threads: int):
     llm = llamay.load(path, threads=threads)
     t0 = time.perf_counter()
@@ -46,17 +61,9 @@ def run(label: str, path, n_tokens: int, threads: int):
     logits = ctx.logits
     for _ in range(n_tokens):
         logits = np.array(logits, dtype=np.float32)
-        t0 = time.perf_counter()
-        matcher.allowed()
-        t1 = time.perf_counter()
-        matcher.apply(logits)
-        t2 = time.perf_counter()
-        token = sampler.sample(logits, ctx.tokens)
-        t3 = time.perf_counter()
-        matcher.advance(token)
-        t4 = time.perf_counter()
-        t_mask.append(t1 - t0)
-        t_grammar.append(t2 - t0 + t4 - t3)
+        token, mask, constraint = timed_step(matcher, sampler, logits, ctx.tokens)
+        t_mask.append(mask)
+        t_grammar.append(constraint)
         if matcher.is_done():
             matcher = grammar.matcher()  # keep measuring on a fresh object
         t0 = time.perf_counter()

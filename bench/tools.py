@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from grammar import timed_step
 from models import gemma_path, smollm_path
 
 import llamay
@@ -159,19 +160,11 @@ def decode_phase(llm, template, phase: Phase, n_tokens: int) -> tuple[Timings, s
     eog, t = set(llm.tokenizer.eog_ids), Timings()
     logits = ctx.logits.copy()
     for _ in range(n_tokens):
-        t0 = time.perf_counter()
-        matcher.allowed()
-        t1 = time.perf_counter()
-        matcher.apply(logits)
-        t2 = time.perf_counter()
-        token = sampler.sample(logits, ctx.tokens)
+        token, mask, constraint = timed_step(matcher, sampler, logits, ctx.tokens)
         if token in eog:
             break
-        t3 = time.perf_counter()
-        matcher.advance(token)
-        t4 = time.perf_counter()
-        t.mask.append(t1 - t0)
-        t.constraint.append(t2 - t0 + t4 - t3)
+        t.mask.append(mask)
+        t.constraint.append(constraint)
         out.append(token)
         if matcher.is_done():
             break

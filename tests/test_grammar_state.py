@@ -40,8 +40,7 @@ def test_cut_off_generation_continues_under_its_grammar(llm, grammar):
     rest = "".join(ctx.generate(max_tokens=200, temperature=1.0, seed=4))
     jsonschema.validate(json.loads(head + rest), SCHEMA)
     assert llm.stats.finish_reason == "stop"
-    free = "".join(ctx.generate(max_tokens=4, temperature=0))  # complete: nothing constrains what follows
-    assert llm.stats.finish_reason in ("stop", "length") and isinstance(free, str)
+    assert ctx.id not in llm.runner.matchers  # complete: nothing constrains what follows
     ctx.delete()
 
 

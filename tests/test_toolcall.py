@@ -117,7 +117,7 @@ def test_parses_what_the_template_renders(name):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_text_without_calls_is_content(fmt):
     text = "The answer is 42, {not a call} [x] <b>done</b>."
-    assert parse(FORMATS[fmt], text, random.Random(1)) == (text, []) or fmt == "generic"
+    assert parse(FORMATS[fmt], text, random.Random(1)) == (text, [])
 
 
 def test_generic_response_is_content_decoded_as_json():
@@ -156,7 +156,7 @@ def test_value_end_finds_the_json_value(value):
         scan = ValueEnd()
         n = scan.feed(value[:cut])
         n += scan.feed(value[cut:] + ", rest") if not scan.done else 0
-        assert scan.done and value + ", rest" and json.loads(value[:n]) == json.loads(value)
+        assert scan.done and json.loads(value[:n]) == json.loads(value)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,11 @@ from __future__ import annotations
 OPEN, CLOSE = "<think>", "</think>"
 
 
+def held_prefix(buf: str, tag: str) -> int:
+    """Length of the longest end of buf that could be the start of tag (held back until it is decided)."""
+    return max((k for k in range(min(len(tag) - 1, len(buf)), 0, -1) if buf.endswith(tag[:k])), default=0)
+
+
 class ReasoningSplitter:
     def __init__(self, template_source: str):
         self.enabled = OPEN in (template_source or "")
@@ -23,8 +28,7 @@ class ReasoningSplitter:
                 break
             out[self.thinking] += buf[:at]
             buf, self.thinking = buf[at + len(tag):], not self.thinking
-        tag = CLOSE if self.thinking else OPEN
-        keep = max((k for k in range(min(len(tag) - 1, len(buf)), 0, -1) if buf.endswith(tag[:k])), default=0)
+        keep = held_prefix(buf, CLOSE if self.thinking else OPEN)
         self.held = buf[len(buf) - keep:]
         out[self.thinking] += buf[:len(buf) - keep]
         return out[0], out[1]

@@ -17,16 +17,8 @@ from ..toolcall.parser import CallParser
 from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
 from .models import Loaded
-from .protocol.base import (
-    Delta,
-    Finish,
-    GenRequest,
-    ProtocolError,
-    TokenLogprob,
-    TopLogprob,
-    Usage,
-    bad_request,
-)
+from .protocol.base import (Delta, Finish, GenRequest, ProtocolError, TokenLogprob, TopLogprob, Usage,
+                            bad_request)
 
 
 @dataclass

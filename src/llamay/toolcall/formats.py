@@ -7,7 +7,6 @@ separated by `region_sep`. These describe what llamay's grammars generate; the p
 templates render (other whitespace, extra keys such as ids)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 _NAME = r'"((?:[^"\\]|\\.)*)"'
@@ -92,7 +91,3 @@ def detect(source: str, supports_tools: bool = True) -> CallFormat:
         if marker in source:
             return fmt
     return GENERIC
-
-
-def compiled(pattern: str) -> re.Pattern | None:
-    return re.compile(pattern, re.DOTALL) if pattern else None

@@ -38,23 +38,23 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
         functions = [f for f in functions if f["name"] == choice["name"]]
     in_head = bool(fmt.trigger) and fmt.head.startswith(fmt.trigger)
     rules = []
-    if fmt.keys:
-        calls = _call_schemas(fmt, functions)
-        rules.append(f"call: {_json(calls[0] if len(calls) == 1 else {'anyOf': calls})}")
-    else:
-        rules += [f"call_{i}: {seq(_head(fmt, fn))} {_args(fmt, fn, f'args_{i}', specials, rules)} {seq(fmt.tail)}"
-                  for i, fn in enumerate(functions)]
-        rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(functions))))
-    if fmt.sep:  # several calls in one region: a JSON array
+    if fmt.sep:  # several calls in one region: a JSON array of call objects
         array = {"type": "array", "items": _one(_call_schemas(fmt, functions)), "minItems": 1,
                  "maxItems": MAX_CALLS if parallel else 1}
         at, to = fmt.open.rindex("["), fmt.close.index("]") + 1
-        body = f"{seq(fmt.open[:at])} {_json(array)} {seq(fmt.close[to:])}" if fmt is not GENERIC else ""
+        body = f"{seq(fmt.open[:at])} {_json(array)} {seq(fmt.close[to:])}"
     else:
+        if fmt.keys:
+            rules.append(f"call: {_json(_one(_call_schemas(fmt, functions)))}")
+        else:
+            rules += [f"call_{i}: {seq(_head(fmt, fn))} {_args(fmt, fn, f'args_{i}', specials, rules)} "
+                      f"{seq(fmt.tail)}" for i, fn in enumerate(functions)]
+            rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(functions))))
         body = f"{seq(fmt.open)} call {seq(fmt.close)}"
     if in_head:  # the trigger is the head's start: after it, the rest of a head, then the arguments
-        rules += [f"rest_{i}: {seq(_head(fmt, fn)[len(fmt.trigger):])} {_args(fmt, fn, f'rest_args_{i}', specials, rules)} "
-                  f"{seq(fmt.tail)}" for i, fn in enumerate(functions)]
+        rules += [f"rest_{i}: {seq(_head(fmt, fn)[len(fmt.trigger):])} "
+                  f"{_args(fmt, fn, f'rest_args_{i}', specials, rules)} {seq(fmt.tail)}"
+                  for i, fn in enumerate(functions)]
         rules.append("rest: " + " | ".join(f"rest_{i}" for i in range(len(functions))))
         region, after_trigger = "call", "rest"
     else:
@@ -65,7 +65,7 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
                   "additionalProperties": False}
         answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
                   "additionalProperties": False}
-        start = _json({"auto": {"anyOf": [listed, answer]}, "none": answer}.get(str(choice), listed))
+        start = _json({"anyOf": [listed, answer]} if choice == "auto" else answer if choice == "none" else listed)
     elif choice != "auto":
         start = f"{region} ({seq(fmt.region_sep)} {region}){{0,{MAX_CALLS - 1}}}" if again else region
     else:

@@ -12,6 +12,7 @@ import string
 
 import regex
 
+from ..chat.reasoning import held_prefix
 from ..server.protocol.base import ToolCallDelta
 from .formats import GENERIC, CallFormat
 from .jsonscan import StringDecoder, ValueEnd
@@ -38,7 +39,6 @@ class CallParser:
         self.calls = 0
         self.pending_space = ""  # whitespace after a call: shown only if more content follows
         self.scanner = None
-        self.gemma_args = ""
         self._re_open = regex.compile(_flexible(fmt.open), regex.S)
         self._re_head = regex.compile(fmt.head_re, regex.S)
         self._re_tail = regex.compile(fmt.tail_re, regex.S)
@@ -72,7 +72,7 @@ class CallParser:
         trigger = self.fmt.trigger
         at = self.buf.find(trigger) if trigger else -1
         if at < 0:
-            keep = 0 if final or not trigger else _held_prefix(self.buf, trigger)
+            keep = 0 if final or not trigger else held_prefix(self.buf, trigger)
             content.append(self.buf[:len(self.buf) - keep])
             self.buf = self.buf[len(self.buf) - keep:]
             return False
@@ -121,7 +121,7 @@ class CallParser:
         self.region, self.buf = "", self.buf[m.end():]
         calls.append(ToolCallDelta(self.calls, new_call_id(), name, ""))
         self.calls += 1
-        self.scanner, self.gemma_args = (ValueEnd() if self.fmt.args == "json" else _GemmaEnd()), ""
+        self.scanner = ValueEnd() if self.fmt.args == "json" else _GemmaEnd()
         self.args_shown = False
         self.state = "args"
         return True
@@ -131,21 +131,23 @@ class CallParser:
         fragment, self.buf = self.buf[:n], self.buf[n:]
         if final and not self.scanner.done:
             self.scanner.finish()
-        if self.fmt.args == "gemma":
-            self.gemma_args += fragment
+        if self.fmt.args == "gemma":  # not JSON: one fragment, converted, once the object closes
             if self.scanner.done:
-                calls.append(ToolCallDelta(self.calls - 1, arguments=_gemma_json(self.gemma_args)))
-                self.gemma_args = ""
-        elif self.scanner.started and fragment.strip(" \t\r\n" if not self.args_shown else ""):
-            calls.append(ToolCallDelta(self.calls - 1, arguments=fragment if self.args_shown else fragment.lstrip()))
-            self.args_shown = True
+                calls.append(ToolCallDelta(self.calls - 1, arguments=_gemma_json(self.scanner.text)))
+        else:
+            fragment = fragment if self.args_shown else fragment.lstrip()  # whitespace before the value
+            if fragment:
+                calls.append(ToolCallDelta(self.calls - 1, arguments=fragment))
+                self.args_shown = True
         if not self.scanner.done:
             return False
         self.state = "tail"
         return True
 
     def _tail(self, content, calls, final) -> bool:
-        return self._expect(content, self._re_tail, "after_call", final) if self._re_tail.pattern else self._go("after_call")
+        if not self._re_tail.pattern:
+            return self._go("after_call")
+        return self._expect(content, self._re_tail, "after_call", final)
 
     def _after_call(self, content, calls, final) -> bool:
         if self.fmt.sep:
@@ -205,17 +207,12 @@ class CallParser:
         return text
 
 
-def _held_prefix(buf: str, trigger: str) -> int:
-    """Length of the longest end of buf that could be the start of trigger."""
-    return max((k for k in range(min(len(trigger) - 1, len(buf)), 0, -1) if buf.endswith(trigger[:k])), default=0)
-
-
 class _GemmaEnd:
     """The end of a Gemma 4 argument object: braces balanced outside <|"|>...<|"|> strings."""
     QUOTE = '<|"|>'
 
     def __init__(self):
-        self.text, self.done, self.started = "", False, False
+        self.text, self.done = "", False
 
     def feed(self, text: str) -> int:
         start = len(self.text)

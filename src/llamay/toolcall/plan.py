@@ -25,12 +25,11 @@ def choice_of(options: dict):
     return choice
 
 
-def plan(source: str, messages: list[dict], tools: list[dict] | None, options: dict, tokenizer,
-         **template_vars) -> ToolPlan:
+def plan(source: str, messages: list[dict], tools: list[dict] | None, options: dict, tokenizer) -> ToolPlan:
     """source: the chat template; tools in the chat-template shape; options: tool_choice, parallel_tool_calls.
     ValueError for a named function that is not offered."""
     choice = choice_of(options)
-    found = caps(source, template_vars or None)
+    found = caps(source)
     if not tools:
         return ToolPlan(adapt(found, messages, None), None, None, None)
     tools = [_complete(t) for t in tools]
