@@ -11,54 +11,65 @@ import numpy as np
 from ..gguf import GGUFReader, dequantize
 from ..kernels.matmul import QWeight, matmul
 from ..kernels.ops import rope
+from .checks import MATRIX, TABLE, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
 from .encoder_spec import EncoderSpec
-from .spec import UnsupportedModel
 from .weights import Embedding
 
-_LINEAR = ("attn_output", "ffn_up", "ffn_down")
 _NORMS = ("attn_output_norm", "layer_output_norm")
 
 
-def expected_tensors(spec: EncoderSpec) -> tuple[list[str], list[str]]:
-    """(required, optional) GGUF tensor names. Optional: the classification head (rank pooling)."""
-    top = ["token_embd.weight", "token_embd_norm.weight", "token_embd_norm.bias"]
-    top += [] if spec.rope_base else ["position_embd.weight"]
-    mats = ["attn_qkv"] if spec.fused_qkv else ["attn_q", "attn_k", "attn_v"]
-    mats += list(_LINEAR) + (["ffn_gate"] if spec.ffn == "swiglu" else [])
-    layer = [f"{m}.weight" for m in mats] + [f"{m}.bias" for m in mats if spec.biases and m != "ffn_gate"]
-    layer += [f"{m}.{p}" for m in _NORMS for p in ("weight", "bias")]
-    required = top + [f"blk.{i}.{t}" for i in range(spec.n_layer) for t in layer]
-    optional = ["token_types.weight", "cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"]
-    return required, optional
+def _layer(s: EncoderSpec) -> dict[str, Expect]:
+    """GGUF name within block i (after 'blk.{i}.') -> what it must be; shapes ne0 first."""
+    d, ff = s.n_embd, s.n_ff
+    mats = {"attn_qkv": (d, 3 * d)} if s.fused_qkv else {f"attn_{x}": (d, d) for x in "qkv"}
+    mats |= {"attn_output": (d, d), "ffn_up": (d, ff), "ffn_down": (ff, d)}
+    if s.ffn == "swiglu":
+        mats["ffn_gate"] = (d, ff)
+    layer = {f"{m}.weight": Expect(shape, MATRIX) for m, shape in mats.items()}
+    if s.biases:
+        layer |= {f"{m}.bias": Expect(shape[1:], VECTOR) for m, shape in mats.items() if m != "ffn_gate"}
+    layer |= {f"{m}.{p}": Expect((d,), VECTOR) for m in _NORMS for p in ("weight", "bias")}
+    return layer
+
+
+def tensor_table(s: EncoderSpec, n_labels: int | None = None) -> dict[str, Expect]:
+    """Every tensor of an encoder file: GGUF name -> what it must be. Optional: token types and the
+    classification head (rank pooling) of n_labels outputs (None: any)."""
+    d = s.n_embd
+    table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in _layer(s).items()}
+    table |= {"token_embd.weight": Expect((d, s.n_vocab), TABLE), "token_embd_norm.weight": Expect((d,), VECTOR),
+              "token_embd_norm.bias": Expect((d,), VECTOR)}
+    if not s.rope_base:
+        table["position_embd.weight"] = Expect((d, s.n_ctx_train), TABLE)
+    table |= {"token_types.weight": Expect((d, None), TABLE, False), "cls.weight": Expect((d, d), MATRIX, False),
+              "cls.bias": Expect((d,), VECTOR, False), "cls.output.weight": Expect((d, n_labels), MATRIX, False),
+              "cls.output.bias": Expect((n_labels,), VECTOR, False)}
+    return table
 
 
 class Encoder:
     def __init__(self, reader: GGUFReader, spec: EncoderSpec, nthreads: int):
         self.spec, self.nthreads = spec, nthreads
-        required, optional = expected_tensors(spec)
-        present = set(reader.tensors)
-        missing = [n for n in required if n not in present]
-        if missing:
-            raise UnsupportedModel(f"{reader.path}: missing tensors {missing[:5]}")
-        unexpected = sorted(present - set(required) - set(optional))
-        if unexpected:
-            raise UnsupportedModel(f"{reader.path}: unexpected tensors {unexpected[:5]} for {spec.arch}")
-        if spec.pooling == "rank" and "cls.output.weight" not in present:
-            raise UnsupportedModel(f"{reader.path}: pooling 'rank' needs the cls.output.weight head")
-        self.w = {n: self._load(reader, n) for n in sorted(present)}
+        check_block_count(reader.tensors, spec.n_layer, f"{spec.arch}.block_count")
+        head = reader.tensors.get("cls.output.weight")
+        table = tensor_table(spec, head.shape[-1] if head is not None else None)
+        check_tensors(reader.tensors, table, reader.path, spec.arch)
+        if spec.pooling == "rank" and head is None:
+            raise ModelFileError(f"{reader.path}: pooling 'rank' needs the cls.output.weight head")
+        self.w = {n: self._load(reader, n, table[n].role) for n in sorted(reader.tensors)}
         self.token_embd = Embedding(reader, "token_embd.weight")
 
     @staticmethod
-    def _load(reader: GGUFReader, name: str):
-        """2-D weights of linear layers stay as block bytes; vectors and lookup tables become float32."""
-        t = reader.tensors[name]
-        table = name in ("position_embd.weight", "token_types.weight")
-        if len(t.shape) == 2 and not table and name != "token_embd.weight":
+    def _load(reader: GGUFReader, name: str, role: str):
+        """Matrices stay as block bytes; vectors and tables become float32 ([rows, row length]);
+        token_embd is looked up row by row (Embedding)."""
+        if role == MATRIX:
             return QWeight.from_gguf(reader, name)
         if name == "token_embd.weight":
-            return None  # looked up row by row (Embedding)
+            return None
+        t = reader.tensors[name]
         data = dequantize(reader.data(name), t.qtype, t.shape)
-        return np.ascontiguousarray(data.reshape(t.shape[::-1]), np.float32)  # [rows, row length]
+        return np.ascontiguousarray(data.reshape(t.shape[::-1]), np.float32)
 
     @property
     def n_types(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .spec import UnsupportedModel, metadata_getter
+from .checks import MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
 
 # ref: llama.cpp include/llama.h enum llama_pooling_type (the value of {arch}.pooling_type)
 POOLING = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
@@ -37,23 +37,18 @@ class EncoderSpec:
 
 
 def _common(meta: dict, arch: str) -> dict:
-    get = metadata_getter(meta, arch)
-
-    if get("attention.causal", False):
+    m = Meta(meta, arch)
+    if m.bool("attention.causal", False):
         raise UnsupportedModel(f"{arch}: a causal encoder is not supported")
-    pooling = int(get("pooling_type", 0))
-    if pooling not in POOLING:
-        raise UnsupportedModel(f"{arch}: unknown pooling_type {pooling}")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    n_embd, n_head = int(get("embedding_length")), int(get("attention.head_count"))
+    n_embd, n_head = m.int("embedding_length"), m.int("attention.head_count")
     if n_embd % n_head:
-        raise UnsupportedModel(f"{arch}: embedding_length {n_embd} is not a multiple of {n_head} heads")
+        raise ModelFileError(f"{m.key('attention.head_count')} = {n_head} does not divide "
+                             f"{m.key('embedding_length')} = {n_embd}")
     return {
-        "arch": arch, "n_layer": int(get("block_count")), "n_embd": n_embd, "n_head": n_head,
-        "n_ff": int(get("feed_forward_length")),
-        "n_vocab": int(get("vocab_size", len(tokens) if tokens is not None else None)),
-        "n_ctx_train": int(get("context_length")), "norm_eps": float(get("attention.layer_norm_epsilon")),
-        "pooling": POOLING[pooling]}
+        "arch": arch, "n_layer": m.int("block_count"), "n_embd": n_embd, "n_head": n_head,
+        "n_ff": m.int("feed_forward_length"), "n_vocab": m.n_vocab(), "n_ctx_train": m.int("context_length"),
+        "norm_eps": m.float("attention.layer_norm_epsilon", hi=1.0),
+        "pooling": POOLING[m.int("pooling_type", 0, lo=0, hi=max(POOLING))]}
 
 
 def _bert(meta: dict) -> EncoderSpec:
@@ -63,8 +58,12 @@ def _bert(meta: dict) -> EncoderSpec:
 
 def _nomic_bert(meta: dict) -> EncoderSpec:
     # ref: llama.cpp build_bert for LLM_ARCH_NOMIC_BERT: fused QKV, rotary positions, SwiGLU FFN, no biases
-    return EncoderSpec(**_common(meta, "nomic-bert"), ffn="swiglu",
-                       rope_base=float(meta.get("nomic-bert.rope.freq_base", 10000.0)),
+    c = _common(meta, "nomic-bert")
+    head_dim = c["n_embd"] // c["n_head"]
+    if head_dim % 2 or head_dim > MAX_ROPE_DIMS:
+        raise ModelFileError(f"nomic-bert.embedding_length / nomic-bert.attention.head_count = {head_dim}: "
+                             f"rotary positions need an even head size of at most {MAX_ROPE_DIMS}")
+    return EncoderSpec(**c, ffn="swiglu", rope_base=Meta(meta, "nomic-bert").float("rope.freq_base", 10000.0),
                        fused_qkv=True, biases=False)
 
 
@@ -72,11 +71,13 @@ ENCODERS = {"bert": _bert, "nomic-bert": _nomic_bert}
 
 
 def is_encoder(meta: dict) -> bool:
-    return meta.get("general.architecture") in ENCODERS
+    arch = meta.get("general.architecture")
+    return isinstance(arch, str) and arch in ENCODERS
 
 
 def encoder_spec(meta: dict) -> EncoderSpec:
-    arch = meta.get("general.architecture")
+    """The spec of an encoder file; hostile or self-contradicting metadata is ModelFileError."""
+    arch = architecture(meta)
     if arch not in ENCODERS:
         raise UnsupportedModel(f"'{arch}' is not an encoder architecture "
                                f"(encoders: {', '.join(sorted(ENCODERS))})")

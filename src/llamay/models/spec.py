@@ -6,9 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
-class UnsupportedModel(ValueError):
-    """The file's architecture (or a feature of it) is not supported; the message says which and why."""
+from .checks import MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
 
 
 @dataclass(frozen=True)
@@ -59,46 +57,57 @@ class ArchSpec:
         return self.rope_base_local if self.rope_base_local and self.layer_window(il) else self.rope_base
 
 
-def metadata_getter(meta: dict, arch: str):
-    """get(key, default=None) -> meta['{arch}.{key}']; a missing key without a default is UnsupportedModel."""
-    def get(key, default=None):
-        value = meta.get(f"{arch}.{key}", default)
-        if value is None:
-            raise UnsupportedModel(f"{arch} file lacks metadata '{arch}.{key}'")
-        return value
-    return get
+def _heads(m: Meta, n_embd: int) -> tuple[int, int, int]:
+    """(n_head, n_head_kv, head_dim): kv heads divide the heads; head_dim is key_length, else n_embd / n_head."""
+    n_head = m.layer_int("attention.head_count")
+    n_head_kv = m.layer_int("attention.head_count_kv", n_head)
+    if n_head % n_head_kv:
+        raise ModelFileError(f"{m.key('attention.head_count_kv')} = {n_head_kv} does not divide "
+                             f"{m.key('attention.head_count')} = {n_head}")
+    head_dim = m.int("attention.key_length", None)
+    if head_dim is None:
+        if n_embd % n_head:
+            raise ModelFileError(f"{m.key('attention.head_count')} = {n_head} does not divide "
+                                 f"{m.key('embedding_length')} = {n_embd} (and there is no key_length)")
+        head_dim = n_embd // n_head
+    value_length = m.int("attention.value_length", head_dim)
+    if value_length != head_dim:
+        raise ModelFileError(f"{m.key('attention.value_length')} = {value_length} differs from the key "
+                             f"length {head_dim}")
+    return n_head, n_head_kv, head_dim
+
+
+def _n_rot(m: Meta, head_dim: int) -> int:
+    n_rot = m.int("rope.dimension_count", head_dim)
+    if n_rot > head_dim or n_rot % 2 or n_rot > MAX_ROPE_DIMS:
+        size = (m.key("attention.key_length") if m.key("attention.key_length") in m.meta
+                else f"{m.key('embedding_length')} / {m.key('attention.head_count')}")
+        raise ModelFileError(f"{m.key('rope.dimension_count')} = {n_rot} must be even, at most "
+                             f"{MAX_ROPE_DIMS} and at most the head size {head_dim} ({size})")
+    return n_rot
 
 
 def _common(meta: dict, arch: str) -> dict:
-    get = metadata_getter(meta, arch)
-
-    n_embd, n_head = int(get("embedding_length")), int(get("attention.head_count"))
-    n_ff = get("feed_forward_length")
-    if not isinstance(n_ff, int):  # an array: one width per layer
-        if len(set(int(v) for v in n_ff)) != 1:
-            raise UnsupportedModel(f"{arch}: per-layer feed_forward_length is not supported")
-        n_ff = int(n_ff[0])
-    head_dim = int(get("attention.key_length", n_embd // n_head))
-    if int(get("attention.value_length", head_dim)) != head_dim:
-        raise UnsupportedModel(f"{arch}: value_length != key_length is not supported")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    scaling = meta.get(f"{arch}.rope.scaling.type", "none")
-    if scaling not in ("none", None) and float(meta.get(f"{arch}.rope.scaling.factor", 1.0)) != 1.0:
+    m = Meta(meta, arch)
+    n_embd = m.int("embedding_length")
+    n_head, n_head_kv, head_dim = _heads(m, n_embd)
+    scaling = m.str("rope.scaling.type", "none")
+    if scaling != "none" and m.float("rope.scaling.factor", 1.0) != 1.0:
         raise UnsupportedModel(f"{arch}: RoPE scaling '{scaling}' is not supported yet")
+    m.int("pooling_type", 0, lo=0, hi=4)  # a llama_pooling_type (encoder_spec.POOLING); Embedder.for_llm reads it
     return dict(
-        arch=arch, n_layer=int(get("block_count")), n_embd=n_embd, n_head=n_head,
-        n_head_kv=int(get("attention.head_count_kv", n_head)), head_dim=head_dim, n_ff=int(n_ff),
-        n_vocab=int(get("vocab_size", len(tokens) if tokens is not None else None)),
-        n_ctx_train=int(get("context_length")),
-        norm_eps=float(get("attention.layer_norm_rms_epsilon")),
-        rope_base=float(get("rope.freq_base", 10000.0)),
-        n_rot=int(get("rope.dimension_count", head_dim)),
+        arch=arch, n_layer=m.int("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+        head_dim=head_dim, n_ff=m.layer_int("feed_forward_length"), n_vocab=m.n_vocab(),
+        n_ctx_train=m.int("context_length"),
+        norm_eps=m.float("attention.layer_norm_rms_epsilon", hi=1.0),
+        rope_base=m.float("rope.freq_base", 10000.0), n_rot=_n_rot(m, head_dim),
     )
 
 
 def _llama(meta: dict) -> ArchSpec:
     c = _common(meta, "llama")
-    return ArchSpec(**c, rope_neox=False, sliding_window=int(meta.get("llama.attention.sliding_window", 0)))
+    window = Meta(meta, "llama").int("attention.sliding_window", 0, lo=0)
+    return ArchSpec(**c, rope_neox=False, sliding_window=window)
 
 
 def _qwen2(meta: dict) -> ArchSpec:
@@ -107,17 +116,17 @@ def _qwen2(meta: dict) -> ArchSpec:
 
 
 def _gemma3(meta: dict) -> ArchSpec:
-    c = _common(meta, "gemma3")
+    c, m = _common(meta, "gemma3"), Meta(meta, "gemma3")
     return ArchSpec(
         **c, rope_neox=True,
         act="gelu_tanh",  # ref: Gemma 3 tech report; HF gelu_pytorch_tanh
         qk_norm=True, post_attn_norm=True, post_ffn_norm=True,  # ref: HF Gemma3DecoderLayer
         embed_scale=math.sqrt(c["n_embd"]),  # ref: HF Gemma3TextScaledWordEmbedding
         attn_scale=1.0 / math.sqrt(c["head_dim"]),  # query_pre_attn_scalar = head_dim (270m..12b)
-        sliding_window=int(meta.get("gemma3.attention.sliding_window", 0)),
+        sliding_window=m.int("attention.sliding_window", 0, lo=0),
         sliding_pattern=6,  # ref: Gemma 3 tech report sec. 2: 5 local layers per global layer
         rope_base_local=10000.0,  # ref: HF Gemma3TextConfig.rope_local_base_freq
-        final_logit_softcap=float(meta.get("gemma3.final_logit_softcapping", 0.0)),
+        final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
     )
 
 
@@ -131,7 +140,8 @@ DECLINED = {
 
 
 def arch_spec(meta: dict) -> ArchSpec:
-    arch = meta.get("general.architecture")
+    """The spec of a decoder file; hostile or self-contradicting metadata is ModelFileError."""
+    arch = architecture(meta)
     if arch in DECLINED:
         raise UnsupportedModel(f"architecture '{arch}' is not supported: {DECLINED[arch]}")
     if arch not in BUILDERS:

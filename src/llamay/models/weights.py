@@ -1,5 +1,6 @@
-"""Loading is a walk over GGUF tensor names with strict errors: every expected tensor must be present
-and every tensor in the file must be expected. Matrices stay as block bytes mapped from the file."""
+"""Loading is a walk over a table of GGUF tensor names with strict errors: every expected tensor must be
+present, every tensor in the file expected, each of the shape and type its entry says (checks.py), before
+any kernel sees it. Matrices stay as block bytes mapped from the file."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,21 +9,45 @@ import numpy as np
 
 from ..gguf import GGUFReader, dequantize
 from ..kernels.matmul import QWeight
-from .spec import ArchSpec, UnsupportedModel
+from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, check_block_count, check_tensors
+from .spec import ArchSpec
 
 
-def expected_tensors(spec: ArchSpec) -> tuple[list[str], list[str]]:
-    """(required, optional) GGUF tensor names for this spec."""
-    layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
-             "ffn_up", "ffn_down"]
-    layer += ["attn_q_norm", "attn_k_norm"] if spec.qk_norm else []
-    layer += ["post_attention_norm"] if spec.post_attn_norm else []
-    layer += ["post_ffw_norm"] if spec.post_ffn_norm else []
-    required = [f"blk.{i}.{n}.weight" for i in range(spec.n_layer) for n in layer]
-    if spec.qkv_bias:
-        required += [f"blk.{i}.attn_{n}.bias" for i in range(spec.n_layer) for n in "qkv"]
-    required += ["token_embd.weight", "output_norm.weight"]
-    return required, ["output.weight"]  # output absent: tied to token_embd
+def _vec(n: int) -> Expect:
+    return Expect((n,), VECTOR)
+
+
+def _mat(k: int, m: int) -> Expect:
+    return Expect((k, m), MATRIX)  # m rows of k values
+
+
+def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
+    """Layer field -> (GGUF name within block i, after 'blk.{i}.'; what that tensor must be)."""
+    d, q, kv, ff = s.n_embd, s.n_head * s.head_dim, s.kv_dim, s.n_ff
+    t = {"attn_norm": ("attn_norm.weight", _vec(d)), "q": ("attn_q.weight", _mat(d, q)),
+         "k": ("attn_k.weight", _mat(d, kv)), "v": ("attn_v.weight", _mat(d, kv)),
+         "o": ("attn_output.weight", _mat(q, d)), "ffn_norm": ("ffn_norm.weight", _vec(d)),
+         "gate": ("ffn_gate.weight", _mat(d, ff)), "up": ("ffn_up.weight", _mat(d, ff)),
+         "down": ("ffn_down.weight", _mat(ff, d))}
+    if s.qkv_bias:
+        t.update(q_bias=("attn_q.bias", _vec(q)), k_bias=("attn_k.bias", _vec(kv)), v_bias=("attn_v.bias", _vec(kv)))
+    if s.qk_norm:
+        t.update(q_norm=("attn_q_norm.weight", _vec(s.head_dim)), k_norm=("attn_k_norm.weight", _vec(s.head_dim)))
+    if s.post_attn_norm:
+        t["post_attn_norm"] = ("post_attention_norm.weight", _vec(d))
+    if s.post_ffn_norm:
+        t["post_ffn_norm"] = ("post_ffw_norm.weight", _vec(d))
+    return t
+
+
+def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
+    """Every tensor of a decoder file: GGUF name -> what it must be. tied: output.weight is absent and
+    token_embd is also the output projection."""
+    table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in layer_tensors(s).values()}
+    table["token_embd.weight"] = Expect((s.n_embd, s.n_vocab), TIED if tied else TABLE)
+    table["output_norm.weight"] = _vec(s.n_embd)
+    table["output.weight"] = Expect((s.n_embd, s.n_vocab), MATRIX, required=False)
+    return table
 
 
 @dataclass(frozen=True)
@@ -58,40 +83,21 @@ class Embedding:
 
 
 def load_weights(reader: GGUFReader, spec: ArchSpec):
-    required, optional = expected_tensors(spec)
-    present = set(reader.tensors)
-    missing = [n for n in required if n not in present]
-    if missing:
-        raise UnsupportedModel(f"{reader.path}: missing tensors {missing[:5]}"
-                               f"{' ...' if len(missing) > 5 else ''}")
-    unexpected = sorted(present - set(required) - set(optional))
-    if unexpected:
-        raise UnsupportedModel(f"{reader.path}: unexpected tensors {unexpected[:5]} for {spec.arch} "
-                               "(a feature llamay does not support yet)")
+    """(layers, embedding, output norm, output projection), after every tensor is checked against
+    tensor_table (ModelFileError otherwise)."""
+    check_block_count(reader.tensors, spec.n_layer, f"{spec.arch}.block_count")
+    tied = "output.weight" not in reader.tensors
+    check_tensors(reader.tensors, tensor_table(spec, tied), reader.path, spec.arch)
 
     def vec(name):
         return np.ascontiguousarray(dequantize(reader.data(name), reader.tensors[name].qtype,
                                                reader.tensors[name].shape))
 
-    def mat(name):
-        t = reader.tensors[name]
-        return QWeight(reader.data(name), t.qtype, t.shape[1], t.shape[0])
+    def load(name, e: Expect):
+        return vec(name) if e.role == VECTOR else QWeight.from_gguf(reader, name)
 
-    layers = []
-    for i in range(spec.n_layer):
-        p = f"blk.{i}."
-        opt = {}
-        if spec.qkv_bias:
-            opt.update(q_bias=vec(p + "attn_q.bias"), k_bias=vec(p + "attn_k.bias"), v_bias=vec(p + "attn_v.bias"))
-        if spec.qk_norm:
-            opt.update(q_norm=vec(p + "attn_q_norm.weight"), k_norm=vec(p + "attn_k_norm.weight"))
-        if spec.post_attn_norm:
-            opt["post_attn_norm"] = vec(p + "post_attention_norm.weight")
-        if spec.post_ffn_norm:
-            opt["post_ffn_norm"] = vec(p + "post_ffw_norm.weight")
-        layers.append(Layer(
-            vec(p + "attn_norm.weight"), mat(p + "attn_q.weight"), mat(p + "attn_k.weight"),
-            mat(p + "attn_v.weight"), mat(p + "attn_output.weight"), vec(p + "ffn_norm.weight"),
-            mat(p + "ffn_gate.weight"), mat(p + "ffn_up.weight"), mat(p + "ffn_down.weight"), **opt))
-    output = mat("output.weight" if "output.weight" in present else "token_embd.weight")
+    fields = layer_tensors(spec)
+    layers = [Layer(**{f: load(f"blk.{i}.{name}", e) for f, (name, e) in fields.items()})
+              for i in range(spec.n_layer)]
+    output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
     return layers, Embedding(reader, "token_embd.weight"), vec("output_norm.weight"), output
