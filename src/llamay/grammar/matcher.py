@@ -1,60 +1,83 @@
-"""Grammar (compiled once, cached) and Matcher (one per sequence) over llguidance.
+"""Grammar (checked, compiled and probed once, cached) and Matcher (one per sequence) over llguidance.
 
 A Matcher's mask allows exactly the tokens that keep the output a prefix of the grammar's language;
 EOS / end-of-generation tokens are allowed exactly when the output so far is complete (accepting)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
+import time
 import weakref
 from collections import OrderedDict
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import llguidance
 import numpy as np
 
+from . import limits
+from .bounded import run_bounded
+from .compiler import build, canonical_source, consume, fill_mask
+from .errors import GrammarBusy, GrammarError
+from .precheck import check_source
 from .tokenizer import eos_ids, ll_tokenizer
 
-KINDS = ("json_schema", "json_object", "gbnf", "regex", "lark")
-# Fixed separators, no free whitespace: a model cannot ramble in whitespace between JSON tokens.
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _CACHE_SIZE = 64  # compiled grammars kept per tokenizer (least recently used dropped)
 _CACHE: weakref.WeakKeyDictionary[object, OrderedDict] = weakref.WeakKeyDictionary()
+_FAILED: weakref.WeakKeyDictionary[object, OrderedDict] = weakref.WeakKeyDictionary()  # key -> (until, message)
+_PENDING: dict[tuple, Future] = {}  # (id(tokenizer), key) -> the compile in flight, shared by its callers
 _LOCK = threading.Lock()
 
 
-class GrammarError(ValueError):
-    """A grammar the compiler rejects (message from llguidance), or a token the grammar does not allow."""
-
-
 class Grammar:
-    """A compiled grammar for one tokenizer; `matcher()` starts a sequence."""
+    """A compiled grammar for one tokenizer; `matcher()` starts a sequence (a copy of a checked template:
+    nothing is compiled on the scheduler thread)."""
 
-    def __init__(self, tokenizer, kind: str, ll_grammar: str, source: str = ""):
+    def __init__(self, tokenizer, kind: str, template: llguidance.LLMatcher, source: str = ""):
         self.kind = kind
         self.source = source  # the canonical source text it was compiled from
         self.n_vocab = tokenizer.n_vocab
         self.eos_ids = np.asarray(eos_ids(tokenizer), dtype=np.int64)
-        self._ll_tokenizer = ll_tokenizer(tokenizer)
-        self._ll_grammar = ll_grammar
+        self._template = template  # compiled and probed at its start; never advanced
 
     @classmethod
     def compile(cls, tokenizer, kind: str, source=None) -> Grammar:
         """kind: json_schema (dict or JSON text), json_object (source ignored), gbnf, regex, lark (text).
-        Cached per (tokenizer, kind, sha256 of the canonical source). Raises GrammarError."""
+        Checked against limits.py, compiled and probed in a bounded worker (bounded.py); cached per
+        (tokenizer, kind, sha256 of the canonical source), a refusal for FAILED_TTL_S. Raises GrammarError
+        (GrammarBusy when no compile slot is free)."""
         text = canonical_source(kind, source)
         key = (kind, hashlib.sha256(text.encode()).hexdigest())
-        with _LOCK:
-            per_tokenizer = _CACHE.setdefault(tokenizer, OrderedDict())
-            found = per_tokenizer.get(key)
-            if found is not None:
-                per_tokenizer.move_to_end(key)
-                return found
-        grammar = cls(tokenizer, kind, _check(ll_tokenizer(tokenizer), _to_llguidance(kind, text)), text)
-        with _LOCK:
-            per_tokenizer[key] = grammar
-            while len(per_tokenizer) > _CACHE_SIZE:
-                per_tokenizer.popitem(last=False)
+        found, pending, owner = _claim(tokenizer, key)
+        if found is not None:
+            return found
+        if not owner:  # the same compile already runs for another caller
+            return _wait(pending)
+        try:
+            grammar = cls._compile_new(tokenizer, kind, text, key)
+        except BaseException as e:
+            pending.set_exception(e)
+            raise
+        finally:
+            with _LOCK:
+                _PENDING.pop((id(tokenizer), key), None)
+        pending.set_result(grammar)
+        return grammar
+
+    @classmethod
+    def _compile_new(cls, tokenizer, kind: str, text: str, key: tuple) -> Grammar:
+        try:
+            check_source(kind, text)
+            ll_tok, eos = ll_tokenizer(tokenizer), eos_ids(tokenizer)
+            template = run_bounded(lambda: build(ll_tok, tokenizer.n_vocab, eos, kind, text))
+        except GrammarBusy:
+            raise
+        except GrammarError as e:
+            _remember(_FAILED, tokenizer, key, (time.monotonic() + limits.FAILED_TTL_S, str(e)),
+                      limits.N_FAILED_KEPT)
+            raise
+        grammar = cls(tokenizer, kind, template, text)
+        _remember(_CACHE, tokenizer, key, grammar, _CACHE_SIZE)
         return grammar
 
     @classmethod
@@ -72,56 +95,58 @@ class Grammar:
         return matcher
 
     def matcher(self) -> Matcher:
-        ll = llguidance.LLMatcher(self._ll_tokenizer, self._ll_grammar, log_level=0)
-        if ll.is_error():
-            raise GrammarError(ll.get_error())
-        return Matcher(self, ll)
+        return Matcher(self, self._template.deep_copy())
 
     def __repr__(self):
         return f"Grammar({self.kind}, n_vocab={self.n_vocab})"
 
 
-def canonical_source(kind: str, source) -> str:
-    """The text a grammar is compiled from and hashed by: JSON schemas as compact JSON, key order kept
-    (property order is generation order)."""
-    if kind not in KINDS:
-        raise GrammarError(f"unknown grammar kind {kind!r} (expected one of {', '.join(KINDS)})")
-    if kind == "json_object":
-        return '{"type":"object"}'
-    if kind == "json_schema":
-        if isinstance(source, (str, bytes)):
-            try:
-                source = json.loads(source)
-            except ValueError as e:
-                raise GrammarError(f"JSON schema is not valid JSON: {e}") from None
-        if not isinstance(source, (dict, bool)):
-            raise GrammarError(f"JSON schema must be an object, got {type(source).__name__}")
-        return json.dumps(source, separators=(",", ":"), ensure_ascii=False)
-    if not isinstance(source, str):
-        raise GrammarError(f"{kind} grammar must be text, got {type(source).__name__}")
-    return source
+def _claim(tokenizer, key: tuple) -> tuple[Grammar | None, Future | None, bool]:
+    """(cached grammar, None, False); or (None, the compile in flight, False); or (None, a new pending
+    compile, True): the caller compiles. A cached refusal is raised again."""
+    with _LOCK:
+        found = _lookup(tokenizer, key)
+        if found is not None:
+            return found, None, False
+        pending = _PENDING.get((id(tokenizer), key))
+        if pending is not None:
+            return None, pending, False
+        pending = _PENDING[(id(tokenizer), key)] = Future()
+        return None, pending, True
 
 
-def _to_llguidance(kind: str, text: str) -> str:
-    """llguidance's grammar definition (a JSON string) for canonical source text."""
+def _lookup(tokenizer, key: tuple) -> Grammar | None:
+    """The cached grammar, None, or the cached refusal raised again (caller holds _LOCK)."""
+    per_tokenizer = _CACHE.get(tokenizer)
+    if per_tokenizer is not None and key in per_tokenizer:
+        per_tokenizer.move_to_end(key)
+        return per_tokenizer[key]
+    failed = _FAILED.get(tokenizer)
+    if failed is not None and key in failed:
+        until, text = failed[key]
+        if time.monotonic() < until:
+            raise GrammarError(text)
+        del failed[key]
+    return None
+
+
+def _remember(table: weakref.WeakKeyDictionary, tokenizer, key: tuple, value, size: int) -> None:
+    with _LOCK:
+        per_tokenizer = table.setdefault(tokenizer, OrderedDict())
+        per_tokenizer[key] = value
+        per_tokenizer.move_to_end(key)
+        while len(per_tokenizer) > size:
+            per_tokenizer.popitem(last=False)
+
+
+def _wait(pending: Future) -> Grammar:
+    """The result of the same compile started by another caller (its error raised anew here)."""
     try:
-        if kind in ("json_schema", "json_object"):
-            return llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_OPTIONS)
-        if kind == "gbnf":
-            return llguidance.grammar_from("gbnf", text)
-        if kind == "regex":
-            return llguidance.LLMatcher.grammar_from_regex(text)
-        return llguidance.LLMatcher.grammar_from_lark(text)
-    except ValueError as e:
-        raise GrammarError(str(e)) from None
-
-
-def _check(ll_tok: llguidance.LLTokenizer, ll_grammar: str) -> str:
-    """Unsupported features and syntax errors are errors, never ignored."""
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(ll_grammar, ll_tok)
-    if is_error:
-        raise GrammarError("; ".join(messages))
-    return ll_grammar
+        return pending.result(timeout=2 * limits.COMPILE_TIMEOUT_S + 1)  # a slot wait, then a compile
+    except FutureTimeout:
+        raise GrammarBusy("the same grammar is still compiling for another request; try again later") from None
+    except GrammarError as e:
+        raise type(e)(str(e)) from None
 
 
 class Matcher:
@@ -137,8 +162,7 @@ class Matcher:
     def allowed(self) -> np.ndarray:
         """bool [n_vocab]: True for the tokens that may come next (read-only view; do not modify)."""
         if self._mask is None:
-            self._ll.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-            self._raise_if_error()
+            fill_mask(self._ll, self._bits)  # bounded by llguidance's step limits (limits.py)
             bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.grammar.n_vocab]
             mask = bits.view(np.bool_)
             mask[self.grammar.eos_ids] = self._ll.is_accepting()
@@ -163,8 +187,7 @@ class Matcher:
         if not 0 <= token < self.grammar.n_vocab or not self.allowed()[token]:
             raise GrammarError(f"token {token} is not allowed by the grammar here")
         self._mask = None
-        if not self._ll.consume_token(token):
-            self._raise_if_error()
+        consume(self._ll, token)
         self.tokens.append(token)
 
     def is_accepting(self) -> bool:
@@ -184,7 +207,3 @@ class Matcher:
     def state(self) -> dict:
         """What Grammar.resume needs to rebuild this position (JSON-serialisable)."""
         return {"kind": self.grammar.kind, "source": self.grammar.source, "tokens": list(self.tokens)}
-
-    def _raise_if_error(self):
-        if self._ll.is_error():
-            raise GrammarError(self._ll.get_error())
