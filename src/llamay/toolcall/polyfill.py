@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llamay.chat.template import ChatTemplate, ChatTemplateError
+from llamay.chat.template import ChatTemplate, ChatTemplateError, ChatTemplateLimit
 
 _NAME = "probe_fn_k7q2"
 _KEY = "probe_key_w3z8"
@@ -65,12 +65,20 @@ class _Prober:
         self.template = template
         self.extra = extra
         self.tools: list[dict] | None = None
+        self.limited = False  # a probe ran into a render limit: the template is not probed further
 
     def render(self, messages: list[dict], generation_prompt: bool = True) -> str:
-        """The template's output, or "" when it refuses or fails on these messages."""
+        """The template's output, or "" when it refuses or fails on these messages. Probes render under
+        the same limits as requests; after one runs into a limit the rest are skipped (a template that
+        never finishes would otherwise cost the time limit once per probe)."""
+        if self.limited:
+            return ""
         try:
             return self.template.render(messages, add_generation_prompt=generation_prompt, tools=self.tools,
                                         **self.extra)
+        except ChatTemplateLimit:
+            self.limited = True
+            return ""
         except ChatTemplateError:  # a refused or failing probe only means "not supported"
             return ""
 
