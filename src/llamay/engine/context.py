@@ -62,8 +62,9 @@ class Context:
         grammar: a llamay.grammar.Grammar the output must follow. A constrained generation cut off by
         max_tokens keeps its grammar position with the context: the next generate() (without a grammar)
         continues under it, fork() gives each child a copy, save() writes it into the snapshot."""
-        return generate_tokens(self, SamplingParams(**sampling), max_tokens, [stop] if isinstance(stop, str) else stop,
-                               grammar)
+        params = SamplingParams(**sampling)
+        params.check(self.llm.n_vocab)
+        return generate_tokens(self, params, max_tokens, [stop] if isinstance(stop, str) else stop, grammar)
 
     def fork(self, n: int = 1) -> list["Context"]:
         """n contexts sharing this one's pages (zero pages allocated; copy-on-write on divergence)."""

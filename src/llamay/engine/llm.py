@@ -117,7 +117,8 @@ class LLM:
 
     def restore_context(self, path: str | os.PathLike) -> Context:
         """A context from a .llamayctx snapshot made under the same weights (else SnapshotError)."""
-        return Context(self, snapshots.restore(self, os.fspath(path)), 0)
+        path = os.fspath(path)
+        return Context(self, snapshots.restore(self, path, snapshots.read_grammar(self, path)), 0)
 
     def contexts(self) -> list[Context]:
         return [Context(self, c, 0) for c in self._runner.state.contexts()]
@@ -132,6 +133,7 @@ class LLM:
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                 repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                                 frequency_penalty=frequency_penalty, seed=seed)
+        params.check(self.n_vocab)
         ids = self._ids(prompt)
         self.check_ids(ids)
         return self._one_shot(ids, params, max_tokens, [stop] if isinstance(stop, str) else stop, grammar)

@@ -4,6 +4,7 @@ Order (ref: llama.cpp common/sampling.cpp, default `samplers`): logit bias, pena
 min-p, temperature, draw. Works on a float32 [n_vocab] array; the vocabulary-wide steps are O(n_vocab)
 (argpartition, masks), sorting only the few candidates that survive.
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,26 @@ class SamplingParams:
     repeat_last_n: int = 64
     seed: int | None = None
     logit_bias: dict[int, float] | None = None
+
+    def check(self, n_vocab: int) -> None:
+        """ValueError naming the first field no sampler can use: a float that is not finite (NaN passes
+        every range check), a negative top_k, a logit_bias id outside [0, n_vocab) or bias not finite."""
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if self.repeat_penalty <= 0:
+            raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+        for name in ("top_k", "repeat_last_n"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < (0 if name == "top_k" else -1):
+                raise ValueError(f"{name} must be an integer >= {0 if name == 'top_k' else -1}, got {getattr(self, name)!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**64):
+            raise ValueError(f"seed must be an integer in [0, 2^64), got {self.seed!r}")
+        for tok, bias in (self.logit_bias or {}).items():
+            if not isinstance(tok, int) or not 0 <= tok < n_vocab:
+                raise ValueError(f"logit_bias token id {tok!r} is outside the vocabulary [0, {n_vocab})")
+            if not math.isfinite(bias):
+                raise ValueError(f"logit_bias for token {tok} must be finite, got {bias!r}")
 
 
 def apply_penalties(logits: np.ndarray, history: list[int], params: SamplingParams) -> None:

@@ -202,7 +202,7 @@ class Scheduler:
         for ctx, chunk in items[len(decode):]:
             by_ctx[ctx].history += chunk
         for seq, row in zip(wants, logits):
-            self._logits_ready(seq, row)
+            self._isolated(seq, self._logits_ready, seq, row)
 
     def _undo_chunks(self, items):
         """A failed pass computed nothing: put the prompt chunks back."""
@@ -239,7 +239,7 @@ class Scheduler:
             seq.grammar = cut
         self.running.append(seq)
         if not todo:  # a context continued as it is: its last logits are known
-            self._logits_ready(seq, runner.last_logits[ctx])
+            self._isolated(seq, self._logits_ready, seq, runner.last_logits[ctx])
 
     def _logits_ready(self, seq: _Seq, logits: np.ndarray):
         """The sequence's prompt (or last token) is computed: fork choices if first time, then sample."""
@@ -257,6 +257,18 @@ class Scheduler:
         self._sample(seq, logits)
 
     def _sample(self, seq: _Seq, logits: np.ndarray):
+        self._isolated(seq, self._sample_one, seq, logits)
+
+    def _isolated(self, seq: _Seq, fn, *args):
+        """fn(*args); a failure in it (sampling, grammar, detokenizing, forking choices) is seq's alone: seq
+        ends with the error and every other sequence runs on."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - isolated to seq, reported through its Done
+            if seq in self.running:
+                self._finish(seq, "error", error=e)
+
+    def _sample_one(self, seq: _Seq, logits: np.ndarray):
         if seq.job.max_tokens == 0:
             return self._finish(seq, "length")
         tok = constrain.sample(seq.sampler, logits, seq.history, seq.grammar)
@@ -277,9 +289,13 @@ class Scheduler:
     def _finish(self, seq: _Seq, reason: str, error: Exception | None = None):
         runner = self.runner_of()
         self.running.remove(seq)
-        tail = seq.matcher.feed(seq.detok.flush()) + seq.matcher.flush()
-        if tail:
-            seq.job.sink(Piece(seq.index, tail, -1))
+        if reason != "error":
+            try:
+                tail = seq.matcher.feed(seq.detok.flush()) + seq.matcher.flush()
+                if tail:
+                    seq.job.sink(Piece(seq.index, tail, -1))
+            except Exception as e:  # noqa: BLE001 - the sequence still ends, with the error
+                reason, error = "error", e
         tokens = seq.history + ([seq.next_tok] if seq.next_tok is not None else [])
         keep = seq.job.ctx is not None and seq.index == 0  # a named context outlives its jobs
         if keep:

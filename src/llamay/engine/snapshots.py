@@ -31,8 +31,27 @@ def save(llm, ctx_id: int, path: str):
     write_snapshot(path, header, layers[0], layers[1], logits=logits)
 
 
-def restore(llm, path: str) -> int:
-    """-> ctx_id of a new context holding the snapshot. Other weights or another KV layout: SnapshotError."""
+def n_tokens(path: str) -> int:
+    """How many tokens the snapshot holds (its header only)."""
+    with SnapshotFile(path) as f:
+        return len(f.header.token_ids)
+
+
+def read_grammar(llm, path: str):
+    """The snapshot's saved grammar position resumed (its tokens replayed: ~13 us each), or None. Runs on
+    any thread, so a long replay never holds up the scheduler. SnapshotError if it cannot be resumed."""
+    with SnapshotFile(path) as f:
+        state, n_tokens = f.header.meta.get("grammar"), len(f.header.token_ids)
+    if n_tokens > llm.n_ctx:
+        raise SnapshotError(f"snapshot holds {n_tokens} tokens, the context is {llm.n_ctx}")
+    if isinstance(state, dict) and isinstance(state.get("tokens"), list) and len(state["tokens"]) > n_tokens:
+        raise SnapshotError(f"the grammar state has {len(state['tokens'])} tokens, more than the snapshot's {n_tokens}")
+    return _resume_grammar(llm, state)
+
+
+def restore(llm, path: str, matcher=None) -> int:
+    """-> ctx_id of a new context holding the snapshot, continuing under matcher (read_grammar's result for
+    the same file). Other weights or another KV layout: SnapshotError."""
     runner = llm.runner
     with SnapshotFile(path) as f:
         check_compatible(f.header, weights_digest(llm.path), geometry(llm))
@@ -44,7 +63,6 @@ def restore(llm, path: str) -> int:
             pool = runner.pool
             f.read_pages_into([pool.page_view(a) for a in pool.k], [pool.page_view(a) for a in pool.v], pages)
             logits = f.read_logits(llm.n_vocab)
-            matcher = _resume_grammar(llm, f.header.meta.get("grammar"))
         except BaseException:
             runner.state.free(ctx)
             raise

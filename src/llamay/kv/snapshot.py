@@ -194,6 +194,8 @@ def _parse_meta(raw) -> dict:
         return {}
     try:
         meta = json.loads(bytes(raw).decode())
+    except RecursionError:
+        raise SnapshotError("snapshot meta nests too deeply") from None
     except ValueError as e:
         raise SnapshotError(f"snapshot meta is not UTF-8 JSON: {e}") from None
     if not isinstance(meta, dict):
