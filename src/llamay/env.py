@@ -31,3 +31,30 @@ def registry() -> str | None:
 def hf_endpoint() -> str | None:
     """LLAMAY_HF_ENDPOINT: base URL of Hugging Face for pulls (unset: HF_ENDPOINT, then huggingface.co)."""
     return os.environ.get("LLAMAY_HF_ENDPOINT") or None
+
+
+def comma_list(value: str) -> tuple[str, ...]:
+    """'a, b,,c' -> ('a', 'b', 'c'): the form of every list-valued variable (and its CLI flag)."""
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _names(variable: str) -> tuple[str, ...] | None:
+    """A comma-separated list variable; unset or empty means None."""
+    return comma_list(os.environ.get(variable, "")) or None
+
+
+def allowed_hosts() -> tuple[str, ...] | None:
+    """LLAMAY_ALLOWED_HOSTS: Host names `serve` accepts besides localhost names, comma-separated globs
+    ('*': any); unset: localhost names on a loopback address, any Host on another."""
+    return _names("LLAMAY_ALLOWED_HOSTS")
+
+
+def origins() -> tuple[str, ...]:
+    """LLAMAY_ORIGINS: browser Origins `serve` accepts besides same-origin pages, comma-separated globs
+    like https://*.example.com ('*': any); unset: none."""
+    return _names("LLAMAY_ORIGINS") or ()
+
+
+def api_key() -> str | None:
+    """LLAMAY_API_KEY: the key `serve` requires (Authorization: Bearer KEY or x-api-key); unset: none."""
+    return os.environ.get("LLAMAY_API_KEY") or None

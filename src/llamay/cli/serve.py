@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import ipaddress
 
+from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
+from ..server.contexts import DEFAULT_CONTEXT_TTL, DEFAULT_MAX_CONTEXTS
 from .common import CLIError, eprint, parse_size
 
 DEFAULT_PORT = 11435
@@ -26,18 +28,40 @@ def add_parser(p: argparse.ArgumentParser):
                    help="memory for KV pages per model, e.g. 512M (default: room for 4 full contexts)")
     p.add_argument("--grammar-file", default=None,
                    help="a GBNF grammar every request follows unless it asks for its own format")
+    p.add_argument("--max-contexts", type=int, default=DEFAULT_MAX_CONTEXTS,
+                   help=f"named contexts (/v1/contexts) open at once (default {DEFAULT_MAX_CONTEXTS})")
+    p.add_argument("--context-ttl", type=float, default=DEFAULT_CONTEXT_TTL,
+                   help=f"seconds an unused named context is kept (default {DEFAULT_CONTEXT_TTL:g}; <=0: forever)")
     p.add_argument("--keep-alive", type=float, default=300.0,
                    help="seconds a model stays loaded after its last request (default 300; <0: forever)")
+    p.add_argument("--allowed-hosts", type=env.comma_list, default=None,
+                   help="Host names accepted besides localhost names, comma-separated globs ('*': any; default: "
+                        "localhost names on a loopback --host, any Host on another; env LLAMAY_ALLOWED_HOSTS)")
+    p.add_argument("--origins", type=env.comma_list, default=None,
+                   help="browser Origins allowed besides same-origin pages, comma-separated globs like "
+                        "https://*.example.com ('*': any; env LLAMAY_ORIGINS)")
+    p.add_argument("--api-key", default=None,
+                   help="require this key on every route but /health, as Authorization: Bearer KEY or "
+                        "x-api-key: KEY (env LLAMAY_API_KEY)")
+
+
+def guard_settings(args):
+    """The guard's settings from the flags, each falling back to its LLAMAY_ variable."""
+    from ..server import guard
+    hosts = args.allowed_hosts if args.allowed_hosts is not None else env.allowed_hosts()
+    origins = args.origins if args.origins is not None else env.origins()
+    return guard.serving(args.host, hosts, origins, args.api_key or env.api_key())
 
 
 def build_app(args):
     from ..server import models
     from ..server.app import create_app
-    if args.concurrency < 1 or args.batch < 1 or args.queue < 0:
-        raise CLIError("--concurrency and --batch must be at least 1, --queue at least 0")
+    if args.concurrency < 1 or args.batch < 1 or args.queue < 0 or args.max_contexts < 0:
+        raise CLIError("--concurrency and --batch must be at least 1, --queue and --max-contexts at least 0")
     settings = models.Settings(threads=args.threads, kv=args.kv, kv_budget=args.kv_budget, n_ctx=args.ctx_size,
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
-                               keep_alive=args.keep_alive, grammar=_read(args.grammar_file))
+                               keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
+                               max_contexts=args.max_contexts, context_ttl=args.context_ttl)
     try:
         default = default_model_path()
         registry = models.Registry(args.model or [], settings, fallback=str(default) if default else None)
@@ -45,7 +69,7 @@ def build_app(args):
         raise CLIError(str(e)) from None
     if not registry.paths:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
-    return create_app(registry)
+    return create_app(registry, guard_settings(args))
 
 
 def _read(path: str | None) -> str | None:
@@ -70,8 +94,9 @@ def _is_loopback(host: str) -> bool:
 def run(args):
     import uvicorn
     app = build_app(args)
-    if not _is_loopback(args.host):
-        eprint(f"llamay: warning: listening on {args.host}: other machines can reach this server (no auth)")
+    if not _is_loopback(args.host) and not app.state.guard.api_key:
+        eprint(f"llamay: warning: listening on {args.host}: other machines can reach this server and there is "
+               "no authentication (--api-key or LLAMAY_API_KEY)")
     names = ", ".join(app.state.registry.paths)
     eprint(f"llamay: serving {names} on http://{args.host}:{args.port}")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

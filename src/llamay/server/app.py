@@ -9,19 +9,23 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_ollama, routes_openai
-from .http import Runner
+from .contexts import ContextTable, expire
+from .guard import Guard, GuardSettings, proto_for
+from .http import Runner, error_response
 from .metrics import Metrics
 from .models import Registry
+from .protocol.base import ProtocolError
 
 REAP_EVERY_S = 5.0
 
 
-def create_app(registry: Registry) -> FastAPI:
+def create_app(registry: Registry, guard: GuardSettings = GuardSettings()) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        reaper = asyncio.create_task(_reap(registry))
+        reaper = asyncio.create_task(_reap(registry, app.state.contexts))
         try:
             yield
         finally:
@@ -29,9 +33,11 @@ def create_app(registry: Registry) -> FastAPI:
             await asyncio.to_thread(registry.close)
 
     app = FastAPI(title="llamay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Guard, settings=guard)  # Host, Origin, API key and body type: every route
+    app.state.guard = guard
     app.state.registry = registry
     app.state.runner = Runner(registry, Metrics())
-    app.state.contexts = {}
+    app.state.contexts = ContextTable(registry.settings.max_contexts, registry.settings.context_ttl)
     for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed):
         app.include_router(module.router)
 
@@ -40,13 +46,24 @@ def create_app(registry: Registry) -> FastAPI:
         return JSONResponse({"error": {"message": json.dumps(exc.errors(), default=str), "type": "invalid_request_error",
                                        "param": None, "code": None}}, status_code=400)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def no_route(request: Request, exc: StarletteHTTPException):
+        """Unknown paths (404) and methods (405) in the shape of the API the path belongs to."""
+        kind = {404: "not_found", 405: "invalid_request"}.get(exc.status_code, "invalid_request")
+        message = {404: f"no route {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+        response = error_response(proto_for(request.url.path), ProtocolError(exc.status_code, message, kind))
+        response.headers.update(exc.headers or {})
+        return response
+
     return app
 
 
-async def _reap(registry: Registry):
+async def _reap(registry: Registry, contexts: ContextTable):
     while True:
         await asyncio.sleep(REAP_EVERY_S)
         try:
+            await expire(contexts, registry)
             await asyncio.to_thread(registry.reap)
         except Exception:  # noqa: BLE001 - the reaper must outlive one bad pass
             logging.getLogger("llamay.server").exception("unloading idle models failed")

@@ -3,6 +3,7 @@ scheduler, and carry its output back to the event loop (tokens -> text, reasonin
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ from ..chat import ChatTemplateError, prompt_ids, template_for
 from ..chat.gotemplate import GoTemplateError, render_go
 from ..chat.reasoning import ReasoningSplitter
 from ..engine.sampling import SamplingParams
+from ..grammar import GrammarError
 from ..engine.scheduler import Done, Job, Overloaded, Piece
 from ..kv import OutOfPages
 from ..toolcall.formats import CallFormat
@@ -56,21 +58,24 @@ def compile_grammar(loaded: Loaded, req: GenRequest, tools: ToolPlan | None = No
         grammar_spec(req.format, req.options.get("grammar") or loaded.default_grammar)
     if spec is None:
         return None
-    from ..grammar import Grammar, GrammarError
+    from ..grammar import Grammar, GrammarBusy
     try:
         return Grammar.compile(loaded.llm.tokenizer, *spec)
+    except GrammarBusy as e:  # every compile slot is taken (by hostile grammars, maybe): try again later
+        raise ProtocolError(503, str(e), "overloaded") from None
     except GrammarError as e:
         param = "tools" if spec[0] == "lark" else "response_format"
         raise bad_request(f"the grammar or schema cannot be compiled: {e}", param) from None
 
 
-def render(loaded: Loaded, req: GenRequest) -> list[int]:
-    return render_plan(loaded, req)[0]
+def render(loaded: Loaded, req: GenRequest, cancel: threading.Event | None = None) -> list[int]:
+    return render_plan(loaded, req, cancel)[0]
 
 
-def render_plan(loaded: Loaded, req: GenRequest) -> tuple[list[int], ToolPlan | None]:
+def render_plan(loaded: Loaded, req: GenRequest,
+                cancel: threading.Event | None = None) -> tuple[list[int], ToolPlan | None]:
     """The prompt's token ids (raw text/ids as they are, else through the model's chat template) and the
-    tool-call plan of a chat with tools."""
+    tool-call plan of a chat with tools. cancel, once set, stops a template render (the client left)."""
     llm = loaded.llm
     if req.raw or (req.messages is None and isinstance(req.prompt, list)):
         ids = req.prompt if isinstance(req.prompt, list) else llm.tokenize(req.prompt or "", parse_special=True)
@@ -84,13 +89,15 @@ def render_plan(loaded: Loaded, req: GenRequest) -> tuple[list[int], ToolPlan | 
     messages = list(req.messages if req.messages is not None else [{"role": "user", "content": req.prompt or ""}])
     if req.system is not None:
         messages = [{"role": "system", "content": req.system}] + [m for m in messages if m["role"] != "system"]
-    template = template_for(llm.metadata, llm.tokenizer)
     try:
+        template = template_for(llm.metadata, llm.tokenizer)
         tools = plan_tools(template.source, messages, req.tools, req.options, llm.tokenizer)
+    except ChatTemplateError as e:
+        raise bad_request(f"the model's chat template cannot be used: {e}", "messages") from None
     except ValueError as e:
         raise bad_request(str(e), "tool_choice") from None
     try:
-        ids = prompt_ids(template, llm.tokenizer, tools.messages, tools=tools.tools)
+        ids = prompt_ids(template, llm.tokenizer, tools.messages, tools=tools.tools, cancel=cancel)
     except ChatTemplateError as e:
         raise bad_request(f"the model's chat template refused the messages: {e}", "messages") from None
     if req.context:
@@ -127,10 +134,10 @@ def apply_model_defaults(req: GenRequest, stored) -> None:
             req.max_tokens = params["num_predict"]
 
 
-def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
+def prepare(loaded: Loaded, req: GenRequest, extra: int = 0, cancel: threading.Event | None = None) -> Prepared:
     """Checks that the prompt fits the context (extra: tokens already in a continued context)."""
     apply_model_defaults(req, loaded.stored)
-    ids, tools = render_plan(loaded, req)
+    ids, tools = render_plan(loaded, req, cancel)
     tools = tools or req.options.get("tool_plan")  # a context's chat: rendered whole by the route
     llm = loaded.llm
     if not ids and not extra:
@@ -143,7 +150,8 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0) -> Prepared:
         raise bad_request(f"token ids out of range [0, {llm.n_vocab}): {bad[:5]}", "prompt")
     try:
         params = SamplingParams(**req.sampling)
-    except TypeError as e:
+        params.check(llm.n_vocab)
+    except (TypeError, ValueError) as e:
         raise bad_request(f"sampling: {e}") from None
     return Prepared(ids, params, compile_grammar(loaded, req, tools), tools.fmt if tools else None)
 
@@ -240,6 +248,8 @@ class _Reader:
 def _engine_error(error: Exception | None) -> ProtocolError:
     if isinstance(error, OutOfPages):
         return ProtocolError(503, f"out of KV cache memory: {error}", "overloaded")
+    if isinstance(error, GrammarError):  # the request's own grammar gave out; the server is fine
+        return bad_request(f"the grammar failed during generation: {error}", "response_format")
     return ProtocolError(500, f"generation failed: {type(error).__name__}: {error}", "internal")
 
 

@@ -3,9 +3,11 @@ generation to a streamed or whole response, and noticing clients that go away.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -14,21 +16,31 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from .generation import Generation, prepare
+from .jsonbody import parse_body
 from .protocol.base import Finish, GenRequest, ProtocolError, ResponseMeta, Usage
 
 DISCONNECT_POLL_S = 0.25
+CLIENT_GONE = 499  # nginx's "client closed request": what a log shows for an answer nobody was there to read
 log = logging.getLogger("llamay.server")
 
 
 async def read_json(request: Request) -> dict:
-    raw = await request.body()
+    return parse_body(await request.body())
+
+
+async def off_loop(request: Request, fn: Callable, *args):
+    """fn(*args, cancel) in a worker thread; cancel (a threading.Event) is set when the client disconnects
+    meanwhile, or this coroutine is cancelled, so a long render stops instead of running for nobody."""
+    cancel = threading.Event()
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args, cancel))
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ProtocolError(400, f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise ProtocolError(400, f"the request body must be a JSON object, got {type(body).__name__}")
-    return body
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                cancel.set()
+        return task.result()
+    finally:
+        cancel.set()
 
 
 def dumps(obj) -> str:
@@ -87,7 +99,7 @@ class Runner:
             raise
         loaded.busy += 1  # not unloaded from here on; the Generation gives it back when it ends
         try:
-            prep = await asyncio.to_thread(prepare, loaded, req, extra)
+            prep = await off_loop(request, prepare, loaded, req, extra)
             meta = new_meta(id_prefix, req.model or loaded.info.name)
             out = make_output(req, meta, Usage(len(prep.ids) + extra)) if prompt_usage else make_output(req, meta)
             gen = Generation(loaded, req, prep, ctx, on_close)
@@ -111,7 +123,8 @@ class Runner:
         if req.stream:
             return StreamingResponse(_frames(proto, out, events(), gen), media_type=media_type,
                                      headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
-        await _collect(request, out, events(), gen)
+        if not await _collect(request, out, events(), gen):
+            return Response(status_code=CLIENT_GONE)  # nobody reads it; no traceback in the log either
         return JSONResponse(out.body())
 
 
@@ -138,8 +151,8 @@ def _failed(proto, out, err: ProtocolError) -> list[str]:
     return out.fail(err) if hasattr(out, "fail") else [proto.stream_error(err)]
 
 
-async def _collect(request: Request, out, events: AsyncIterator, gen: Generation):
-    """Feeds every event to out; a client that disconnects meanwhile cancels the generation."""
+async def _collect(request: Request, out, events: AsyncIterator, gen: Generation) -> bool:
+    """Feeds every event to out -> True; a client that disconnects meanwhile cancels the generation -> False."""
     async def consume():
         async for ev in events:
             out.feed(ev)
@@ -150,7 +163,10 @@ async def _collect(request: Request, out, events: AsyncIterator, gen: Generation
             await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
             if not task.done() and await request.is_disconnected():
                 task.cancel()
-                break
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return False
         await task
+        return True
     finally:
         gen.cancel()

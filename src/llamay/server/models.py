@@ -17,6 +17,7 @@ from ..engine.scheduler import Scheduler
 from ..gguf import GGUFError, GGUFReader
 from ..models import UnsupportedModel
 from ..store import FILE_TYPES
+from .contexts import DEFAULT_CONTEXT_TTL, DEFAULT_MAX_CONTEXTS
 from .protocol.base import ModelInfo, ProtocolError
 
 DEFAULT_KEEP_ALIVE = 300.0  # seconds, as Ollama
@@ -33,6 +34,8 @@ class Settings:
     max_queue: int = 64
     keep_alive: float = DEFAULT_KEEP_ALIVE
     grammar: str | None = None  # --grammar-file's text
+    max_contexts: int = DEFAULT_MAX_CONTEXTS  # named contexts (context routes), all models together
+    context_ttl: float = DEFAULT_CONTEXT_TTL  # seconds a named context may stay unused; <= 0: forever
 
 
 @dataclass

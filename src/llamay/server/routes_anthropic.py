@@ -1,14 +1,12 @@
-"""Anthropic routes. Any key is accepted, in x-api-key or Authorization: Bearer, with any anthropic-version
-(and ?beta=true): nothing is checked on a local server."""
+"""Anthropic routes. Any anthropic-version (and ?beta=true) is accepted; the key in x-api-key or
+Authorization: Bearer is checked only under serve --api-key (server/guard.py)."""
 from __future__ import annotations
-
-import asyncio
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .generation import render
-from .http import api, read_json
+from .http import api, off_loop, read_json
 from .protocol import anthropic as proto
 
 router = APIRouter()
@@ -27,5 +25,5 @@ async def messages(request: Request):
 async def count_tokens(request: Request):
     req = proto.parse_count_tokens(await read_json(request))
     loaded = await request.app.state.registry.get(req.model, req.keep_alive)
-    ids = await asyncio.to_thread(render, loaded, req)
+    ids = await off_loop(request, render, loaded, req)
     return JSONResponse(proto.count_tokens_body(len(ids)))

@@ -7,19 +7,18 @@ time per context (another is a 409)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import tempfile
-import time
-from dataclasses import dataclass, field
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..engine import snapshots
+from ..kv import OutOfPages
 from ..kv.snapshot import SnapshotError
+from .contexts import ContextTable, NamedContext
 from .generation import render, render_plan
-from .http import api, read_json
+from .http import api, off_loop, read_json
 from .models import Loaded
 from .protocol import openai as proto
 from .protocol.base import Delta, Finish, GenRequest, ProtocolError, bad_request
@@ -27,20 +26,9 @@ from .protocol.toolcalls import ToolCall, add_call_part
 
 router = APIRouter()
 SNAPSHOT_TYPE = "application/octet-stream"
-_ids = itertools.count(1)
 
 
-@dataclass
-class NamedContext:
-    id: str
-    model: str
-    ctx: int  # the engine's context id
-    messages: list[dict] | None = None  # the conversation so far, when made from messages
-    created: int = field(default_factory=lambda: int(time.time()))
-    busy: bool = False
-
-
-def _table(request: Request) -> dict[str, NamedContext]:
+def _table(request: Request) -> ContextTable:
     return request.app.state.contexts
 
 
@@ -50,14 +38,14 @@ def _check_idle(nc: NamedContext):
 
 
 def _get(request: Request, cid: str) -> NamedContext:
-    nc = _table(request).get(cid)
-    if nc is None:
-        raise ProtocolError(404, f"no context '{cid}'", "not_found", "id")
-    return nc
+    return _table(request).get(cid)
 
 
 async def _on_thread(loaded: Loaded, fn):
-    return await asyncio.wrap_future(loaded.scheduler.call(fn))
+    try:
+        return await asyncio.wrap_future(loaded.scheduler.call(fn))
+    except OutOfPages as e:
+        raise ProtocolError(503, f"out of KV cache memory: {e}", "overloaded") from None
 
 
 def _describe(nc: NamedContext, runner) -> dict:
@@ -66,10 +54,7 @@ def _describe(nc: NamedContext, runner) -> dict:
 
 
 def _add(request: Request, loaded: Loaded, ctx: int, messages) -> NamedContext:
-    nc = NamedContext(f"ctx_{next(_ids)}", loaded.info.name, ctx, messages)
-    _table(request)[nc.id] = nc
-    loaded.contexts.add(nc.id)
-    return nc
+    return _table(request).add(loaded, ctx, messages)
 
 
 async def _loaded(request: Request, nc: NamedContext) -> Loaded:
@@ -93,14 +78,17 @@ async def create(request: Request):
     if req is None:
         req = proto.parse_completion({"model": body.get("model"), "prompt": prompt})
     loaded = await request.app.state.registry.get(req.model)
-    ids = await asyncio.to_thread(render, loaded, req)
+    ids = await off_loop(request, render, loaded, req)
     if not ids:
         raise bad_request("the prompt is empty", "prompt")
     if len(ids) >= loaded.llm.n_ctx:
         raise ProtocolError(400, f"the prompt is {len(ids)} tokens, over the context of {loaded.llm.n_ctx} tokens",
                             "context_length", "prompt")
 
+    _table(request).check_room()
+
     def make(runner):
+        _table(request).check_pages(loaded.info.name, runner, len(ids))
         ctx, n_cached = runner.create(ids)
         return ctx, n_cached, len(runner.state.page_table(ctx))
 
@@ -116,12 +104,14 @@ async def _restore(request: Request):
     data = await request.body()
     if not data:
         raise bad_request("the snapshot upload is empty")
+    _table(request).check_room()
     fd, path = tempfile.mkstemp(suffix=".llamayctx")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         try:
-            ctx = await _on_thread(loaded, lambda runner: snapshots.restore(loaded.llm, path))
+            matcher = await asyncio.to_thread(snapshots.read_grammar, loaded.llm, path)
+            ctx = await _on_thread(loaded, lambda runner: _restore_on(request, loaded, runner, path, matcher))
         except SnapshotError as e:
             why = str(e).replace(f"{path}: ", "")  # the server's temp file means nothing to the client
             raise bad_request(f"snapshot refused: {why}", "snapshot") from None
@@ -130,6 +120,11 @@ async def _restore(request: Request):
     nc = _add(request, loaded, ctx, None)
     body = await _on_thread(loaded, lambda runner: _describe(nc, runner))
     return JSONResponse({**body, "cached_tokens": body["tokens"]}, status_code=201)  # nothing recomputed
+
+
+def _restore_on(request: Request, loaded: Loaded, runner, path: str, matcher) -> int:
+    _table(request).check_pages(loaded.info.name, runner, snapshots.n_tokens(path))
+    return snapshots.restore(loaded.llm, path, matcher)
 
 
 @router.get("/v1/contexts")
@@ -157,8 +152,7 @@ async def delete(request: Request, cid: str):
     nc = _get(request, cid)
     _check_idle(nc)
     loaded = await _loaded(request, nc)
-    del _table(request)[cid]
-    loaded.contexts.discard(cid)
+    _table(request).remove(nc, loaded)
     await _on_thread(loaded, lambda runner: runner.free(nc.ctx))
     return JSONResponse({"id": cid, "object": "context.deleted", "deleted": True})
 
@@ -174,6 +168,7 @@ async def fork(request: Request, cid: str):
     if not 1 <= n <= 64:
         raise bad_request("n must be an integer from 1 to 64", "n")
     _check_idle(nc)
+    _table(request).check_room(n)
     loaded = await _loaded(request, nc)
     kids = await _on_thread(loaded, lambda runner: runner.fork(nc.ctx, n))
     made = [_add(request, loaded, k, list(nc.messages) if nc.messages is not None else None) for k in kids]
@@ -227,7 +222,7 @@ async def chat(request: Request, cid: str):
     loaded = await _loaded(request, nc)
     messages = nc.messages + req.messages if appended else nc.messages
     whole = GenRequest(model=nc.model, messages=messages, tools=req.tools, options=req.options)
-    full, plan = await asyncio.to_thread(render_plan, loaded, whole)
+    full, plan = await off_loop(request, render_plan, loaded, whole)
     req.options["tool_plan"], req.n = plan, 1
 
     def on_finish(finishes: list[Finish]):
@@ -273,6 +268,7 @@ async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, out
 
     def setup(runner) -> tuple[list[int], int]:
         have = runner.tokens(nc.ctx)
+        _table(request).check_pages(nc.model, runner, max(0, len(ids) - (len(have) if rebase else 0)), nc.ctx)
         if not rebase:
             return ids, len(have)
         keep = next((i for i, (a, b) in enumerate(zip(have, ids)) if a != b), min(len(have), len(ids)))

@@ -6,6 +6,7 @@ timestamps RFC 3339 with nanoseconds)."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -242,8 +243,13 @@ def _info_value(value: Any, verbose: bool) -> Any:
     if hasattr(value, "tolist"):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
-        return list(value) if verbose or len(value) <= _ARRAY_LIMIT else []
-    return value
+        return [_finite(v) for v in value] if verbose or len(value) <= _ARRAY_LIMIT else []
+    return _finite(value)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity: a file's non-finite float is shown as null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _modelfile(info: ModelInfo, parameters: str) -> str:

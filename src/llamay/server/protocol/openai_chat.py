@@ -59,6 +59,16 @@ def parse_chat(body: Any) -> GenRequest:
         tools=tools, format=parse_response_format(body), options=_parse_options(body, tools))
 
 
+def _tool_call(call: Any, where: str) -> dict:
+    """An assistant turn's earlier call: {"function": {"name": str, "arguments": JSON text or object}}."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise bad_request(f"'{where}.function.name' is required", f"{where}.function.name")
+    if not isinstance(fn.get("arguments", ""), (str, dict)):
+        raise bad_request(f"'{where}.function.arguments' must be a JSON string", f"{where}.function.arguments")
+    return call
+
+
 def parse_message(i: int, msg: Any) -> dict:
     """One OpenAI message -> the chat-template shape {"role", "content": str, ...}."""
     where = f"messages[{i}]"
@@ -72,7 +82,8 @@ def parse_message(i: int, msg: Any) -> dict:
     if name:
         out["name"] = name
     if role == "assistant" and msg.get("tool_calls") is not None:
-        out["tool_calls"] = get_field(msg, "tool_calls", (list,), "an array", f"{where}.tool_calls")
+        calls = get_field(msg, "tool_calls", (list,), "an array", f"{where}.tool_calls")
+        out["tool_calls"] = [_tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
     if role == "tool":
         call_id = get_str(msg, "tool_call_id", f"{where}.tool_call_id")
         if not call_id:

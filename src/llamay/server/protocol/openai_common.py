@@ -19,6 +19,7 @@ from .toolcalls import ToolCall, add_call_part
 
 MAX_N = 8  # choices per request: each is a full sequence in the batch
 MAX_STOP = 4  # OpenAI's documented limit on stop sequences
+MAX_TOKEN_ID_DIGITS = 10  # token ids are uint32
 NUMBER = (int, float)
 
 
@@ -108,7 +109,7 @@ def parse_logit_bias(body: dict) -> dict[int, float] | None:
         return None
     bias: dict[int, float] = {}
     for key, value in raw.items():
-        if not (isinstance(key, str) and key.isdigit()):
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= MAX_TOKEN_ID_DIGITS):
             raise bad_request(f"'logit_bias' keys must be token ids as strings, got {key!r}", "logit_bias")
         if isinstance(value, bool) or not isinstance(value, NUMBER) or not -100 <= value <= 100:
             raise bad_request(f"'logit_bias' values must be numbers between -100 and 100, got {value!r}",
@@ -217,6 +218,8 @@ def usage_body(usage: Usage) -> dict:
 # ProtocolError.kind -> (OpenAI error type, code); codes as OpenAI sends them (openai.md §6).
 ERROR_TYPES = {
     "invalid_request": ("invalid_request_error", None),
+    "rate_limit": ("rate_limit_error", "rate_limit_exceeded"),
+    "permission": ("invalid_request_error", "forbidden"),
     "not_found": ("invalid_request_error", "model_not_found"),
     "context_length": ("invalid_request_error", "context_length_exceeded"),
     "authentication": ("invalid_request_error", "invalid_api_key"),

@@ -1,0 +1,104 @@
+"""The named contexts the context routes keep: bounded in number and in the KV pages they hold, and expired
+after an idle time, so clients that create and forget contexts cannot take a model's memory from others."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+
+from .protocol.base import ProtocolError
+
+DEFAULT_MAX_CONTEXTS = 64  # per server, all models together
+DEFAULT_CONTEXT_TTL = 3600.0  # seconds a context may stay unused; <= 0: never expires
+# Named contexts of one model may hold at most this share of its KV pages; the rest stays free for the
+# generations (and their prefix cache) that every other client runs.
+CONTEXT_PAGE_SHARE = 0.75
+
+log = logging.getLogger("llamay.server")
+
+
+@dataclass
+class NamedContext:
+    id: str
+    model: str
+    ctx: int  # the engine's context id
+    messages: list[dict] | None = None  # the conversation so far, when made from messages
+    created: int = field(default_factory=lambda: int(time.time()))
+    busy: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class ContextTable:
+    """Id -> NamedContext. Route handlers run on the event loop, so no lock: only the loop touches it."""
+
+    def __init__(self, max_contexts: int = DEFAULT_MAX_CONTEXTS, ttl: float = DEFAULT_CONTEXT_TTL):
+        self.max_contexts, self.ttl = max_contexts, ttl
+        self.by_id: dict[str, NamedContext] = {}
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def values(self) -> list[NamedContext]:
+        return list(self.by_id.values())
+
+    def get(self, cid: str) -> NamedContext:
+        nc = self.by_id.get(cid)
+        if nc is None:
+            raise ProtocolError(404, f"no context '{cid}'", "not_found", "id")
+        nc.last_used = time.monotonic()
+        return nc
+
+    def check_room(self, n_new: int = 1):
+        """429 unless n_new more contexts fit under --max-contexts."""
+        if len(self.by_id) + n_new > self.max_contexts:
+            raise ProtocolError(429, f"{len(self.by_id)} contexts are open and {n_new} more would pass the limit "
+                                     f"of {self.max_contexts} (--max-contexts): delete some first", "rate_limit")
+
+    def add(self, loaded, ctx: int, messages: list[dict] | None) -> NamedContext:
+        nc = NamedContext(f"ctx_{next(self._ids)}", loaded.info.name, ctx, messages)
+        self.by_id[nc.id] = nc
+        loaded.contexts.add(nc.id)
+        return nc
+
+    def remove(self, nc: NamedContext, loaded) -> None:
+        self.by_id.pop(nc.id, None)
+        if loaded is not None:
+            loaded.contexts.discard(nc.id)
+
+    def check_pages(self, model: str, runner, n_new_tokens: int, extends: int | None = None):
+        """On the scheduler thread, before a named context of model gains n_new_tokens (extends: the engine
+        id of the context that grows, None for a new one): 429 if the model's named contexts would then hold
+        more than CONTEXT_PAGE_SHARE of its pages."""
+        state, page_size = runner.state, runner.page_size
+        mine = [nc.ctx for nc in self.by_id.values() if nc.model == model]
+        held = {p for ctx in mine for p in state.page_table(ctx)}
+        start = state.n_tokens(extends) if extends is not None else 0
+        new = -(-(start + n_new_tokens) // page_size) - -(-start // page_size)  # pages added, ceil division
+        limit = int(CONTEXT_PAGE_SHARE * state.n_total)
+        if len(held) + new > limit:
+            raise ProtocolError(429, f"named contexts of {model} hold {len(held)} KV pages and would need {new} "
+                                     f"more, past their share of {limit} of {state.n_total} pages: delete some "
+                                     "contexts first", "rate_limit")
+
+    def expired(self, now: float | None = None) -> list[NamedContext]:
+        if self.ttl <= 0:
+            return []
+        now = time.monotonic() if now is None else now
+        return [nc for nc in self.by_id.values() if not nc.busy and nc.last_used + self.ttl <= now]
+
+
+async def expire(table: ContextTable, registry) -> list[str]:
+    """Free the contexts idle past the TTL (their tokens stay in the prefix cache) -> their ids."""
+    gone = []
+    for nc in table.expired():
+        loaded = registry.loaded.get(nc.model)
+        table.remove(nc, loaded)
+        gone.append(nc.id)
+        if loaded is not None:
+            await asyncio.wrap_future(loaded.scheduler.call(lambda runner, c=nc.ctx: runner.free(c)))
+    if gone:
+        log.info("expired idle contexts: %s", ", ".join(gone))
+    return gone
