@@ -115,6 +115,13 @@ ATTACKS = {
     "bert norm quantized": ("bert", [["type", "token_embd_norm.weight", "Q8_0"]],
                             "token_embd_norm.weight is Q8_0, which llamay cannot use as a norm or bias vector"),
     "bert missing bias": ("bert", [["drop", "blk.0.ffn_down.bias"]], "missing tensors ['blk.0.ffn_down.bias']"),
+    # tokenizer metadata of the wrong shape: the same one error, not whatever the tokenizer hit
+    "merges not an array": ("llama", [_set("tokenizer.ggml.merges", 5)], "tokenizer metadata"),
+    "unknown pre-tokenizer": ("llama", [_set("tokenizer.ggml.pre", "zzz", STRING)], "pre-tokenizer 'zzz'"),
+    "bos id a string": ("llama", [_set("tokenizer.ggml.bos_token_id", "x", STRING)], "tokenizer metadata"),
+    "no tokenizer model": ("llama", [["del", "tokenizer.ggml.model"]], "unsupported tokenizer model None"),
+    "short token types": ("llama", [_set("tokenizer.ggml.token_type", [1, 2], None)], "token_type has 2 entries"),
+    "bert merges": ("bert", [_set("tokenizer.ggml.model", "gpt2", STRING)], "tokenizer"),
 }
 VALID = {"llama": ("llama", []), "llama tied": ("llama", [["drop", "output.weight"]]), "bert": ("bert", []),
          "llama uniform per-layer head_count": ("llama", [_set("llama.attention.head_count", [4, 4], None)])}

@@ -13,8 +13,9 @@ from ..kernels.ops import BatchMeta, rmsnorm
 from ..models.encoder import Encoder
 from ..models.encoder_spec import POOLING, encoder_spec, is_encoder
 from ..models.plan import Plan
+from ..models import ModelFileError
 from ..models.spec import UnsupportedModel
-from ..tokenizer import Tokenizer
+from ..tokenizer import Tokenizer, VocabError
 
 MAX_BATCH_TOKENS = 8192  # tokens per encoder pass: bounds activation memory, does not change results
 
@@ -122,6 +123,14 @@ def _finish(v: np.ndarray, normalize: bool) -> np.ndarray:
     return (v / np.where(norm > 0, norm, 1.0)).astype(np.float32)
 
 
+def file_tokenizer(reader: GGUFReader) -> Tokenizer:
+    """The file's tokenizer; metadata no tokenizer can be built from is the file's fault: ModelFileError."""
+    try:
+        return Tokenizer.from_gguf(reader)
+    except VocabError as e:
+        raise ModelFileError(str(e)) from None
+
+
 def open_embedder(path: str | os.PathLike, threads: int | None = None) -> Embedder:
     """An Embedder for an encoder file. A decoder file is refused: load it with llamay.load and use
     Embedder.for_llm(llm)."""
@@ -133,7 +142,7 @@ def open_embedder(path: str | os.PathLike, threads: int | None = None) -> Embedd
                                "llamay.load(path) and embed with Embedder.for_llm(llm)")
     spec = encoder_spec(reader.metadata)
     enc = Encoder(reader, spec, threads or default_threads())
-    e = Embedder(os.path.basename(path), Tokenizer.from_gguf(reader), spec.n_embd, spec.n_ctx_train,
+    e = Embedder(os.path.basename(path), file_tokenizer(reader), spec.n_embd, spec.n_ctx_train,
                  spec.pooling, enc.forward)
     e.encoder = enc
     return e

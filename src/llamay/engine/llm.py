@@ -15,9 +15,9 @@ from ..gguf import GGUFReader
 from ..kernels.matmul import default_threads
 from ..kv import DEFAULT_KV_TYPE, kv_type, page_bytes
 from ..models import Decoder, arch_spec
-from ..tokenizer import Tokenizer
 from .context import Context, GenerationStats, generate_tokens
 from . import snapshots
+from .embed import file_tokenizer
 from .runner import Runner
 from .sampling import SamplingParams
 
@@ -37,7 +37,7 @@ class LLM:
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
         self.spec = arch_spec(reader.metadata)
-        self.tokenizer = Tokenizer.from_gguf(reader)
+        self.tokenizer = file_tokenizer(reader)
         self.threads = threads or default_threads()
         self.decoder = Decoder(reader, self.spec, self.threads)
         self.n_ctx = min(n_ctx or DEFAULT_N_CTX, self.spec.n_ctx_train)

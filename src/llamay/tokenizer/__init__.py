@@ -2,6 +2,6 @@
 and an incremental, UTF-8-safe detokenizer for streaming."""
 from .stream import IncrementalDecoder
 from .tokenizer import Tokenizer
-from .vocab import Vocab, load_vocab
+from .vocab import Vocab, VocabError, load_vocab
 
-__all__ = ["Tokenizer", "IncrementalDecoder", "Vocab", "load_vocab"]
+__all__ = ["Tokenizer", "IncrementalDecoder", "Vocab", "VocabError", "load_vocab"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .bpe import UNICODE_TO_BYTE, BPEModel
 from .special import SpecialMatcher
 from .spm import SPMModel
-from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Vocab, load_vocab
+from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Vocab, VocabError, load_vocab
 from .wpm import WPMModel
 
 _MODELS = {"llama": SPMModel, "gpt2": BPEModel, "gemma4": BPEModel, "bert": WPMModel}
@@ -24,7 +24,13 @@ class Tokenizer:
     def from_gguf(cls, source) -> "Tokenizer":
         """`source`: a GGUFReader, or its metadata dict."""
         metadata = getattr(source, "metadata", source)
-        return cls(load_vocab(metadata))
+        vocab = load_vocab(metadata)
+        try:
+            return cls(vocab)
+        except VocabError:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as e:
+            raise VocabError(f"tokenizer metadata: {e}") from None
 
     # -- vocabulary ------------------------------------------------------------------------------
     @property
