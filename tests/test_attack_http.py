@@ -202,3 +202,19 @@ def test_serving_settings_by_bind_address(monkeypatch):
     monkeypatch.delenv("LLAMAY_ALLOWED_HOSTS")
     args = build_parser().parse_args(["serve", "--host", "0.0.0.0"])
     assert serve.guard_settings(args) == GuardSettings(("*",), ("https://a.example", "app://*"), KEY)
+
+
+def test_a_json_body_past_the_limit_is_a_413_in_the_apis_shape(registry):
+    from llamay.server.guard import MAX_JSON_BODY
+    c = client(registry)
+    big = b'{"model": "m", "prompt": "' + b"x" * (MAX_JSON_BODY + 1) + b'"}'
+    r = c.post("/v1/completions", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "MAX_JSON_BODY" in r.json()["error"]["message"]
+
+    def chunks():  # no Content-Length: the limit is counted as the body arrives
+        yield b'{"model": "m", "messages": [], "x": "'
+        for _ in range(MAX_JSON_BODY >> 20):
+            yield b"y" * (1 << 20)
+        yield b'"}'
+    r = c.post("/api/chat", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "MAX_JSON_BODY" in r.json()["error"]

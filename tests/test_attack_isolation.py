@@ -84,3 +84,12 @@ def test_sampling_params_refuse_what_no_sampler_can_use():
         with pytest.raises(ValueError):
             SamplingParams(**bad).check(100)
     SamplingParams(temperature=0.5, logit_bias={99: -100.0}, seed=2**63).check(100)
+
+
+def test_a_temperature_too_small_for_float32_samples_greedily():
+    import numpy as np
+
+    from llamay.engine.sampling import Sampler
+    logits = np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 10
+    for t in (1e-308, 1e-40, 1e-30):
+        assert Sampler(SamplingParams(temperature=t, seed=1)).sample(logits, []) == int(np.argmax(logits))

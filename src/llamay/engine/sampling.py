@@ -151,7 +151,11 @@ class Sampler:
         if self.params.temperature <= 0:
             return int(np.argmax(logits))
         ids = filter_candidates(logits, self.params)
-        return int(ids[self._draw(logits[ids] / np.float32(self.params.temperature))])
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            scaled = logits[ids] / np.float32(self.params.temperature)
+        if scaled.max() == np.inf:  # a temperature so small it overflows float32: its limit is greedy
+            return int(ids[np.argmax(logits[ids])])
+        return int(ids[self._draw(scaled)])
 
     def _draw(self, scaled: np.ndarray) -> int:
         """Index drawn from softmax(scaled): the inverse of its cumulative sum at one uniform number.

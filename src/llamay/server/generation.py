@@ -77,6 +77,7 @@ def render_plan(loaded: Loaded, req: GenRequest,
     """The prompt's token ids (raw text/ids as they are, else through the model's chat template) and the
     tool-call plan of a chat with tools. cancel, once set, stops a template render (the client left)."""
     llm = loaded.llm
+    _check_text_fits(llm, req)
     if req.raw or (req.messages is None and isinstance(req.prompt, list)):
         ids = req.prompt if isinstance(req.prompt, list) else llm.tokenize(req.prompt or "", parse_special=True)
         return list(req.context or []) + list(ids), None
@@ -104,6 +105,22 @@ def render_plan(loaded: Loaded, req: GenRequest,
         bos = llm.tokenizer.bos_id
         ids = list(req.context) + (ids[1:] if ids and ids[0] == bos else ids)
     return ids, tools
+
+
+TEXT_SLACK = 2  # whitespace a tokenizer may fold away: refuse only text twice too long to ever fit
+
+
+def _check_text_fits(llm, req: GenRequest) -> None:
+    """A 400 before tokenizing text that cannot fit the context whatever its tokens: a token stands for at
+    most max_piece_bytes of text. Tokenizing megabytes costs seconds and gigabytes another client waits for."""
+    texts = [req.prompt if isinstance(req.prompt, str) else "", req.system or ""]
+    texts += [m.get("content") for m in req.messages or [] if isinstance(m.get("content"), str)]
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    if n_bytes <= TEXT_SLACK * llm.n_ctx:
+        return
+    if n_bytes > TEXT_SLACK * llm.n_ctx * llm.tokenizer.max_piece_bytes:
+        raise ProtocolError(400, f"the prompt is {n_bytes} bytes of text, more than the context of {llm.n_ctx} "
+                                 "tokens can hold (nothing was truncated)", "context_length", "messages")
 
 
 SAMPLING_PARAMS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",

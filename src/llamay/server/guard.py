@@ -27,6 +27,9 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 ALLOW_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 EXPOSE_HEADERS = "content-disposition, retry-after, x-should-retry, x-request-id, request-id"
 PREFLIGHT_MAX_AGE_S = 600
+# JSON bodies past this are refused (413) before they are read: a 128k-token prompt is under 1 MiB of text,
+# and every byte read is memory and tokenizer time another client waits for. Snapshot uploads are exempt.
+MAX_JSON_BODY = 16 << 20
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -110,7 +113,7 @@ class Guard:
         elif refusal is not None:
             await refusal(scope, receive, send)
         else:
-            await self.app(scope, receive, check.add_cors(send))
+            await self.app(scope, check.bounded(receive), check.add_cors(send))
 
 
 class _Check:
@@ -133,6 +136,9 @@ class _Check:
         if self.settings.api_key and self.path not in OPEN_PATHS and not self._key_ok():
             return self._error(401, "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)",
                                "authentication", {"www-authenticate": "Bearer"})
+        length, limit = self.headers.get("content-length", "").strip(), self._body_limit()
+        if limit is not None and length.isdigit() and int(length) > limit:
+            return self._error(413, f"the request body is over {limit >> 20} MiB (MAX_JSON_BODY)")
         media = self._bad_body_type()
         if media is not None:
             return self._error(415, f"the request body must be application/json (got {media or 'no content-type'})")
@@ -197,6 +203,26 @@ class _Check:
         if media == "application/json" or media.endswith("+json"):
             return None
         return None if media in BINARY_ROUTES.get((self.method, self.path), ()) else media
+
+    def _body_limit(self) -> int | None:
+        """Bytes this route's body may have: MAX_JSON_BODY, none for a BINARY_ROUTES upload."""
+        return None if (self.method, self.path) in BINARY_ROUTES else MAX_JSON_BODY
+
+    def bounded(self, receive):
+        """receive, raising a 413 ProtocolError (answered by the route in its API's shape) once a body sent
+        without a Content-Length (chunked) passes the limit."""
+        limit, seen = self._body_limit(), 0
+        if limit is None:
+            return receive
+
+        async def wrapped():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise ProtocolError(413, f"the request body is over {limit >> 20} MiB (MAX_JSON_BODY)")
+            return message
+        return wrapped
 
     def _has_body(self) -> bool:
         length = self.headers.get("content-length")

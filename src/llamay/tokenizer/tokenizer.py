@@ -4,6 +4,8 @@ ref: llama.cpp src/llama-vocab.cpp (llama_vocab::impl::tokenize, token_to_piece)
 """
 from __future__ import annotations
 
+import functools
+
 from .bpe import UNICODE_TO_BYTE, BPEModel
 from .special import SpecialMatcher
 from .spm import SPMModel
@@ -96,6 +98,11 @@ class Tokenizer:
             out.append(v.eos_id)
 
     # -- ids -> text -----------------------------------------------------------------------------
+    @functools.cached_property
+    def max_piece_bytes(self) -> int:
+        """The most text bytes one token stands for: text of B bytes needs at least B / this many tokens."""
+        return max(1, max(len(self.piece(t)) for t in range(self.n_vocab)))
+
     def piece(self, tid: int) -> bytes:
         """llama_token_to_piece(special=True): the bytes this token stands for."""
         cached = self._pieces[tid]

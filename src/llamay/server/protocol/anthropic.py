@@ -210,7 +210,7 @@ def _tool_choice(choice: Any, tools: list[dict] | None) -> tuple[str | dict, boo
     has it: "auto" | "required" | {"name"} | "none", parallel tool calls allowed)."""
     if choice is None:
         return "auto", True
-    if not isinstance(choice, dict) or choice.get("type") not in _TOOL_CHOICES:
+    if not isinstance(choice, dict) or not isinstance(choice.get("type"), str) or choice.get("type") not in _TOOL_CHOICES:
         raise bad_request("tool_choice.type: must be one of " + ", ".join(_TOOL_CHOICES), "tool_choice.type")
     disable = choice.get("disable_parallel_tool_use", False)
     if not isinstance(disable, bool):

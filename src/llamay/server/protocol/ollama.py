@@ -236,7 +236,7 @@ def _format(value: Any) -> Any:
 
 
 def _think(value: Any) -> bool | str:
-    if isinstance(value, bool) or value in _THINK_LEVELS:
+    if isinstance(value, bool) or isinstance(value, str) and value in _THINK_LEVELS:
         return value
     raise bad_request(f"invalid think value: {value!r} (must be a boolean or one of "
                       f"{', '.join(_THINK_LEVELS)})", "think")

@@ -75,7 +75,7 @@ def parse_message(i: int, msg: Any) -> dict:
     if not isinstance(msg, dict):
         raise bad_request(f"'{where}' must be an object", where)
     role = msg.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise bad_request(f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
     out = {"role": ROLES[role], "content": message_text(msg.get("content"), where, role == "assistant")}
     name = get_str(msg, "name", f"{where}.name")
@@ -106,6 +106,7 @@ def message_text(content: Any, where: str, is_assistant: bool) -> str:
 
 def _part_text(part: Any, where: str, is_assistant: bool) -> str:
     kind = part.get("type") if isinstance(part, dict) else None
+    kind = kind if isinstance(kind, str) else None
     if kind in MEDIA_PARTS:
         raise bad_request(f"'{where}' is a {kind} part: this server has no vision or audio input, "
                           "only text parts are accepted", f"{where}.type")
@@ -132,7 +133,7 @@ def parse_response_format(body: dict) -> dict | None:
     fmt = get_field(body, "response_format", (dict,), "an object")
     if fmt is None or fmt.get("type") == "text":
         return None
-    if fmt.get("type") not in RESPONSE_FORMATS:
+    if not isinstance(fmt.get("type"), str) or fmt.get("type") not in RESPONSE_FORMATS:
         raise bad_request(f"'response_format.type' must be one of {', '.join(sorted(RESPONSE_FORMATS))}, "
                           f"got {fmt.get('type')!r}", "response_format.type")
     if fmt["type"] == "json_schema" and not isinstance(fmt.get("json_schema"), dict) and "schema" not in fmt:

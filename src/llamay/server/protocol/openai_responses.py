@@ -150,7 +150,7 @@ def _required_str(item: dict, key: str, where: str) -> str:
 
 def _input_message(item: dict, where: str) -> dict:
     role = item.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise bad_request(f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
     content = item.get("content")
     if isinstance(content, str):
@@ -166,6 +166,7 @@ def _parts_text(content: Any, where: str) -> str:
 
 def _part_text(part: Any, where: str) -> str:
     kind = part.get("type") if isinstance(part, dict) else None
+    kind = kind if isinstance(kind, str) else None
     if kind in MEDIA_PARTS:
         raise bad_request(f"'{where}' is an {kind} part: this server has no vision or file input, "
                           "only input_text parts are accepted", f"{where}.type")
