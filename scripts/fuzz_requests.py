@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=int, default=2000)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--start", type=int, default=0, help="first case number")
     p.add_argument("--case", type=int, default=None, help="replay this one case")
     p.add_argument("--model", default=None, help="a GGUF file (default: the default model)")
     p.add_argument("--show", type=int, default=5, help="failing cases printed")
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
     server = ServerThread(["-m", path, "--threads", "2", "-c", "512", "--max-contexts", "16", "--queue", "64"])
     counts, bad = Counter(), []
     model = server.registry.resolve(None)
-    cases = [args.case] if args.case is not None else range(args.cases)
+    cases = [args.case] if args.case is not None else range(args.start, args.start + args.cases)
     t0 = time.monotonic()
     try:
         with httpx.Client(base_url=server.url, timeout=120) as client:
