@@ -26,9 +26,8 @@ class Tokenizer:
     def from_gguf(cls, source) -> "Tokenizer":
         """`source`: a GGUFReader, or its metadata dict."""
         metadata = getattr(source, "metadata", source)
-        vocab = load_vocab(metadata)
-        try:
-            return cls(vocab)
+        try:  # the file is untrusted: metadata of the wrong shape is one VocabError, whatever it hit
+            return cls(load_vocab(metadata))
         except VocabError:
             raise
         except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as e:
