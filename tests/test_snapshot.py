@@ -190,7 +190,7 @@ def test_every_truncation_raises(tmp_path, small, reader):
     for n in range(len(data)):
         with pytest.raises(SnapshotError):
             read_bytes(tmp_path, data[:n], reader=READERS[reader])
-    assert open_fds() == fds
+    assert open_fds() <= fds  # none leaked (another test's lingering descriptor may close meanwhile)
 
 
 def test_appended_bytes_raise(tmp_path, small):

@@ -1,4 +1,4 @@
-"""Graphs of C ops run in one parallel region (csrc/graph.h). A Graph keeps every buffer its nodes point
+"""Graphs of C ops run in one parallel region (csrc/graph.h), threads claiming each node's chunks. A Graph keeps every buffer its nodes point
 at alive; nodes are built once and rerun, so a forward pass costs one foreign call."""
 from __future__ import annotations
 
@@ -56,5 +56,7 @@ class Graph:
         if self._nodes is None:
             self._build()
         bad = _run(self._nodes, len(self._specs), nthreads)
+        if bad == -2:
+            raise MemoryError("no memory for the graph's progress counters")
         if bad >= 0:
             raise ValueError(f"graph node {bad} has an unknown op")

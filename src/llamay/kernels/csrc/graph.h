@@ -1,7 +1,8 @@
-/* A forward pass as a list of nodes run inside ONE OpenMP parallel region, with a barrier between
- * nodes: threads stay hot for the whole pass instead of a fork/join per op (hundreds per token).
- * Every op is a slice function: thread ith of nth does its fixed share. Shares split output rows,
- * tokens or (token, head) pairs, never a reduction, so results do not depend on nth. */
+/* A forward pass as a list of nodes run inside ONE OpenMP parallel region: threads stay hot for the
+ * whole pass instead of a fork/join per op (hundreds per token). Every op is a slice function: chunk ith
+ * of nth does its fixed share, claimed by whichever thread is running (graph.c), and a node completes
+ * when its chunks are done, not when every thread arrives. Shares split output rows, tokens or
+ * (token, head) pairs, never a reduction, so results depend neither on nth nor on who ran a chunk. */
 #ifndef LLAMAY_GRAPH_H
 #define LLAMAY_GRAPH_H
 #include "common.h"
