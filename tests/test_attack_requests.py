@@ -263,7 +263,7 @@ def test_mutated_requests_get_no_5xx(http, model, server):
 
 
 def test_text_too_long_for_any_tokenization_is_refused_before_tokenizing(http, model, server):
-    tok = server.registry.loaded[model].llm.tokenizer if model in server.registry.loaded else None
+    tok = server.registry.loaded[model].llm.tokenizer  # loaded by the earlier requests of this module
     text = "x" * 4_000_000  # one 4 MB word: seconds and gigabytes to tokenize, and it cannot fit 512 tokens
     t0 = time.monotonic()
     for path, body in (("/v1/completions", {"model": model, "prompt": text, "max_tokens": 1}),
@@ -271,4 +271,26 @@ def test_text_too_long_for_any_tokenization_is_refused_before_tokenizing(http, m
         r = http.post(path, json=body)
         assert r.status_code == 400 and "bytes of text" in r.text, r.text[:300]
     assert time.monotonic() - t0 < 5
-    assert tok is None or tok.max_piece_bytes * 2 * 512 < len(text)
+    assert tok.max_piece_bytes * 2 * 512 < len(text)
+
+
+def test_snapshot_uploads_are_bounded_by_what_the_context_can_hold(http, model, server):
+    from llamay.engine.snapshots import max_bytes
+    limit = max_bytes(server.registry.loaded[model].llm)
+    cid = http.post("/v1/contexts", json={"model": model, "prompt": list(range(100, 610))}).json()["id"]
+    try:
+        snap = http.get(f"/v1/contexts/{cid}/snapshot").content  # 510 of 512 tokens: near the largest
+        assert len(snap) <= limit
+        r = http.post(f"/v1/contexts?model={model}", content=snap, headers={"content-type": "application/octet-stream"})
+        assert r.status_code == 201, r.text
+        r = http.post(f"/v1/contexts?model={model}", content=b"\0" * (limit + 1),
+                      headers={"content-type": "application/octet-stream"})
+        assert r.status_code == 413 and "largest" in r.json()["error"]["message"]
+
+        def chunks():  # no Content-Length: counted as it arrives
+            for _ in range(limit // (1 << 20) + 2):
+                yield b"\0" * (1 << 20)
+        r = http.post(f"/v1/contexts?model={model}", content=chunks(), headers={"content-type": "application/octet-stream"})
+        assert r.status_code == 413
+    finally:
+        _delete_all(http)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kv.snapshot import KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader, check_compatible, write_snapshot
+from ..kv.snapshot import (ALIGN, CHECKSUM_BYTES, HEADER, KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader,
+                           check_compatible, pages_for, write_snapshot)
 from .digest import weights_digest
 
 
@@ -29,6 +30,17 @@ def save(llm, ctx_id: int, path: str):
     meta = {"grammar": matcher.state()} if matcher is not None else {}
     header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32), meta)
     write_snapshot(path, header, layers[0], layers[1], logits=logits)
+
+
+META_SLACK = 1 << 20  # a saved grammar's source (at most 256 KiB) and JSON beside its tokens
+
+
+def max_bytes(llm) -> int:
+    """The largest snapshot this model can restore: a full context's tokens and pages, its logits and a
+    grammar position over every token. An upload past it is refused before it is read."""
+    n = llm.n_ctx
+    pages = pages_for(n, llm.page_size) * llm.runner.pool.bytes_per_page
+    return HEADER.size + 4 * n + 4 * llm.n_vocab + 12 * n + META_SLACK + pages + 4 * ALIGN + CHECKSUM_BYTES
 
 
 def n_tokens(path: str) -> int:

@@ -130,4 +130,9 @@ def _timed_mask(ll: llguidance.LLMatcher, n_vocab: int) -> np.ndarray:
     if took > limits.MAX_MASK_S:
         raise GrammarError(f"a token mask took {took:.2f} s, over the limit of {limits.MAX_MASK_S:g} s "
                            "(MAX_MASK_S)")
+    return unpack(bits, n_vocab)
+
+
+def unpack(bits: np.ndarray, n_vocab: int) -> np.ndarray:
+    """bool [n_vocab] from a 1-bit-per-token mask (llguidance's layout: little-endian bits)."""
     return np.unpackbits(bits.view(np.uint8), bitorder="little")[:n_vocab].view(np.bool_)

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import limits
 from .bounded import run_bounded
-from .compiler import build, canonical_source, consume, fill_mask
+from .compiler import build, canonical_source, consume, fill_mask, unpack
 from .errors import GrammarBusy, GrammarError
 from .precheck import check_source
 from .tokenizer import eos_ids, ll_tokenizer
@@ -163,8 +163,7 @@ class Matcher:
         """bool [n_vocab]: True for the tokens that may come next (read-only view; do not modify)."""
         if self._mask is None:
             fill_mask(self._ll, self._bits)  # bounded by llguidance's step limits (limits.py)
-            bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.grammar.n_vocab]
-            mask = bits.view(np.bool_)
+            mask = unpack(self._bits, self.grammar.n_vocab)
             mask[self.grammar.eos_ids] = self._ll.is_accepting()
             mask.flags.writeable = False
             self._mask = mask

@@ -101,7 +101,7 @@ async def create(request: Request):
 async def _restore(request: Request):
     model = request.query_params.get("model")
     loaded = await request.app.state.registry.get(model)
-    data = await request.body()
+    data = await _read_bounded(request, snapshots.max_bytes(loaded.llm))
     if not data:
         raise bad_request("the snapshot upload is empty")
     _table(request).check_room()
@@ -120,6 +120,22 @@ async def _restore(request: Request):
     nc = _add(request, loaded, ctx, None)
     body = await _on_thread(loaded, lambda runner: _describe(nc, runner))
     return JSONResponse({**body, "cached_tokens": body["tokens"]}, status_code=201)  # nothing recomputed
+
+
+async def _read_bounded(request: Request, limit: int) -> bytes:
+    """The body, or a 413 as soon as it passes limit bytes (by Content-Length, or as it arrives)."""
+    length = request.headers.get("content-length", "").strip()
+    too_big = ProtocolError(413, f"the snapshot is over {limit} bytes, the largest this model's context can "
+                                 "hold", param="snapshot")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    parts, seen = [], 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            raise too_big
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _restore_on(request: Request, loaded: Loaded, runner, path: str, matcher) -> int:
