@@ -59,7 +59,7 @@ def prefill_row(w, n: int, threads: int, reps: int) -> tuple[float, float]:
 def bench_model(label: str, path: Path, threads: int, quick: bool):
     groups = kinds(GGUFReader(path))
     load = os.getloadavg()[0]
-    print(f"\n{label}: {path.name}  ({'AVX2' if _lib.AVX2 else 'portable'}, {threads} threads, "
+    print(f"\n{label}: {path.name}  ({_lib.current()}, {threads} threads, "
           f"load average {load:.1f}{': other processes share the cores' if load > 1.5 else ''})")
     print(f"{'tensor':<18}{'type':<6}{'k':>6}{'m':>8}{'#':>4} | {'decode ms':>9}{'GB/s':>7} | "
           f"{'prefill512 ms':>13}{'GOP/s':>7}")

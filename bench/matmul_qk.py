@@ -62,7 +62,7 @@ def bench(r: GGUFReader, suffix: str, qtype: str):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else str(gemma_path())
     r = GGUFReader(path)
-    print(f"path: {'AVX2' if _lib.AVX2 else 'portable'}")
+    print(f"path: {_lib.current()}")
     bench(r, "attn_output.weight", "Q4_K")
     bench(r, "ffn_down.weight", "Q4_K")
     bench(r, "ffn_down.weight", "Q6_K")

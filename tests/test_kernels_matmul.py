@@ -1,4 +1,4 @@
-"""kernels.matmul for the 32-block and float formats: numpy reference == portable C == AVX2 C bit for bit,
+"""kernels.matmul for the 32-block and float formats: numpy reference == every kernel path (portable, AVX2, AVX-512) bit for bit,
 independence from thread count and batch size, activation quantization, and agreement with float math on
 gguf-py's dequantization (an implementation we did not write)."""
 import numpy as np
@@ -14,7 +14,6 @@ from gguf import GGMLQuantizationType  # noqa: E402
 Q32 = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 FLOATS = ["F32", "F16", "BF16"]
 SHAPES = [(3, 13, 576), (5, 37, 640), (2, 21, 896)]  # (n, m, k): m not a multiple of the 8-row group
-HAS_AVX2 = _lib.set_path(False)
 
 
 def random_raw(name: str, m: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -40,27 +39,22 @@ def activations(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-def run(x, w: QWeight, portable: bool, n_threads: int = 2) -> np.ndarray:
-    _lib.set_path(portable)
-    try:
+def run(x, w: QWeight, path: str, n_threads: int = 2) -> np.ndarray:
+    with _lib.using(path):
         return matmul(x, w, n_threads=n_threads)
-    finally:
-        _lib.set_path(False)
 
 
 def paths(x, w: QWeight) -> list[np.ndarray]:
-    return [run(x, w, True)] + ([run(x, w, False)] if HAS_AVX2 else [])
+    """The result under every kernel path this CPU runs (portable, avx2, avx512)."""
+    return list(_lib.each_path(lambda: matmul(x, w, n_threads=2)).values())
 
 
 def test_quantize_act_rounds_half_to_even():
     x = np.zeros((1, 32), np.float32)
     x[0, :6] = [127.0, 2.5, -3.5, 0.5, 1.5, -127.0]  # amax 127 -> d = 1, so x * id = x exactly
-    for portable in (True, False)[: 1 + HAS_AVX2]:
-        _lib.set_path(portable)
-        a = quantize_act(x)
+    for a in _lib.each_path(lambda: quantize_act(x)).values():
         assert a.q[0, :6].tolist() == [127, 2, -4, 0, 2, -127]
         assert a.d[0, 0] == 1.0 and a.s16[0].tolist() == [127 + 2 - 4 + 0 + 2 - 127, 0]
-    _lib.set_path(False)
 
 
 @pytest.mark.parametrize("k", [576, 640, 896])
@@ -68,12 +62,11 @@ def test_quantize_act_paths_equal_reference(k):
     rng = np.random.default_rng(k)
     x = activations(9, k, rng)
     q, d, s16 = reference.quantize_act(x)
-    for portable in (True, False)[: 1 + HAS_AVX2]:
-        _lib.set_path(portable)
+    for path in _lib.available():
         for n_threads in (1, 2):
-            a = quantize_act(x, n_threads)
+            with _lib.using(path):
+                a = quantize_act(x, n_threads)
             assert (a.q == q).all() and (a.d == d).all() and (a.s16 == s16).all()
-    _lib.set_path(False)
     assert np.abs(q).max() <= 127
 
 
@@ -110,25 +103,28 @@ def test_independent_of_threads_and_batch(name):
     m, k = 603, 640  # enough weight bytes that even one token is split across 2 threads
     w = QWeight(random_raw(name, m, k, rng), name, m, k)
     x = activations(37, k, rng)
-    for portable in (True, False)[: 1 + HAS_AVX2]:
-        batch = run(x, w, portable, 2)
-        assert (run(x, w, portable, 1) == batch).all()
-        assert (run(x, w, portable, 3) == batch).all()
+    for path in _lib.available():
+        batch = run(x, w, path, 2)
+        assert (run(x, w, path, 1) == batch).all()
+        assert (run(x, w, path, 3) == batch).all()
         for t in (0, 5, 36):
-            assert (run(x[t:t + 1], w, portable, 2)[0] == batch[t]).all()
+            assert (run(x[t:t + 1], w, path, 2)[0] == batch[t]).all()
 
 
-@pytest.mark.skipif(not HAS_AVX2, reason="AVX2 path not available")
-def test_independent_of_token_tiles():
+@pytest.mark.parametrize("path", _lib.PATHS)
+def test_independent_of_token_tiles(path):
     """k = 8192 makes the driver use several token tiles (activations sized for L2) within a 70-token batch."""
+    if path in _lib.skipped():
+        pytest.skip(f"this CPU has no {path} path")
     rng = np.random.default_rng(4)
     m, k = 12, 8192
     for name in ("Q4_1", "Q8_0"):
         w = QWeight(random_raw(name, m, k, rng), name, m, k)
         x = activations(70, k, rng)
-        batch = matmul(x, w)
-        for t in (0, 63, 64, 69):
-            assert (matmul(x[t:t + 1], w)[0] == batch[t]).all()
+        with _lib.using(path):
+            batch = matmul(x, w)
+            for t in (0, 63, 64, 69):
+                assert (matmul(x[t:t + 1], w)[0] == batch[t]).all()
 
 
 def q8_error_bound(x: np.ndarray, wf: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""C ops against their numpy references, and portable C == AVX2 C == any thread count, with ==."""
+"""C ops against their numpy references, and every kernel path (portable, AVX2, AVX-512) == any thread count, with ==."""
 import numpy as np
 import pytest
 
@@ -7,23 +7,18 @@ from llamay.kernels import _lib, ops, reference_ops as ref
 rng = np.random.default_rng(7)
 
 
-@pytest.fixture(params=["portable", "avx2"])
+@pytest.fixture(params=_lib.PATHS)
 def path(request):
-    if request.param == "avx2" and not _lib.set_path(False):
-        pytest.skip("no AVX2 on this CPU")
-    _lib.set_path(request.param == "portable")
-    yield request.param
-    _lib.set_path(False)
+    if request.param in _lib.skipped():
+        pytest.skip(f"this CPU has no {request.param} path")
+    with _lib.using(request.param):
+        yield request.param
 
 
 def both_paths(fn):
-    """fn() under the portable and the AVX2 path; returns both results."""
-    out = []
-    for portable in (True, False):
-        _lib.set_path(portable)
-        out.append(fn())
-    _lib.set_path(False)
-    return out
+    """fn() under the portable path and the best one this CPU runs (the same when it runs no other)."""
+    out = _lib.each_path(fn)
+    return out["portable"], out[_lib.available()[-1]]
 
 
 @pytest.mark.parametrize("d", [7, 64, 576, 640])

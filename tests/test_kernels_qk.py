@@ -1,11 +1,10 @@
-"""K-quant matmul tiles (csrc/qk.c, qk_avx2.c): numpy reference == portable C == AVX2 C bit for bit,
+"""K-quant matmul tiles (csrc/qk.c, qk_avx2.c, qk_avx512.c): numpy reference == every kernel path bit for bit,
 independence from tile bounds, and agreement with float math on gguf-py's dequantization."""
 import ctypes
 
 import numpy as np
 import pytest
 
-from llamay import env
 from llamay.kernels import _lib
 from llamay.kernels import reference_qk as ref
 
@@ -13,7 +12,7 @@ gquants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
 
 FORMATS = list(ref.TYPE_IDS)
-DEFAULT_PORTABLE = env.kernels_path() == "portable"
+BEST = _lib.available()[-1]
 P, I64 = ctypes.c_void_p, ctypes.c_int64
 _lib.declare("ly_qk_tile_call", ctypes.c_int, P, ctypes.c_size_t, I64, I64, P, P, P, I64, I64, I64, P, I64,
              restype=ctypes.c_int)
@@ -49,14 +48,11 @@ def tile(name: str, w: np.ndarray, act, rows: tuple[int, int], toks: tuple[int, 
     assert rc == 0
 
 
-def c_matmul(name: str, w: np.ndarray, act, portable: bool) -> np.ndarray:
-    _lib.set_path(portable)
-    try:
+def c_matmul(name: str, w: np.ndarray, act, path: str = BEST) -> np.ndarray:
+    with _lib.using(path):
         y = np.full((act[0].shape[0], w.shape[0]), np.nan, dtype=np.float32)
         tile(name, w, act, (0, w.shape[0]), (0, y.shape[0]), y)
         return y
-    finally:
-        _lib.set_path(DEFAULT_PORTABLE)
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -95,35 +91,33 @@ def test_driver_batch_tokens_threads_equal_reference(name):
 
 
 @pytest.mark.parametrize("name", FORMATS)
-@pytest.mark.parametrize("k,m,n", [(256, 13, 3), (1024, 9, 5), (2048, 21, 2)])
-def test_reference_portable_avx2_equal(name, k, m, n):
+@pytest.mark.parametrize("k,m,n", [(256, 13, 3), (1024, 9, 5), (2048, 21, 2), (512, 35, 11)])
+def test_reference_equals_every_path(name, k, m, n):
     rng = np.random.default_rng(k + m)
     w, act = random_weights(name, m, k, rng), ref.quantize_act(activations(n, k, rng))
     expect = ref.matmul(name, w, *act)
     assert np.isfinite(expect).all()
-    assert np.array_equal(c_matmul(name, w, act, portable=True), expect)
-    if _lib.AVX2:
-        assert np.array_equal(c_matmul(name, w, act, portable=False), expect)
+    for path in _lib.available():
+        assert np.array_equal(c_matmul(name, w, act, path), expect), path
 
 
 @pytest.mark.parametrize("name", FORMATS)
-@pytest.mark.parametrize("portable", [True, False])
-def test_tile_bounds_do_not_change_results(name, portable):
+@pytest.mark.parametrize("path", _lib.PATHS)
+def test_tile_bounds_do_not_change_results(name, path):
+    if path in _lib.skipped():
+        pytest.skip(f"this CPU has no {path} path")
     rng = np.random.default_rng(3)
-    m, n, k = 19, 70, 512  # 70 tokens crosses the AVX2 64-token chunk, 19 rows three 8-row groups
+    m, n, k = 35, 70, 512  # 70 tokens cross the 64-token chunk, 35 rows three 16-row groups
     w, act = random_weights(name, m, k, rng), ref.quantize_act(activations(n, k, rng))
-    full = c_matmul(name, w, act, portable)
-    _lib.set_path(portable)
-    try:
-        for rows, toks in [((5, 6), (0, n)), ((3, 12), (1, 2)), ((18, 19), (65, 70)), ((7, 16), (10, 69))]:
+    full = c_matmul(name, w, act, path)
+    with _lib.using(path):
+        for rows, toks in [((5, 6), (0, n)), ((3, 12), (1, 2)), ((18, 35), (65, 70)), ((7, 30), (10, 69))]:
             y = np.full_like(full, np.nan)
             tile(name, w, act, rows, toks, y)
             part = y[toks[0]:toks[1], rows[0]:rows[1]]
             assert np.array_equal(part, full[toks[0]:toks[1], rows[0]:rows[1]]), (rows, toks)
             y[toks[0]:toks[1], rows[0]:rows[1]] = np.nan
             assert np.isnan(y).all(), "wrote outside its bounds"
-    finally:
-        _lib.set_path(DEFAULT_PORTABLE)
 
 
 def error_bounds(x: np.ndarray, wf: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -141,7 +135,7 @@ def error_bounds(x: np.ndarray, wf: np.ndarray, d: np.ndarray) -> tuple[np.ndarr
 def check_against_float(name: str, w: np.ndarray, x: np.ndarray):
     act = ref.quantize_act(x)
     wf = gquants.dequantize(w, GGMLQuantizationType[name]).astype(np.float64)
-    y, exact = c_matmul(name, w, act, portable=False), x.astype(np.float64) @ wf.T
+    y, exact = c_matmul(name, w, act), x.astype(np.float64) @ wf.T
     hard, stat = error_bounds(x.astype(np.float64), wf, act[1].astype(np.float64))
     err = np.abs(y - exact)
     assert (err <= hard).all(), float((err / hard).max())
@@ -166,4 +160,4 @@ def test_gemma_tensor(gemma_path, tensor):
     x = activations(3, k, np.random.default_rng(5))
     check_against_float(info.qtype.name, w, x)
     act = ref.quantize_act(x)
-    assert np.array_equal(c_matmul(info.qtype.name, w, act, portable=False), ref.matmul(info.qtype.name, w, *act))
+    assert np.array_equal(c_matmul(info.qtype.name, w, act), ref.matmul(info.qtype.name, w, *act))

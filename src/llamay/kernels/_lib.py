@@ -1,4 +1,5 @@
 """Loads the compiled kernel library once and declares C signatures (ctypes releases the GIL per call)."""
+import contextlib
 import ctypes
 import importlib.machinery
 import os
@@ -31,12 +32,55 @@ def declare(name: str, *argtypes, restype=None):
 
 
 declare("ly_init", I32, restype=I32)
+declare("ly_best_path", restype=I32)
 declare("ly_max_threads", restype=I32)
-AVX2 = bool(lib.ly_init(1 if env.kernels_path() == "portable" else 0))
+
+PATHS = ("portable", "avx2", "avx512")  # csrc/common.h LY_PATH_*: each bit-identical to the others
 
 
-def set_path(portable: bool) -> bool:
-    """Switch kernel path at run time (tests compare paths); returns whether AVX2 is now used."""
-    global AVX2
-    AVX2 = bool(lib.ly_init(1 if portable else 0))
-    return AVX2
+def available() -> tuple[str, ...]:
+    """The kernel paths this CPU runs, portable first."""
+    return PATHS[:lib.ly_best_path() + 1]
+
+
+def current() -> str:
+    return _current
+
+
+def set_path(name: str) -> None:
+    """Switch the kernel path at run time ('auto': the best this CPU runs). Raises ValueError for a path
+    the CPU lacks."""
+    global _current
+    got = lib.ly_init(-1 if name == "auto" else PATHS.index(name))
+    if got < 0:
+        raise ValueError(f"this CPU cannot run the {name} kernels (it runs: {', '.join(available())})")
+    _current = PATHS[got]
+
+
+@contextlib.contextmanager
+def using(name: str):
+    """Run a block under one kernel path, then restore the previous one (tests and `verify` compare paths)."""
+    old = _current
+    set_path(name)
+    try:
+        yield
+    finally:
+        set_path(old)
+
+
+def each_path(fn) -> dict:
+    """{path: fn() under that path} for every path this CPU runs (portable first)."""
+    out = {}
+    for name in available():
+        with using(name):
+            out[name] = fn()
+    return out
+
+
+def skipped() -> tuple[str, ...]:
+    """The paths this CPU cannot run (comparisons say which were left out)."""
+    return PATHS[len(available()):]
+
+
+_current = "portable"
+set_path(env.kernels_path())

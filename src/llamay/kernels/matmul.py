@@ -2,7 +2,7 @@
 
 Quantized weights use activations quantized once per input (quantize_act, the Q8 form of csrc/matmul.h);
 float weights (F32/F16/BF16) use x itself. The result is bit-reproducible: independent of n, of the
-thread count and of the kernel path (portable C == AVX2 == reference.py)."""
+thread count and of the kernel path (portable C == AVX2 == AVX-512 == reference.py)."""
 import ctypes
 
 import numpy as np

@@ -54,8 +54,16 @@ def determinism_checks(llm, ids: list[int]) -> list[Check]:
     checks.append(_restore_check(llm, base, ids[k:], cold))
     for c in kids + [base]:
         c.delete(cache=False)
-    checks.append(_with(llm, "1 thread == 2 threads", batched, lambda: _threads(llm, 1, ids)))
-    checks.append(_with(llm, "portable C == AVX2", batched, lambda: _portable(llm, _lib, ids)))
+    n = llm.decoder.nthreads
+    for t in sorted({1, 2, 3} - {n}):
+        checks.append(_with(llm, f"{t} thread{'s' * (t > 1)} == {n}", batched, lambda t=t: _threads(llm, t, ids)))
+    here, skipped = _lib.current(), _lib.skipped()
+    note = f"not on this CPU: {', '.join(skipped)}" if skipped else "every kernel path compared"
+    for path in _lib.available():
+        if path != here:
+            check = _with(llm, f"{path} kernels == {here} kernels", batched, lambda p=path: _on_path(llm, _lib, p, ids))
+            check.note = note
+            checks.append(check)
     return checks
 
 
@@ -82,14 +90,9 @@ def _threads(llm, n: int, ids):
         llm.decoder.nthreads = old
 
 
-def _portable(llm, lib, ids):
-    if not lib.set_path(portable=False):
-        return llm.logits(ids)  # no AVX2 here: both are the portable path
-    lib.set_path(portable=True)
-    try:
+def _on_path(llm, lib, path: str, ids):
+    with lib.using(path):
         return llm.logits(ids)
-    finally:
-        lib.set_path(portable=False)
 
 
 def total_variation(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:

@@ -12,9 +12,14 @@
 
 #define LY_API __attribute__((visibility("default")))
 #define LY_AVX2 __attribute__((target("avx2,f16c")))
+/* AVX-512 F/BW/VL with VNNI (512- and 256-bit dpbusd); AVX2 and F16C are implied on every such CPU. */
+#define LY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")))
 
-/* 1 when the AVX2 path is in use; set once by ly_init. */
-extern int ly_avx2;
+/* Kernel paths, in order: each path uses its own functions where it has them and the previous path's
+ * elsewhere (the AVX-512 path runs the AVX2 element-wise ops). All paths give bit-identical results. */
+enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVX512 = 2 };
+/* Set by ly_init: ly_avx2 when the path is AVX2 or above, ly_avx512 when it is AVX-512. */
+extern int ly_avx2, ly_avx512;
 
 static inline float ly_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;

@@ -80,6 +80,10 @@ static void tile_portable(const ly_q32_fmt *f, const uint8_t *w, size_t row_byte
     static void NAME##_avx2(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,            \
                             int64_t t0, int64_t t1, float *y, int64_t ldy) {                                 \
         ly_tile_q32_avx2(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                            \
+    }                                                                                                        \
+    static void NAME##_avx512(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,          \
+                              int64_t t0, int64_t t1, float *y, int64_t ldy) {                               \
+        ly_tile_q32_avx512(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                          \
     }
 TILES(q4_0, LY_Q4_0)
 TILES(q4_1, LY_Q4_1)
@@ -89,11 +93,11 @@ TILES(q8_0, LY_Q8_0)
 
 ly_tile_fn ly_tile_q32(int type) {
     switch (type) {
-    case LY_Q4_0: return ly_avx2 ? q4_0_avx2 : q4_0_portable;
-    case LY_Q4_1: return ly_avx2 ? q4_1_avx2 : q4_1_portable;
-    case LY_Q5_0: return ly_avx2 ? q5_0_avx2 : q5_0_portable;
-    case LY_Q5_1: return ly_avx2 ? q5_1_avx2 : q5_1_portable;
-    case LY_Q8_0: return ly_avx2 ? q8_0_avx2 : q8_0_portable;
+    case LY_Q4_0: return ly_avx512 ? q4_0_avx512 : ly_avx2 ? q4_0_avx2 : q4_0_portable;
+    case LY_Q4_1: return ly_avx512 ? q4_1_avx512 : ly_avx2 ? q4_1_avx2 : q4_1_portable;
+    case LY_Q5_0: return ly_avx512 ? q5_0_avx512 : ly_avx2 ? q5_0_avx2 : q5_0_portable;
+    case LY_Q5_1: return ly_avx512 ? q5_1_avx512 : ly_avx2 ? q5_1_avx2 : q5_1_portable;
+    case LY_Q8_0: return ly_avx512 ? q8_0_avx512 : ly_avx2 ? q8_0_avx2 : q8_0_portable;
     default: return ly_tile_float(type);
     }
 }

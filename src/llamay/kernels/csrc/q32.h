@@ -24,5 +24,8 @@ const ly_q32_fmt *ly_q32_format(int type);
 void ly_tile_q32_avx2(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                       const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
 
+void ly_tile_q32_avx512(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                        const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
+
 ly_tile_fn ly_tile_float(int type); /* F32, F16, BF16 in the current path (qfloat.c) */
 #endif

@@ -154,6 +154,7 @@ QK_PORTABLE(tile_q5k, QK_Q5_K)
 QK_PORTABLE(tile_q6k, QK_Q6_K)
 
 ly_tile_fn ly_tile_qk(int type) {
+    if (ly_avx512) return qk_tile_avx512(type);
     if (ly_avx2) return qk_tile_avx2(type);
     switch (type) {
     case QK_Q2_K: return tile_q2k;

@@ -33,4 +33,5 @@ typedef struct {
 /* NULL for a type that is not a K-quant */
 const qk_format *qk_format_of(int type);
 ly_tile_fn qk_tile_avx2(int type);
+ly_tile_fn qk_tile_avx512(int type);
 #endif
