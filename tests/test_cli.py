@@ -105,8 +105,12 @@ def test_ctx_show_of_a_broken_file_is_one_line_error(capsys, tmp_path):
 def test_verify_passes_on_the_default_model(capsys, smollm_path):
     code, out, _ = run_cli(capsys, "verify", "-m", str(smollm_path), "--tokens", "12")
     assert code == 0, out
+    from llamay.kernels import _lib
     rows = [line for line in out.splitlines()[1:] if line.strip()]
-    assert len(rows) == 9 and all("  ok  " in r for r in rows)
+    # 4 state checks, 2 other thread counts, each other kernel path, 3 KV types
+    assert len(rows) == 4 + 2 + len(_lib.available()) - 1 + 3 and all("  ok  " in r for r in rows)
+    for path in _lib.available()[:-1]:
+        assert any(r.startswith(f"{path} kernels == ") for r in rows), path
 
 
 @pytest.mark.model

@@ -8,7 +8,7 @@ import pytest
 from llamay.cli.main import main
 
 SCHEMA = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome", "Oslo"]},
-                                           "population": {"type": "integer", "minimum": 0}},
+                                           "population": {"type": "integer", "minimum": 0, "maximum": 99999999}},
           "required": ["city", "population"], "additionalProperties": False}
 
 

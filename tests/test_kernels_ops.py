@@ -16,8 +16,11 @@ def path(request):
 
 
 def both_paths(fn):
-    """fn() under the portable path and the best one this CPU runs (the same when it runs no other)."""
+    """fn() under every path this CPU runs, asserted equal; returns the portable result and the best
+    path's (the same when it runs no other)."""
     out = _lib.each_path(fn)
+    for name, got in out.items():
+        assert np.array_equal(got, out["portable"]), name
     return out["portable"], out[_lib.available()[-1]]
 
 
@@ -80,8 +83,10 @@ def test_attention_matches_reference_through_shuffled_pages(window, softcap):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_attention_prefill_equals_decode_and_paths_agree():
-    n_ctx, n_head, kvh, d, ps = 37, 9, 3, 64, 8
+@pytest.mark.parametrize("n_ctx,n_head,kvh,d,window,cap", [(37, 9, 3, 64, 0, 0.0), (40, 8, 1, 256, 0, 0.0),
+                                                           (6, 4, 4, 32, 0, 0.0), (33, 4, 2, 48, 7, 20.0)])
+def test_attention_prefill_equals_decode_and_paths_agree(n_ctx, n_head, kvh, d, window, cap):
+    ps = 8
     k = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
     v = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
     q = rng.standard_normal((n_ctx, n_head, d)).astype(np.float32)
@@ -89,13 +94,13 @@ def test_attention_prefill_equals_decode_and_paths_agree():
     vp, _ = _paged(v, ps, np.arange(5))
     pos = np.arange(n_ctx, dtype=np.int32)
     meta = ops.BatchMeta(pos, np.zeros(n_ctx, np.int32), table, ps)
-    portable, avx2 = both_paths(lambda: ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 2))
-    assert np.array_equal(portable, avx2)
-    one = ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 1)
+    portable, avx2 = both_paths(lambda: ops.attention(q, kp, vp, meta, 0.125, window, cap, 2))
+    one = ops.attention(q, kp, vp, meta, 0.125, window, cap, 1)
     assert np.array_equal(one, avx2)
-    for t in (0, 17, 36):  # one query at a time, as decode runs it
+    np.testing.assert_allclose(avx2, ref.attention(q, k, v, pos, 0.125, window, cap), rtol=2e-5, atol=1e-6)
+    for t in (0, n_ctx // 2, n_ctx - 1):  # one query at a time, as decode runs it
         m1 = ops.BatchMeta(pos[t:t + 1].copy(), np.zeros(1, np.int32), table, ps)
-        assert np.array_equal(ops.attention(q[t:t + 1].copy(), kp, vp, m1, 0.125, 0, 0.0, 2), avx2[t:t + 1])
+        assert np.array_equal(ops.attention(q[t:t + 1].copy(), kp, vp, m1, 0.125, window, cap, 2), avx2[t:t + 1])
 
 
 def test_kv_write_rounds_like_numpy_float16():

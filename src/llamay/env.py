@@ -13,9 +13,18 @@ def kernels_path() -> str:
 
 
 def threads() -> int | None:
-    """LLAMAY_THREADS: default thread count for kernels (positive integer); unset means all cores."""
+    """LLAMAY_THREADS: default thread count for kernels (positive integer); unset means the physical cores."""
     value = os.environ.get("LLAMAY_THREADS")
     return int(value) if value else None
+
+
+def adapt_threads() -> bool:
+    """LLAMAY_ADAPT_THREADS: '1' (default) lets the engine run fewer threads while other work holds the
+    cores (output is the same at any count); '0' always runs the configured count."""
+    value = os.environ.get("LLAMAY_ADAPT_THREADS", "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"LLAMAY_ADAPT_THREADS must be 0 or 1, not {value!r}")
+    return value == "1"
 
 
 def home() -> Path:

@@ -7,6 +7,9 @@ import sys
 
 from ..defaults import DEFAULT_PULL, default_model_path
 
+THREADS_HELP = ("kernel threads (default: the physical cores; while other work holds them the engine "
+                "runs fewer, with the same output)")
+
 
 class CLIError(Exception):
     """Printed as one line `llamay: error: ...`, exit status 1."""
@@ -79,7 +82,7 @@ def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, 
 
 def add_model_args(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", help="GGUF file (default: SmolLM2-135M-Instruct)")
-    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"],
                    help="KV cache type (default f16; q8: int8 keys and values; vq8: int8 values)")
     p.add_argument("--kv-budget", type=parse_size, default=None,

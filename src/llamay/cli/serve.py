@@ -7,7 +7,7 @@ import ipaddress
 from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
 from ..server.contexts import DEFAULT_CONTEXT_TTL, DEFAULT_MAX_CONTEXTS
-from .common import CLIError, eprint, parse_size
+from .common import THREADS_HELP, CLIError, eprint, parse_size
 
 DEFAULT_PORT = 11435
 
@@ -21,7 +21,7 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("--concurrency", type=int, default=4, help="sequences generated at once per model (default 4)")
     p.add_argument("--batch", type=int, default=512, help="tokens per forward pass (default 512)")
     p.add_argument("--queue", type=int, default=64, help="requests waiting per model before 503 (default 64)")
-    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("-c", "--ctx-size", type=int, default=None, help="context length (default 4096)")
     p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"], help="KV cache type (default f16)")
     p.add_argument("--kv-budget", type=parse_size, default=None,

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from ..gguf import GGUFReader
-from ..kernels.matmul import default_threads
+from ..kernels.threads import default_threads
 from ..kernels.ops import BatchMeta, rmsnorm
 from ..models.encoder import Encoder
 from ..models.encoder_spec import POOLING, encoder_spec, is_encoder
@@ -168,7 +168,5 @@ class DecoderHidden:
         seq = np.concatenate([np.full(n, i, np.int32) for i, n in enumerate(lens)])
         plan = Plan(s, d.layers, pool, len(ids))
         plan.x[:] = d.embed(ids)
-        if s.embed_scale != 1.0:
-            plan.x *= np.float32(s.embed_scale)
         plan.run(BatchMeta(pos, seq, table, ps), self.nthreads)
         return rmsnorm(plan.x, d.output_norm, s.norm_eps, self.nthreads)

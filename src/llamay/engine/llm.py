@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..gguf import GGUFReader
-from ..kernels.matmul import default_threads
+from ..kernels.threads import default_threads
 from ..kv import DEFAULT_KV_TYPE, kv_type, page_bytes
 from ..models import Decoder, arch_spec
 from .context import Context, GenerationStats, generate_tokens
@@ -45,13 +45,13 @@ class LLM:
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)
 
-    def _new_runner(self, kv_budget: int | None) -> Runner:
+    def _new_runner(self, kv_budget: int | None, pool=None) -> Runner:
         s = self.spec
         per_ctx = -(-self.n_ctx // self.page_size)
         one_page = page_bytes(s.n_layer, self.page_size, s.n_head_kv, s.head_dim, kv_type(self.kv, s.head_dim))
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * POOL_CONTEXTS
         self.kv_budget = kv_budget
-        return Runner(self.decoder, n_pages, self.page_size, self.kv)
+        return Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)
 
     @property
     def n_vocab(self) -> int:
@@ -84,9 +84,9 @@ class LLM:
         return self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else [int(t) for t in prompt]
 
     def reset(self):
-        """Forget every cached prefix and context (the next prompt prefills from scratch)."""
-        self.decoder.drop_plans()
-        self._runner = self._new_runner(self.kv_budget)
+        """Forget every cached prefix and context (the next prompt prefills from scratch). The page pool and
+        the built graphs are kept: only the bookkeeping starts over."""
+        self._runner = self._new_runner(self.kv_budget, pool=self._runner.pool)
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits after every position, all computed afresh."""

@@ -15,9 +15,12 @@ N_BATCH = 512  # prefill chunk: bounds activation memory, does not change result
 
 
 class Runner:
-    def __init__(self, decoder: Decoder, n_pages: int, page_size: int, kv: str, budget_pages: int | None = None):
+    def __init__(self, decoder: Decoder, n_pages: int, page_size: int, kv: str, budget_pages: int | None = None,
+                 pool=None):
+        """pool: an existing page pool of that shape to reuse (its contents are never read before being
+        written: a fresh KVState holds no page)."""
         self.decoder, self.page_size = decoder, page_size
-        self.pool = decoder.new_pool(n_pages, page_size, kv)
+        self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
         self.state = KVState(n_pages, page_size, budget_pages)
         self.last_logits: dict[int, np.ndarray] = {}  # ctx_id -> logits after its last computed token
         self.pending: dict[int, list[int]] = {}  # ctx_id -> sampled tokens not yet computed

@@ -33,7 +33,6 @@ def declare(name: str, *argtypes, restype=None):
 
 declare("ly_init", I32, restype=I32)
 declare("ly_best_path", restype=I32)
-declare("ly_max_threads", restype=I32)
 
 PATHS = ("portable", "avx2", "avx512")  # csrc/common.h LY_PATH_*: each bit-identical to the others
 

@@ -9,7 +9,7 @@ import numpy as np
 from ._lib import I32, I64, P, declare
 
 OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attention": 6, "gated": 7,
-       "add": 8, "bias": 9}
+       "add": 8, "bias": 9, "scale": 10, "softcap": 11, "layernorm": 12}
 
 
 class Node(ctypes.Structure):
@@ -26,7 +26,9 @@ _run = declare("ly_graph_run", ctypes.POINTER(Node), I64, I32, restype=I64)
 
 
 def addr(a) -> int:
-    """Data address of a numpy array (writeable or not) or of a ctypes object."""
+    """Data address of a numpy array (writeable or not) or of a ctypes object; None is NULL."""
+    if a is None:
+        return 0
     if isinstance(a, np.ndarray):
         return ctypes.addressof(ctypes.c_char.from_buffer(a)) if a.flags.writeable else a.ctypes.data
     return ctypes.addressof(a)

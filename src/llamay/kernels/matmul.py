@@ -7,18 +7,14 @@ import ctypes
 
 import numpy as np
 
-from .. import env
 from ..gguf import BY_NAME, QUANT_TYPES, QuantType
 from . import _lib
+from .threads import default_threads
 
 _lib.declare("ly_quantize_act", _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.P, _lib.I32)
 _lib.declare("ly_matmul", _lib.P, ctypes.c_size_t, _lib.I32, _lib.I64, _lib.P, _lib.I64, _lib.P, _lib.I32,
              restype=_lib.I32)
 _FLOAT_TYPES = ("F32", "F16", "BF16")
-
-
-def default_threads() -> int:
-    return env.threads() or _lib.lib.ly_max_threads()
 
 
 _THREADS = default_threads()

@@ -6,12 +6,14 @@ token's logits do not depend on how the batch was split. The blocks run as one C
 (plan.py), built on first use and kept."""
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 
 import numpy as np
 
 from ..gguf import GGUFReader
 from ..kernels.ops import BatchMeta
+from ..kernels.threads import Governor
 from ..kv import DEFAULT_KV_TYPE, PagePool, kv_type
 from .plan import Head, Plan
 from .spec import ArchSpec
@@ -22,7 +24,8 @@ MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, pr
 
 class Decoder:
     def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int):
-        self.spec, self.nthreads = spec, nthreads
+        self.spec, self.nthreads = spec, nthreads  # the full count; the governor may run fewer
+        self.governor = Governor()
         self.layers, self.embed, self.output_norm, self.output = load_weights(reader, spec)
         self._plans: OrderedDict = OrderedDict()
 
@@ -49,16 +52,14 @@ class Decoder:
         s, n = self.spec, len(tokens)
         plan = self._cached(("plan", n, id(pool)), lambda: Plan(s, self.layers, pool, n))
         plan.x[:] = self.embed(tokens)
-        if s.embed_scale != 1.0:
-            plan.x *= np.float32(s.embed_scale)
-        plan.run(meta, self.nthreads)
+        full = self.nthreads
+        threads, start = self.governor.pick(full), time.perf_counter()
+        plan.run(meta, threads)
         rows = plan.x if out_rows is None else plan.x[out_rows]
         if len(rows) == 0:
             return np.zeros((0, s.n_vocab), np.float32)
         head = self._cached(("head", len(rows)), lambda: Head(s, self.output_norm, self.output, len(rows)))
         head.x[:] = rows
-        logits = head.run(self.nthreads).copy()
-        if s.final_logit_softcap:
-            c = np.float32(s.final_logit_softcap)
-            logits = np.tanh(logits / c) * c
+        logits = head.run(threads).copy()
+        self.governor.record(n, threads, time.perf_counter() - start, full)
         return logits

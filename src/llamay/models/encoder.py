@@ -1,16 +1,22 @@
 """A bidirectional encoder (bert, nomic-bert) over a padding-free batch: the tokens of every input are
-concatenated and each attends only to its own sequence. Projections run on llamay's C matmul (F16, Q8_0 and
-every other supported block type); LayerNorm, GELU, attention and pooling are numpy, row-independent, so a
-sequence's output does not depend on what else is in the batch. Shapes: n = tokens in the batch.
+concatenated and each attends only to its own sequence. The blocks run as one graph of the backend's typed
+ops per batch size (kernels/builder.py), as the decoder's do: LayerNorm with bias, projections, rotary or
+learned positions, bidirectional attention over a private page pool (one slot per page), GELU or SwiGLU.
+Every op is row-independent, so a sequence's output does not depend on what else is in the batch.
+Shapes: n = tokens in the batch.
 
 ref: llama.cpp src/llama-model.cpp build_bert and src/llama-graph.cpp build_pooling."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from ..gguf import GGUFReader, dequantize
-from ..kernels.matmul import QWeight, matmul
-from ..kernels.ops import rope
+from ..kernels.builder import Builder
+from ..kernels.matmul import QWeight
+from ..kernels.ops import BatchMeta
+from ..kv import PagePool, kv_type
 from .checks import MATRIX, TABLE, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
 from .encoder_spec import EncoderSpec
 from .weights import Embedding
@@ -58,6 +64,7 @@ class Encoder:
             raise ModelFileError(f"{reader.path}: pooling 'rank' needs the cls.output.weight head")
         self.w = {n: self._load(reader, n, table[n].role) for n in sorted(reader.tensors)}
         self.token_embd = Embedding(reader, "token_embd.weight")
+        self._plans: OrderedDict[int, EncoderPlan] = OrderedDict()
 
     @staticmethod
     def _load(reader: GGUFReader, name: str, role: str):
@@ -76,81 +83,85 @@ class Encoder:
         t = self.w.get("token_types.weight")
         return 0 if t is None else t.shape[0]
 
-    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        y = matmul(x, self.w[name + ".weight"], n_threads=self.nthreads)
-        bias = self.w.get(name + ".bias")
-        return y if bias is None else y + bias
-
-    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """LayerNorm over the last axis, statistics in float64."""
-        mean = x.mean(axis=-1, keepdims=True, dtype=np.float64)
-        var = np.square(x - mean).mean(axis=-1, keepdims=True)
-        y = ((x - mean) / np.sqrt(var + self.spec.norm_eps)).astype(np.float32)
-        return np.ascontiguousarray(y * self.w[name + ".weight"] + self.w[name + ".bias"])
+    def linear(self, name: str) -> tuple[QWeight, np.ndarray | None]:
+        """A projection and its bias (None without); attn_q/k/v of a fused QKV file are row views of it."""
+        qkv = name.rsplit(".", 1)
+        if self.spec.fused_qkv and qkv[-1] in ("attn_q", "attn_k", "attn_v"):
+            i = ("attn_q", "attn_k", "attn_v").index(qkv[-1])
+            w, bias = self.w[qkv[0] + ".attn_qkv.weight"], self.w.get(qkv[0] + ".attn_qkv.bias")
+            d, rb = w.m // 3, w.row_bytes
+            part = QWeight(w.raw[i * d * rb:(i + 1) * d * rb], w.qtype, d, w.k)
+            return part, None if bias is None else np.ascontiguousarray(bias[i * d:(i + 1) * d])
+        return self.w[name + ".weight"], self.w.get(name + ".bias")
 
     def forward(self, ids: np.ndarray, lens: list[int], types: np.ndarray | None = None) -> np.ndarray:
         """ids int32 [n]: sequences of lengths lens, concatenated; types int32 [n] token types (default 0).
-        -> final hidden states float32 [n, n_embd]."""
-        s = self.spec
-        assert sum(lens) == len(ids) and all(0 < n <= s.n_ctx_train for n in lens), (lens, s.n_ctx_train)
-        pos = np.concatenate([np.arange(n, dtype=np.int32) for n in lens])
+        -> final hidden states float32 [n, n_embd] (a fresh array)."""
+        s, n = self.spec, len(ids)
+        assert sum(lens) == n and all(0 < m <= s.n_ctx_train for m in lens), (lens, s.n_ctx_train)
+        pos = np.concatenate([np.arange(m, dtype=np.int32) for m in lens])
         x = self.token_embd(ids)
         if self.n_types:
-            x = x + self.w["token_types.weight"][np.zeros(len(ids), np.int32) if types is None else types]
+            x = x + self.w["token_types.weight"][np.zeros(n, np.int32) if types is None else types]
         if not s.rope_base:
             x = x + self.w["position_embd.weight"][pos]
-        x = self._norm(x, "token_embd_norm")
-        for il in range(s.n_layer):
-            x = self._block(x, f"blk.{il}.", pos, lens)
-        return x
-
-    def _block(self, x: np.ndarray, p: str, pos: np.ndarray, lens: list[int]) -> np.ndarray:
-        """One post-norm block: x = LN(x + attn(x)); x = LN(x + ffn(x))."""
-        s = self.spec
-        if s.fused_qkv:
-            q, k, v = np.split(self._linear(x, p + "attn_qkv"), 3, axis=1)
-        else:
-            q, k, v = (self._linear(x, p + n) for n in ("attn_q", "attn_k", "attn_v"))
-        q, k, v = (np.ascontiguousarray(t).reshape(len(x), s.n_head, s.head_dim) for t in (q, k, v))
-        if s.rope_base:
-            for t in (q, k):
-                rope(t, pos, s.head_dim, s.rope_base, True, self.nthreads)
-        attn = np.empty_like(q)
-        lo = 0
-        for n in lens:
-            attn[lo:lo + n] = _attention(q[lo:lo + n], k[lo:lo + n], v[lo:lo + n], s.scale)
-            lo += n
-        o = self._linear(attn.reshape(len(x), s.n_embd), p + "attn_output")
-        x = self._norm(x + o, p + "attn_output_norm")
-        if s.ffn == "swiglu":
-            g = self._linear(x, p + "ffn_gate")
-            h = g / (1.0 + np.exp(-g)) * self._linear(x, p + "ffn_up")
-        else:
-            h = gelu(self._linear(x, p + "ffn_up"))
-        y = self._linear(np.ascontiguousarray(h, np.float32), p + "ffn_down")
-        return self._norm(x + y, p + "layer_output_norm")
+        plan = self._plans.pop(n, None) or EncoderPlan(self, n)
+        self._plans[n] = plan
+        while len(self._plans) > MAX_PLANS:
+            self._plans.popitem(last=False)
+        plan.x[:] = x
+        plan.run(pos, lens, self.nthreads)
+        return plan.x.copy()
 
     def classify(self, cls_rows: np.ndarray) -> np.ndarray:
         """Classification head on [n_seq, n_embd] rows -> [n_seq, n_labels]: optional dense + tanh
         (BERT's pooler), then the output projection."""
-        h = cls_rows
+        b = Builder()
+        x = h = b.tensor(*cls_rows.shape)
         if "cls.weight" in self.w:
-            h = np.tanh(self._linear(np.ascontiguousarray(h), "cls")).astype(np.float32)
-        return self._linear(np.ascontiguousarray(h), "cls.output")
+            h = b.softcap(b.matmul(x, *self.linear("cls")), 1.0)  # 1 * tanh(h / 1)
+        out = b.matmul(h, *self.linear("cls.output"))
+        x[:] = cls_rows
+        b.run(self.nthreads)
+        return out
 
 
-def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
-    """Bidirectional attention of one sequence: [n, n_head, head_dim] each -> [n, n_head, head_dim].
-    Stacked matmul per head (measured 8x faster than einsum per call on 30 tokens; batches 1.7x faster
-    end to end, with no fight between numpy and llamay's matmul threads seen on 2 cores)."""
-    s = np.matmul(q.transpose(1, 0, 2), k.transpose(1, 2, 0)) * np.float32(scale)  # [n_head, n, n]
-    s = np.exp(s - s.max(axis=-1, keepdims=True))
-    s /= s.sum(axis=-1, keepdims=True)
-    return np.matmul(s, v.transpose(1, 0, 2)).transpose(1, 0, 2)
+MAX_PLANS = 8  # batch sizes kept
 
 
-def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh form: what llama.cpp's build_bert applies (ggml_gelu); HF BERT's erf form differs by
-    < 1e-3 per element. ref: ggml/src/ggml-cpu/vec.h ggml_gelu_f32."""
-    c = np.float32(np.sqrt(2.0 / np.pi))
-    return (0.5 * x * (1.0 + np.tanh(c * x * (1.0 + np.float32(0.044715) * x * x)))).astype(np.float32)
+class EncoderPlan:
+    """The encoder's blocks for n tokens: `x` in (summed embeddings), `x` out (final hidden states)."""
+
+    def __init__(self, enc: Encoder, n: int):
+        s, b = enc.spec, Builder()
+        self.b, self.batch = b, b.batch(n)
+        self.pool = PagePool(s.n_layer, n, 1, s.n_head, s.head_dim, kv_type("f32", s.head_dim))
+        w, eps = enc.w, s.norm_eps
+        self.x = x = b.tensor(n, s.n_embd)
+        b.layernorm(x, w["token_embd_norm.weight"], w["token_embd_norm.bias"], eps, out=x)
+        for il in range(s.n_layer):
+            p = f"blk.{il}."
+            q, k, v = (b.matmul(x, *enc.linear(p + m)) for m in ("attn_q", "attn_k", "attn_v"))
+            if s.rope_base:
+                for t in (q, k):
+                    b.rope(t, self.batch, s.n_head, s.head_dim, s.head_dim, s.rope_base, True)
+            b.kv_write(self.pool, il, k, v, self.batch)
+            attn = b.attention(q, self.pool, il, self.batch, s.n_head, s.scale, causal=False)
+            b.add(x, b.matmul(attn, *enc.linear(p + "attn_output")))
+            b.layernorm(x, w[p + "attn_output_norm.weight"], w[p + "attn_output_norm.bias"], eps, out=x)
+            if s.ffn == "swiglu":
+                h = b.gated(b.matmul(x, *enc.linear(p + "ffn_gate")), b.matmul(x, *enc.linear(p + "ffn_up")), "silu")
+            else:
+                h = b.activation(b.matmul(x, *enc.linear(p + "ffn_up")), "gelu_tanh")
+            b.add(x, b.matmul(h, *enc.linear(p + "ffn_down")))
+            b.layernorm(x, w[p + "layer_output_norm.weight"], w[p + "layer_output_norm.bias"], eps, out=x)
+
+    def run(self, pos: np.ndarray, lens: list[int], nthreads: int):
+        """Token i of the batch sits in slot i (pages of one slot), each sequence's page table its slots."""
+        first = np.cumsum([0] + lens[:-1])
+        table = np.zeros((len(lens), max(lens)), np.int32)
+        for i, (f, m) in enumerate(zip(first, lens)):
+            table[i, :m] = np.arange(f, f + m)
+        seq = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
+        self.batch.fill(BatchMeta(pos, seq, table, 1))
+        self.b.run(nthreads)

@@ -6,10 +6,12 @@
  *
  * n: n_head, n_kv_head, head_dim, window, k_type | v_type << 8.
  * Canonical order per (token, head): s_j = dot(q, k_j) * scale (lanes.h order), optional softcap,
- * m = max s_j, p_j = exp(s_j - m), sum = sum of p_j in key order, o = sum of p_j * v_j in key order,
+ * m = max s_j, p_j = ly_exp(s_j - m) (mathfn.h), sum = sum of p_j in key order, o = sum of p_j * v_j in key order,
  * then o / sum. Keys in position order whatever the page layout. */
 #include "graph.h"
+#include "attention.h"
 #include "kvtypes.h"
+#include "mathfn.h"
 #include <stdlib.h>
 
 static inline int64_t slot_of(const ly_batch *b, int64_t seq, int64_t pos) {
@@ -50,64 +52,29 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     float sum = 0.0f;
     memset(o, 0, d * sizeof(float));
     FOR_KEYS(b, seq, lo, p, v_pool, kvh * vb, n_kv_head * vb, j, v, {
-        float pj = expf(s[j - lo] - m);
+        float pj = ly_exp(s[j - lo] - m);
         sum = sum + pj;
         if (ly_avx2) ly_acc_avx2(vt, o, pj, v, d); else ly_acc_portable(vt, o, pj, v, d);
     })
     for (int64_t i = 0; i < d; i++) o[i] = o[i] / sum;
 }
 
-/* The G query heads sharing KV head kvh, f16 K and V, AVX2: each key and value is loaded and converted
- * once for all G heads. Per head the float operations are exactly attend_one's (ly_dot_f16_avx2's lanes
- * and tree, ly_acc_avx2's update), so results do not depend on which function ran. d % 8 == 0. */
-#define MAX_GROUP 8
-LY_AVX2 static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, float *s) {
+/* The G query heads sharing KV head kvh, f16 K and V: key pointers gathered in position order, then the
+ * grouped kernel of the path (attention_f16.c), which follows attend_one's sequence per head. */
+static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, float *s, const uint16_t **kp,
+                             const uint16_t **vp) {
     const ly_batch *b = nd->p[4];
     const uint8_t *k_pool = nd->p[2], *v_pool = nd->p[3];
     int64_t n_head = nd->n[0], n_kv_head = nd->n[1], d = nd->n[2], window = nd->n[3];
     int64_t G = n_head / n_kv_head, hb = 2 * d, seq = b->tok_seq[t];
-    float scale = nd->f[0], softcap = nd->f[1];
-    int64_t p = b->tok_pos[t], lo = window ? p - window + 1 : 0, n_keys;
+    int64_t p = b->tok_pos[t], lo = window ? p - window + 1 : 0;
     if (lo < 0) lo = 0;
-    n_keys = p - lo + 1;
-    const float *q = (const float *)nd->p[0] + (t * n_head + kvh * G) * d;
-    float *o = (float *)nd->p[1] + (t * n_head + kvh * G) * d;
-    float m[MAX_GROUP], sum[MAX_GROUP];
-    for (int64_t g = 0; g < G; g++) m[g] = -INFINITY;
-    FOR_KEYS(b, seq, lo, p, k_pool, kvh * hb, n_kv_head * hb, j, k, {
-        __m256 acc[MAX_GROUP];
-        for (int64_t g = 0; g < G; g++) acc[g] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < d; i += 8) {
-            __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)k + i)));
-            for (int64_t g = 0; g < G; g++)
-                acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_loadu_ps(q + g * d + i), kv));
-        }
-        for (int64_t g = 0; g < G; g++) {
-            float sj = ly_lanes_reduce_avx2(acc[g]) * scale;
-            if (softcap != 0.0f) sj = softcap * tanhf(sj / softcap);
-            s[g * n_keys + j - lo] = sj;
-            if (sj > m[g]) m[g] = sj;
-        }
-    })
-    memset(o, 0, G * d * sizeof(float));
-    for (int64_t g = 0; g < G; g++) sum[g] = 0.0f;
-    FOR_KEYS(b, seq, lo, p, v_pool, kvh * hb, n_kv_head * hb, j, v, {
-        __m256 vp[MAX_GROUP];
-        for (int64_t g = 0; g < G; g++) {
-            float pj = expf(s[g * n_keys + j - lo] - m[g]);
-            sum[g] = sum[g] + pj;
-            vp[g] = _mm256_set1_ps(pj);
-        }
-        for (int64_t i = 0; i < d; i += 8) {
-            __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)v + i)));
-            for (int64_t g = 0; g < G; g++) {
-                float *og = o + g * d + i;
-                _mm256_storeu_ps(og, _mm256_add_ps(_mm256_loadu_ps(og), _mm256_mul_ps(vp[g], vv)));
-            }
-        }
-    })
-    for (int64_t g = 0; g < G; g++)
-        for (int64_t i = 0; i < d; i++) o[g * d + i] = o[g * d + i] / sum[g];
+    FOR_KEYS(b, seq, lo, p, k_pool, kvh * hb, n_kv_head * hb, j, k, { kp[j - lo] = (const uint16_t *)k; })
+    FOR_KEYS(b, seq, lo, p, v_pool, kvh * hb, n_kv_head * hb, j, v, { vp[j - lo] = (const uint16_t *)v; })
+    ly_att at = {(const float *)nd->p[0] + (t * n_head + kvh * G) * d, (float *)nd->p[1] + (t * n_head + kvh * G) * d,
+                 kp, vp, p - lo + 1, d, G, nd->f[0], nd->f[1]};
+    if (ly_avx512) ly_attend_group_f16_avx512(&at, s);
+    else ly_attend_group_f16_avx2(&at, s);
 }
 
 /* Shares: (token, head) pairs (or (token, KV head) groups) dealt round-robin, so causal prefill work is balanced across threads. */
@@ -117,8 +84,11 @@ void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     for (int64_t t = 0; t < b->n_tokens; t++) if (b->tok_pos[t] > max_pos) max_pos = b->tok_pos[t];
     int64_t n_kv_head = nd->n[1], G = n_head / n_kv_head;
     float *s = malloc((size_t)(max_pos + 1) * (size_t)G * sizeof(float));
-    if (ly_avx2 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 8 == 0 && G <= MAX_GROUP) {
-        for (int64_t w = ith; w < b->n_tokens * n_kv_head; w += nth) attend_group_f16(nd, w / n_kv_head, w % n_kv_head, s);
+    if (ly_avx2 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 16 == 0 && G <= LY_MAX_GROUP) {
+        const uint16_t **kp = malloc((size_t)(max_pos + 1) * 2 * sizeof *kp), **vp = kp + max_pos + 1;
+        for (int64_t w = ith; w < b->n_tokens * n_kv_head; w += nth)
+            attend_group_f16(nd, w / n_kv_head, w % n_kv_head, s, kp, vp);
+        free(kp);
     } else {
         for (int64_t w = ith; w < b->n_tokens * n_head; w += nth) attend_one(nd, w / n_head, w % n_head, s);
     }

@@ -1,5 +1,4 @@
 #include "common.h"
-#include <omp.h>
 
 int ly_avx2 = 0, ly_avx512 = 0;
 
@@ -23,5 +22,3 @@ LY_API int ly_init(int path) {
     ly_avx512 = path == LY_PATH_AVX512;
     return path;
 }
-
-LY_API int ly_max_threads(void) { return omp_get_num_procs(); }

@@ -1,4 +1,5 @@
 #include "graph.h"
+#include "matmul.h"
 #include <omp.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -22,18 +23,41 @@ static void run_node(const ly_node *nd, int ith, int nth) {
     case LY_OP_GATED: ly_gated_slice(nd, ith, nth); break;
     case LY_OP_ADD: ly_add_slice(nd, ith, nth); break;
     case LY_OP_BIAS: ly_bias_slice(nd, ith, nth); break;
+    case LY_OP_SCALE: ly_scale_slice(nd, ith, nth); break;
+    case LY_OP_SOFTCAP: ly_softcap_slice(nd, ith, nth); break;
+    case LY_OP_LAYERNORM: ly_layernorm_slice(nd, ith, nth); break;
     default: break;
+    }
+}
+
+/* Work (elements or weight bytes touched, weighted by cost) below which a node is not split further: each
+ * chunk costs an atomic claim and an atomic completion on a line every thread touches. */
+#define MIN_CHUNK_WORK 16384
+
+static int64_t node_work(const ly_node *nd) {
+    switch (nd->op) {
+    case LY_OP_MATMUL: return nd->n[0] * nd->n[2] * nd->n[3];
+    case LY_OP_QUANT: return nd->n[0] * ((const ly_act *)nd->p[0])->k;
+    case LY_OP_RMSNORM: case LY_OP_LAYERNORM: case LY_OP_BIAS: return nd->n[0] * nd->n[1];
+    case LY_OP_ROPE: return nd->n[0] * nd->n[1] * nd->n[3] * 8;
+    case LY_OP_KV_WRITE: return ((const ly_batch *)nd->p[2])->n_tokens * nd->n[0] * nd->n[1];
+    case LY_OP_GATED: case LY_OP_SOFTCAP: return nd->n[0] * 8;
+    case LY_OP_ADD: case LY_OP_SCALE: return nd->n[0];
+    default: return INT64_MAX; /* attention: its positions are not known here; always split */
     }
 }
 
 typedef struct {
     atomic_int_fast64_t claimed, done;
+    int64_t chunks;
+    char pad[64 - 3 * sizeof(int64_t)]; /* one node per cache line: threads on the next node do not slow this one */
 } node_progress;
 
 /* Every thread claims chunks of node i from its counter until none is left, then waits until all of
  * node i's chunks are done (not until every thread arrives): a node completes when its work does. */
-static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *prog, int64_t n_chunks) {
+static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *prog) {
     for (int64_t i = 0; i < n_nodes; i++) {
+        const int64_t n_chunks = prog[i].chunks;
         int64_t c;
         while ((c = atomic_fetch_add_explicit(&prog[i].claimed, 1, memory_order_relaxed)) < n_chunks) {
             run_node(&nodes[i], (int)c, (int)n_chunks);
@@ -49,17 +73,22 @@ static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *p
  * progress counters cannot be allocated. */
 LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads) {
     for (int64_t i = 0; i < n_nodes; i++)
-        if (nodes[i].op < LY_OP_RMSNORM || nodes[i].op > LY_OP_BIAS) return i;
+        if (nodes[i].op < LY_OP_RMSNORM || nodes[i].op > LY_OP_LAST) return i;
     if (nthreads < 1) nthreads = 1;
     if (nthreads == 1 || n_nodes == 0) {
         for (int64_t i = 0; i < n_nodes; i++) run_node(&nodes[i], 0, 1);
         return -1;
     }
-    node_progress *prog = calloc((size_t)n_nodes, sizeof *prog);
+    node_progress *prog = aligned_alloc(64, (size_t)n_nodes * sizeof *prog);
     if (!prog) return -2;
-    int64_t n_chunks = (int64_t)nthreads * CHUNKS_PER_THREAD;
+    for (int64_t i = 0; i < n_nodes; i++) {
+        int64_t most = (int64_t)nthreads * CHUNKS_PER_THREAD, w = node_work(&nodes[i]) / MIN_CHUNK_WORK;
+        atomic_init(&prog[i].claimed, 0);
+        atomic_init(&prog[i].done, 0);
+        prog[i].chunks = w < 1 ? 1 : w < most ? w : most;
+    }
     #pragma omp parallel num_threads(nthreads)
-    run_claiming(nodes, n_nodes, prog, n_chunks);
+    run_claiming(nodes, n_nodes, prog);
     free(prog);
     return -1;
 }

@@ -8,7 +8,8 @@
 #include "common.h"
 
 enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_OP_KV_WRITE = 5,
-       LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_BIAS = 9 };
+       LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_BIAS = 9, LY_OP_SCALE = 10,
+       LY_OP_SOFTCAP = 11, LY_OP_LAYERNORM = 12, LY_OP_LAST = LY_OP_LAYERNORM };
 
 /* Where each token of a batch lives; shared by every attention and KV-write node of a pass. */
 typedef struct {
@@ -18,17 +19,20 @@ typedef struct {
     int64_t n_tokens, max_pages, page_size;
 } ly_batch;
 
-/* Operands by op (p: pointers, n: sizes, f: floats):
+/* Operands by op (p: pointers, n: sizes, f: floats). Built only by kernels/builder.py, which checks them.
  * RMSNORM   p: x, w, y            n: rows, d                f: eps
  * QUANT     p: ly_act* (x in, q/d/s16 out)  n: tokens
  * MATMUL    p: w, ly_act*, y      n: row_bytes, type, m, tokens
  * ROPE      p: x, pos             n: tokens, heads, head_dim, n_rot, neox   f: base
- * KV_WRITE  p: pool(f16), x, ly_batch*       n: row
- * ATTENTION p: q, out, k_pool, v_pool, ly_batch*  n: n_head, n_kv_head, head_dim, window
- *           f: scale, softcap
- * GATED     p: gate (out), up     n: count, act
+ * KV_WRITE  p: pool, x, ly_batch*  n: n_kv_head, head_dim, element type (kvtypes.h)
+ * ATTENTION p: q, out, k_pool, v_pool, ly_batch*  n: n_head, n_kv_head, head_dim, window, k | v << 8
+ *           element types            f: scale, softcap
+ * GATED     p: gate (out), up (NULL: act(gate) alone)   n: count, act
  * ADD       p: x (x += y), y      n: count
- * BIAS      p: y [rows, m] += b, b   n: rows, m */
+ * BIAS      p: y [rows, m] += b, b   n: rows, m
+ * SCALE     p: x (x *= s)         n: count                  f: s
+ * SOFTCAP   p: x (cap tanh(x / cap))  n: count              f: cap
+ * LAYERNORM p: x, w, b, y         n: rows, d                f: eps */
 typedef struct {
     int64_t op;
     void *p[5];
@@ -48,6 +52,9 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth);
 void ly_gated_slice(const ly_node *nd, int ith, int nth);
 void ly_add_slice(const ly_node *nd, int ith, int nth);
 void ly_bias_slice(const ly_node *nd, int ith, int nth);
+void ly_scale_slice(const ly_node *nd, int ith, int nth);
+void ly_softcap_slice(const ly_node *nd, int ith, int nth);
+void ly_layernorm_slice(const ly_node *nd, int ith, int nth);
 void ly_quant_slice(const ly_node *nd, int ith, int nth);
 void ly_matmul_slice(const ly_node *nd, int ith, int nth);
 void ly_kv_write_slice(const ly_node *nd, int ith, int nth);

@@ -35,6 +35,22 @@ LY_AVX2 static inline float ly_sumsq_avx2(const float *x, int64_t d) {
     return ly_lanes_reduce(l);
 }
 
+static inline float ly_sum_portable(const float *x, int64_t d) {
+    float l[8] = {0};
+    for (int64_t i = 0; i < d; i++) l[i & 7] = l[i & 7] + x[i];
+    return ly_lanes_reduce(l);
+}
+
+LY_AVX2 static inline float ly_sum_avx2(const float *x, int64_t d) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; i < d; i++) l[i & 7] = l[i & 7] + x[i];
+    return ly_lanes_reduce(l);
+}
+
 static inline float ly_dot_f32_portable(const float *a, const float *b, int64_t d) {
     float l[8] = {0};
     for (int64_t i = 0; i < d; i++) l[i & 7] = l[i & 7] + a[i] * b[i];

@@ -1,5 +1,5 @@
 /* The matmul driver: y[n, m] = x[n, k] . w[m, k]^T for one weight matrix in a GGML block format.
- * Activations arrive already quantized (ly_act). Threads take static contiguous ranges of 8-row groups
+ * Activations arrive already quantized (ly_act). Threads take static contiguous ranges of 16-row groups
  * (never a split of a reduction); each thread walks token tiles whose activations fit in L2 and hands
  * (rows, tokens) tiles to the format's tile function. Every output element follows its format's canonical
  * sequence, so y does not depend on nthreads, on tile bounds or on n. */
@@ -11,6 +11,8 @@
 ly_tile_fn ly_tile_qk(int type) __attribute__((weak));
 
 #define ACT_TILE_BYTES (512 * 1024)
+/* Rows per share: the widest tile's row group (AVX-512: 16), so no share ends in a part-empty group. */
+#define ROW_GROUP 16
 /* A thread is worth waking for at least this many weight bytes x tokens (fork/join costs microseconds). */
 #define MIN_THREAD_WORK (48 * 1024)
 
@@ -27,7 +29,7 @@ LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, co
     if (!tile && ly_tile_qk) tile = ly_tile_qk(type);
     if (!tile) return -1;
     if (m <= 0 || n <= 0) return 0;
-    int64_t groups = (m + 7) / 8, tt = token_tile(a->k, n);
+    int64_t groups = (m + ROW_GROUP - 1) / ROW_GROUP, tt = token_tile(a->k, n);
     if (nthreads < 1) nthreads = omp_get_num_procs();
     int64_t useful = (int64_t)(m * row_bytes) * n / MIN_THREAD_WORK;
     if (nthreads > useful) nthreads = useful > 1 ? (int)useful : 1;
@@ -35,7 +37,7 @@ LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, co
     #pragma omp parallel num_threads(nthreads)
     {
         int64_t i = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t ra = groups * i / nt * 8, rb = groups * (i + 1) / nt * 8;
+        int64_t ra = groups * i / nt * ROW_GROUP, rb = groups * (i + 1) / nt * ROW_GROUP;
         rb = rb < m ? rb : m;
         for (int64_t t0 = 0; t0 < n && ra < rb; t0 += tt)
             tile(w, row_bytes, ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, y, m);
@@ -43,16 +45,16 @@ LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, co
     return 0;
 }
 
-/* Graph form: thread ith takes its contiguous share of 8-row groups. An unsupported type was refused
+/* Graph form: chunk ith takes its contiguous share of 16-row groups. An unsupported type was refused
  * when the node was built (QWeight checks support), so a missing tile here computes nothing. */
 void ly_matmul_slice(const ly_node *nd, int ith, int nth) {
     const ly_act *a = nd->p[1];
-    int64_t m = nd->n[2], n = nd->n[3], groups = (m + 7) / 8, ga, gb;
+    int64_t m = nd->n[2], n = nd->n[3], groups = (m + ROW_GROUP - 1) / ROW_GROUP, ga, gb;
     ly_tile_fn tile = ly_tile_q32((int)nd->n[1]);
     if (!tile && ly_tile_qk) tile = ly_tile_qk((int)nd->n[1]);
     if (!tile || n <= 0) return;
     ly_share(groups, ith, nth, &ga, &gb);
-    int64_t ra = ga * 8, rb = gb * 8 < m ? gb * 8 : m, tt = token_tile(a->k, n);
+    int64_t ra = ga * ROW_GROUP, rb = gb * ROW_GROUP < m ? gb * ROW_GROUP : m, tt = token_tile(a->k, n);
     for (int64_t t0 = 0; t0 < n && ra < rb; t0 += tt)
         tile(nd->p[0], (size_t)nd->n[0], ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, nd->p[2], m);
 }

@@ -1,4 +1,5 @@
-/* Elementwise and normalisation ops: RMSNorm, RoPE, gated activations, residual add, bias.
+/* Elementwise and normalisation ops: RMSNorm, LayerNorm, RoPE, (gated) activations, residual add, bias,
+ * scale, softcap.
  *
  * Reductions (the RMSNorm sum of squares) use the canonical 8-lane order of lanes.h, so the portable and
  * AVX2 paths agree bit for bit. Transcendentals are scalar libm calls in both paths. */
@@ -18,6 +19,24 @@ void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth) {
         float ss = ly_avx2 ? ly_sumsq_avx2(xr, d) : ly_sumsq_portable(xr, d);
         float scale = 1.0f / sqrtf(ss / (float)d + nd->f[0]);
         for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] * scale) * w[i];
+    }
+}
+
+/* LayerNorm of rows of length d: mean = sum(x) / d, c = x - mean, var = sum(c * c) / d (sums in lanes.h
+ * order), y = (c * (1 / sqrt(var + eps))) * w + b; y may alias x. */
+void ly_layernorm_slice(const ly_node *nd, int ith, int nth) {
+    const float *x = nd->p[0], *w = nd->p[1], *b = nd->p[2];
+    float *y = nd->p[3];
+    int64_t d = nd->n[1], lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        float mean = (ly_avx2 ? ly_sum_avx2(xr, d) : ly_sum_portable(xr, d)) / (float)d;
+        for (int64_t i = 0; i < d; i++) yr[i] = xr[i] - mean;
+        float var = (ly_avx2 ? ly_sumsq_avx2(yr, d) : ly_sumsq_portable(yr, d)) / (float)d;
+        float scale = 1.0f / sqrtf(var + nd->f[0]);
+        for (int64_t i = 0; i < d; i++) yr[i] = (yr[i] * scale) * w[i] + b[i];
     }
 }
 
@@ -54,7 +73,7 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
     }
 }
 
-/* gate = act(gate) * up. act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
+/* gate = act(gate) * up (up NULL: gate = act(gate)). act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
  * 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), with 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) and u
  * clamped to [-10, 10] (tanh is +-1 in float beyond). exp is mathfn.h's, so both paths agree. */
 static inline float gated_one(float g, float up, int act) {
@@ -69,6 +88,8 @@ static inline float gated_one(float g, float up, int act) {
     }
     return a * up;
 }
+
+static inline float act_one(float g, int act) { return gated_one(g, 1.0f, act); } /* a * 1.0f == a */
 
 LY_AVX2 static void gated_avx2(float *gate, const float *up, int64_t lo, int64_t hi, int act) {
     const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), c = _mm256_set1_ps(0.7978845608028654f);
@@ -85,9 +106,9 @@ LY_AVX2 static void gated_avx2(float *gate, const float *up, int64_t lo, int64_t
             a = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g),
                               _mm256_sub_ps(two, _mm256_div_ps(two, _mm256_add_ps(e, one))));
         }
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(a, _mm256_loadu_ps(up + i)));
+        _mm256_storeu_ps(gate + i, up ? _mm256_mul_ps(a, _mm256_loadu_ps(up + i)) : a);
     }
-    for (; i < hi; i++) gate[i] = gated_one(gate[i], up[i], act);
+    for (; i < hi; i++) gate[i] = up ? gated_one(gate[i], up[i], act) : act_one(gate[i], act);
 }
 
 void ly_gated_slice(const ly_node *nd, int ith, int nth) {
@@ -97,7 +118,7 @@ void ly_gated_slice(const ly_node *nd, int ith, int nth) {
     int64_t lo, hi;
     ly_share(nd->n[0], ith, nth, &lo, &hi);
     if (ly_avx2) { gated_avx2(gate, up, lo, hi, act); return; }
-    for (int64_t i = lo; i < hi; i++) gate[i] = gated_one(gate[i], up[i], act);
+    for (int64_t i = lo; i < hi; i++) gate[i] = up ? gated_one(gate[i], up[i], act) : act_one(gate[i], act);
 }
 
 void ly_add_slice(const ly_node *nd, int ith, int nth) {
@@ -115,4 +136,52 @@ void ly_bias_slice(const ly_node *nd, int ith, int nth) {
     ly_share(nd->n[0], ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++)
         for (int64_t i = 0; i < m; i++) y[r * m + i] = y[r * m + i] + b[i];
+}
+
+void ly_scale_slice(const ly_node *nd, int ith, int nth) {
+    float *x = nd->p[0];
+    const float s = nd->f[0];
+    int64_t lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) x[i] = x[i] * s;
+}
+
+/* x = cap * tanh(x / cap). tanh(u): for |u| < 1/8 the odd series u + u^3 (c3 + u^2 (c5 + u^2 c7)) (error
+ * < 2e-9 relative), else 1 - 2 / (exp(2u) + 1) with u clamped to [-10, 10] (tanh is +-1 in float beyond)
+ * and mathfn.h's exp; both paths compute both forms and pick by |u|, so they agree bit for bit. */
+#define TANH_C3 -0.333333333333f
+#define TANH_C5 0.133333333333f
+#define TANH_C7 -0.053968253968f
+
+static inline float softcap_one(float x, float cap) {
+    float u = x / cap, u2 = u * u;
+    float small = u + (u * u2) * (TANH_C3 + u2 * (TANH_C5 + u2 * TANH_C7));
+    float c = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;
+    float big = 1.0f - 2.0f / (ly_exp(c + c) + 1.0f);
+    return cap * (fabsf(u) < 0.125f ? small : big);
+}
+
+LY_AVX2 static void softcap_avx2(float *x, int64_t lo, int64_t hi, float cap) {
+    const __m256 k = _mm256_set1_ps(cap), one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        __m256 u = _mm256_div_ps(_mm256_loadu_ps(x + i), k), u2 = _mm256_mul_ps(u, u);
+        __m256 p = _mm256_add_ps(_mm256_set1_ps(TANH_C5), _mm256_mul_ps(u2, _mm256_set1_ps(TANH_C7)));
+        p = _mm256_add_ps(_mm256_set1_ps(TANH_C3), _mm256_mul_ps(u2, p));
+        __m256 small = _mm256_add_ps(u, _mm256_mul_ps(_mm256_mul_ps(u, u2), p));
+        __m256 c = _mm256_min_ps(_mm256_max_ps(u, _mm256_set1_ps(-10.0f)), _mm256_set1_ps(10.0f));
+        __m256 big = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(ly_exp_avx2(_mm256_add_ps(c, c)), one)));
+        __m256 is_small = _mm256_cmp_ps(_mm256_and_ps(u, abs_mask), _mm256_set1_ps(0.125f), _CMP_LT_OQ);
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(k, _mm256_blendv_ps(big, small, is_small)));
+    }
+    for (; i < hi; i++) x[i] = softcap_one(x[i], cap);
+}
+
+void ly_softcap_slice(const ly_node *nd, int ith, int nth) {
+    float *x = nd->p[0];
+    int64_t lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    if (ly_avx2) { softcap_avx2(x, lo, hi, nd->f[0]); return; }
+    for (int64_t i = lo; i < hi; i++) x[i] = softcap_one(x[i], nd->f[0]);
 }

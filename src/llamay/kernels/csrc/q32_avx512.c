@@ -106,9 +106,9 @@ LY_INLINE void kernel(q_fmt f, const __m512i *Vs, const float *dws, const float 
     store_rows(acc, NT, y + t * ldy, ldy, nrows);
 }
 
-/* Few tokens (decode): each block unpacked in registers and used at once. */
+/* Few tokens (decode): each block unpacked in registers and used at once; the next group prefetched. */
 LY_INLINE void direct(q_fmt f, const uint8_t *p0[GROUP], __m512i off, const tok_ctx *c, int64_t t, int NT,
-                      float *y, int64_t ldy, int nrows) {
+                      float *y, int64_t ldy, int nrows, const uint8_t *next, const uint8_t *end) {
     const uint8_t *p[GROUP];
     memcpy(p, p0, sizeof p);
     __m512 acc[NT_MAX];
@@ -116,6 +116,7 @@ LY_INLINE void direct(q_fmt f, const uint8_t *p0[GROUP], __m512i off, const tok_
     for (int64_t b = 0; b < c->nb; b++) {
         __m512i V[8];
         __m512 dw, mw;
+        prefetch_share(next, end, b, f.size);
         unpack_block(f, p, off, V, &dw, &mw);
         block_step(f, V, dw, mw, c, t, b, NT, acc);
         for (int i = 0; i < GROUP; i++) p[i] += f.size;
@@ -145,13 +146,15 @@ LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int
         const uint8_t *p[GROUP];
         for (int i = 0; i < GROUP; i++) p[i] = w + (r + (i < nrows ? i : nrows - 1)) * row_bytes;
         float *yr = y + r;
+        const uint8_t *next = w + (r + GROUP) * row_bytes, *end = w + r1 * row_bytes;
         if (nt < FEW) {
-            if (nt == 2) direct(g, p, off, &c, t0, 2, yr, ldy, nrows);
-            else direct(g, p, off, &c, t0, 1, yr, ldy, nrows);
+            if (nt == 2) direct(g, p, off, &c, t0, 2, yr, ldy, nrows, next, end);
+            else direct(g, p, off, &c, t0, 1, yr, ldy, nrows, next, end);
             continue;
         }
         for (int64_t b = 0; b < nb; b++) {
             __m512 dw, mw;
+            prefetch_share(next, end, b, f.size);
             unpack_block(g, p, off, Vs + b * 8, &dw, &mw);
             _mm512_store_ps(dws + b * GROUP, dw);
             _mm512_store_ps(mws + b * GROUP, mw);

@@ -147,23 +147,12 @@ static void tile_portable(const qk_format *f, const uint8_t *w, size_t row_bytes
                      int64_t t1, float *y, int64_t ldy) {                                                 \
         tile_portable(qk_format_of(type), w, rb, r0, r1, a, t0, t1, y, ldy);                              \
     }
-QK_PORTABLE(tile_q2k, QK_Q2_K)
-QK_PORTABLE(tile_q3k, QK_Q3_K)
-QK_PORTABLE(tile_q4k, QK_Q4_K)
-QK_PORTABLE(tile_q5k, QK_Q5_K)
-QK_PORTABLE(tile_q6k, QK_Q6_K)
+QK_ENTRIES(QK_PORTABLE)
 
 ly_tile_fn ly_tile_qk(int type) {
     if (ly_avx512) return qk_tile_avx512(type);
     if (ly_avx2) return qk_tile_avx2(type);
-    switch (type) {
-    case QK_Q2_K: return tile_q2k;
-    case QK_Q3_K: return tile_q3k;
-    case QK_Q4_K: return tile_q4k;
-    case QK_Q5_K: return tile_q5k;
-    case QK_Q6_K: return tile_q6k;
-    default: return NULL;
-    }
+    QK_PICK(type);
 }
 
 /* Test and bench entry: one tile on the calling thread, in the current path. Returns -1 for a type that is

@@ -32,6 +32,16 @@ typedef struct {
 
 /* NULL for a type that is not a K-quant */
 const qk_format *qk_format_of(int type);
+
+/* A path's five tiles, each defined by ENTRY(name, type); QK_PICK returns the one of a type (or NULL). */
+#define QK_ENTRIES(ENTRY) \
+    ENTRY(tile_q2k, QK_Q2_K) ENTRY(tile_q3k, QK_Q3_K) ENTRY(tile_q4k, QK_Q4_K) ENTRY(tile_q5k, QK_Q5_K) \
+    ENTRY(tile_q6k, QK_Q6_K)
+#define QK_PICK(type)                                                                              \
+    do {                                                                                           \
+        static const ly_tile_fn tiles[] = {tile_q2k, tile_q3k, tile_q4k, tile_q5k, tile_q6k};       \
+        return (type) >= QK_Q2_K && (type) <= QK_Q6_K ? tiles[(type) - QK_Q2_K] : NULL;            \
+    } while (0)
 ly_tile_fn qk_tile_avx2(int type);
 ly_tile_fn qk_tile_avx512(int type);
 #endif

@@ -30,11 +30,7 @@ LY_AVX2 static void decode_group(const qk_format *f, unpack_fn unpack, const uin
             for (int j = 0; j < 8; j++) STORE(q + (s * GROUP + i) * 256 + j * 32, v[j]);
             f->scales(blk, &c);
             group_tab *t = &tab[s];
-            for (int b = 0; b < 8; b++) {
-                t->sca[b][i] = c.sc[2 * b];
-                t->scb[b][i] = c.sc[2 * b + 1];
-                t->cm[b][i] = (int32_t)((uint32_t)(uint16_t)c.cm[2 * b] | (uint32_t)(uint16_t)c.cm[2 * b + 1] << 16);
-            }
+            qk_table_row(&c, GROUP, i, &t->sca[0][0], &t->scb[0][0], &t->cm[0][0]);
             t->d[i] = c.d;
             t->dmin[i] = c.dmin;
         }
@@ -113,29 +109,7 @@ LY_AVX2 static void tile_avx2(const qk_format *f, unpack_fn unpack, const uint8_
     free(tab);
 }
 
-#define FEW 4 /* below this many tokens a tile reads the weights directly instead of decoding a group */
+#define QK_BUFFERED tile_avx2
+QK_ENTRIES(QK_ENTRY)
 
-/* per-type entry points, so that the format's unpack and scales inline into the direct path */
-#define QK_AVX2(name, type)                                                                              \
-    LY_AVX2 static void name(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,       \
-                             int64_t t0, int64_t t1, float *y, int64_t ldy) {                             \
-        const qk_avx2_format *g = &QK_AVX2_FORMATS[type - QK_Q2_K];                                          \
-        if (t1 - t0 < FEW) tile_direct(qk_format_of(type), g, w, rb, r0, r1, a, t0, t1, y, ldy);         \
-        else tile_avx2(qk_format_of(type), g->unpack, w, rb, r0, r1, a, t0, t1, y, ldy);                  \
-    }
-QK_AVX2(tile_q2k, QK_Q2_K)
-QK_AVX2(tile_q3k, QK_Q3_K)
-QK_AVX2(tile_q4k, QK_Q4_K)
-QK_AVX2(tile_q5k, QK_Q5_K)
-QK_AVX2(tile_q6k, QK_Q6_K)
-
-ly_tile_fn qk_tile_avx2(int type) {
-    switch (type) {
-    case QK_Q2_K: return tile_q2k;
-    case QK_Q3_K: return tile_q3k;
-    case QK_Q4_K: return tile_q4k;
-    case QK_Q5_K: return tile_q5k;
-    case QK_Q6_K: return tile_q6k;
-    default: return NULL;
-    }
-}
+ly_tile_fn qk_tile_avx2(int type) { QK_PICK(type); }

@@ -13,7 +13,6 @@
 
 #define CHUNK 64  /* tokens per decoded group: their activations stay in L2 */
 #define NT_MAX 4  /* tokens per kernel call */
-#define FEW 4     /* below this many tokens: the direct path */
 
 typedef struct {            /* one super-block of a 16-row group, [block][row] */
     int32_t sca[8][GROUP];  /* sc[2b] */
@@ -37,11 +36,7 @@ LY_AVX512 static void decode_group(const qk_format *f, unpack_fn unpack, const u
             unpack(blk, v);
             for (int j = 0; j < 8; j++) STORE(scratch + i * 256 + j * 32, v[j]);
             f->scales(blk, &c);
-            for (int b = 0; b < 8; b++) {
-                t->sca[b][i] = c.sc[2 * b];
-                t->scb[b][i] = c.sc[2 * b + 1];
-                t->cm[b][i] = (int32_t)((uint32_t)(uint16_t)c.cm[2 * b] | (uint32_t)(uint16_t)c.cm[2 * b + 1] << 16);
-            }
+            qk_table_row(&c, GROUP, i, &t->sca[0][0], &t->scb[0][0], &t->cm[0][0]);
             t->d[i] = c.d;
             t->dmin[i] = c.dmin;
         }
@@ -134,27 +129,7 @@ LY_INLINE void tile_buffered(const qk_format *f, unpack_fn unpack, const uint8_t
     free(tab);
 }
 
-/* per-type entry points, so that the format's unpack and scales inline */
-#define QK_AVX512(name, type)                                                                            \
-    LY_AVX512 static void name(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,     \
-                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                           \
-        const qk_avx2_format *g = &QK_AVX2_FORMATS[type - QK_Q2_K];                                       \
-        if (t1 - t0 < FEW) tile_direct(qk_format_of(type), g, w, rb, r0, r1, a, t0, t1, y, ldy);         \
-        else tile_buffered(qk_format_of(type), g->unpack, w, rb, r0, r1, a, t0, t1, y, ldy);              \
-    }
-QK_AVX512(tile_q2k, QK_Q2_K)
-QK_AVX512(tile_q3k, QK_Q3_K)
-QK_AVX512(tile_q4k, QK_Q4_K)
-QK_AVX512(tile_q5k, QK_Q5_K)
-QK_AVX512(tile_q6k, QK_Q6_K)
+#define QK_BUFFERED tile_buffered
+QK_ENTRIES(QK_ENTRY)
 
-ly_tile_fn qk_tile_avx512(int type) {
-    switch (type) {
-    case QK_Q2_K: return tile_q2k;
-    case QK_Q3_K: return tile_q3k;
-    case QK_Q4_K: return tile_q4k;
-    case QK_Q5_K: return tile_q5k;
-    case QK_Q6_K: return tile_q6k;
-    default: return NULL;
-    }
-}
+ly_tile_fn qk_tile_avx512(int type) { QK_PICK(type); }

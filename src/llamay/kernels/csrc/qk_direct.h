@@ -85,3 +85,15 @@ QK_TARGET static inline __attribute__((always_inline)) void tile_direct(const qk
         }
     }
 }
+
+#define QK_FEW 4 /* below this many tokens a tile reads the weights directly instead of decoding a group */
+
+/* A path's entry for one type (QK_ENTRIES(QK_ENTRY)): the format's unpack and scales inline into the
+ * direct path; from QK_FEW tokens on, QK_BUFFERED (the includer's group-decoding tile) runs. */
+#define QK_ENTRY(name, type)                                                                             \
+    QK_TARGET static void name(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,     \
+                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                           \
+        const qk_avx2_format *g = &QK_AVX2_FORMATS[type - QK_Q2_K];                                       \
+        if (t1 - t0 < QK_FEW) tile_direct(qk_format_of(type), g, w, rb, r0, r1, a, t0, t1, y, ldy);      \
+        else QK_BUFFERED(qk_format_of(type), g->unpack, w, rb, r0, r1, a, t0, t1, y, ldy);                \
+    }

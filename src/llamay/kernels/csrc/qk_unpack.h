@@ -113,4 +113,13 @@ static const qk_avx2_format QK_AVX2_FORMATS[] = { /* indexed by type - QK_Q2_K *
     {unpack_q2k, scales_q2k, 80, 82}, {unpack_q3k, scales_q3k, 108, -1}, {unpack_q4k, scales_q4k, 0, 2},
     {unpack_q5k, scales_q4k, 0, 2}, {unpack_q6k, scales_q6k, 208, -1},
 };
+/* Row i of a super-block's [block][row] scale tables (rows per table: `rows`): sc[2b], sc[2b + 1], and the
+ * int16 pair (cm[2b], cm[2b + 1]) packed for madd against (s16[2b], s16[2b + 1]). */
+static inline void qk_table_row(const qk_scales *c, int rows, int i, int32_t *sca, int32_t *scb, int32_t *cm) {
+    for (int b = 0; b < 8; b++) {
+        sca[b * rows + i] = c->sc[2 * b];
+        scb[b * rows + i] = c->sc[2 * b + 1];
+        cm[b * rows + i] = (int32_t)((uint32_t)(uint16_t)c->cm[2 * b] | (uint32_t)(uint16_t)c->cm[2 * b + 1] << 16);
+    }
+}
 #endif

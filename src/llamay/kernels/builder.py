@@ -1,0 +1,191 @@
+"""The backend boundary: a model describes its forward pass as typed ops on float32 arrays, one method per
+op; the builder checks dtype, shape and contiguity when each op is added (a wrong shape fails while the
+graph is built, never inside C), owns the quantized-activation buffers and the batch description, and
+emits the C graph (graph.py). Models never see pointers, ctypes structs or packed codes.
+
+A matmul quantizes its input once per write: the builder tracks which op last wrote each array and adds a
+quant node only when the input changed since it was last quantized, so three projections of one normed
+input share one quantization. A second backend (a GPU) implements the same methods."""
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import Batch, Graph
+from .matmul import QWeight, _ActStruct
+from .ops import ACTS, BatchMeta
+
+_F32 = np.dtype(np.float32)
+
+
+def _f32(a, name: str, shape: tuple | None = None) -> np.ndarray:
+    if not isinstance(a, np.ndarray) or a.dtype != _F32 or not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be a C-contiguous float32 array, got {getattr(a, 'dtype', type(a))}")
+    if shape is not None and a.shape != shape:
+        raise ValueError(f"{name} has shape {a.shape}, expected {shape}")
+    return a
+
+
+class _Act:
+    """A matmul input x [n, k] and its canonical Q8 form, filled by a quant node."""
+
+    def __init__(self, x: np.ndarray):
+        n, k = x.shape
+        self.x, self.version = x, -1
+        self.q = np.zeros((n, k), np.int8)
+        self.d = np.zeros((n, max(k // 32, 1)), np.float32)
+        self.s16 = np.zeros((n, max(k // 16, 1)), np.int32)
+        self.struct = s = _ActStruct()
+        s.x, s.q, s.d, s.s16, s.k = x.ctypes.data, self.q.ctypes.data, self.d.ctypes.data, self.s16.ctypes.data, k
+
+
+class BatchSlot:
+    """Where the tokens of one run live (positions, sequences, page tables); filled before each run.
+    Bidirectional attention reads a second description whose positions are each sequence's last one
+    (the attention kernel attends to every key up to the position it is given)."""
+
+    def __init__(self, n_tokens: int):
+        self.n_tokens, self.struct, self.both_ways = n_tokens, Batch(), None
+        self.pos = np.zeros(n_tokens, np.int32)  # positions, also read by rope
+        self._meta = self._ends = None
+
+    def fill(self, meta: BatchMeta):
+        if len(meta.tok_pos) != self.n_tokens:
+            raise ValueError(f"batch of {len(meta.tok_pos)} tokens for a graph of {self.n_tokens}")
+        self.pos[:] = meta.tok_pos
+        self._meta = meta  # its arrays must outlive the run
+        meta.fill(self.struct)
+        if self.both_ways is not None:
+            last = np.zeros(len(meta.page_tables), np.int32)
+            np.maximum.at(last, meta.tok_seq, meta.tok_pos)
+            self._ends = BatchMeta(last[meta.tok_seq], meta.tok_seq, meta.page_tables, meta.page_size)
+            self._ends.fill(self.both_ways)
+
+
+class Builder:
+    def __init__(self):
+        self._g = Graph()
+        self._written: dict[int, int] = {}  # id(array) -> index of the op that last wrote it
+        self._acts: dict[int, _Act] = {}
+        self._keep: list = []
+
+    def _op(self, op: str, ptrs, sizes=(), floats=(), writes=(), keep=()):
+        self._g.add(op, ptrs, sizes, floats, keep)
+        for a in writes:
+            self._written[id(a)] = len(self._g._specs)
+            self._keep.append(a)
+
+    def tensor(self, *shape: int) -> np.ndarray:
+        """A new float32 activation buffer (zeros)."""
+        return np.zeros(shape, np.float32)
+
+    def batch(self, n_tokens: int) -> BatchSlot:
+        return BatchSlot(n_tokens)
+
+    # ---- ops ----
+    def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray | None = None) -> np.ndarray:
+        """RMSNorm of every d-value row of x (d = len(w): per head when d is the head size); out may be x."""
+        _f32(x, "x"), _f32(w, "norm weight")
+        d = w.shape[0]
+        if w.ndim != 1 or x.size % d:
+            raise ValueError(f"norm weight of {w.shape} does not divide x of {x.shape}")
+        out = self.tensor(*x.shape) if out is None else _f32(out, "out", x.shape)
+        self._op("rmsnorm", (x, w, out), (x.size // d, d), (eps,), writes=(out,))
+        return out
+
+    def layernorm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """LayerNorm with bias of every d-value row of x (d = len(w)); out may be x."""
+        _f32(x, "x"), _f32(w, "norm weight"), _f32(b, "norm bias", w.shape)
+        d = w.shape[0]
+        if w.ndim != 1 or x.size % d:
+            raise ValueError(f"norm weight of {w.shape} does not divide x of {x.shape}")
+        out = self.tensor(*x.shape) if out is None else _f32(out, "out", x.shape)
+        self._op("layernorm", (x, w, b, out), (x.size // d, d), (eps,), writes=(out,))
+        return out
+
+    def matmul(self, x: np.ndarray, w: QWeight, bias: np.ndarray | None = None,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """out [n, m] = x [n, k] . w[m, k]^T (+ bias [m])."""
+        _f32(x, "x")
+        if x.ndim != 2 or x.shape[1] != w.k:
+            raise ValueError(f"x of {x.shape} for {w!r}")
+        n = x.shape[0]
+        out = self.tensor(n, w.m) if out is None else _f32(out, "out", (n, w.m))
+        act = self._acts.get(id(x))
+        if act is None:
+            act = self._acts[id(x)] = _Act(x)
+        if not w.is_float and act.version != self._written.get(id(x), 0):
+            self._op("quant", (act.struct,), (n,))
+            act.version = self._written.get(id(x), 0)
+        self._op("matmul", (w.raw, act.struct, out), (w.row_bytes, w.qtype.id, w.m, n), writes=(out,),
+                 keep=(act,))
+        if bias is not None:
+            self._op("bias", (out, _f32(bias, "bias", (w.m,))), (n, w.m), writes=(out,))
+        return out
+
+    def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
+             neox: bool) -> np.ndarray:
+        """In place on x [n, heads * head_dim], at the batch's positions."""
+        _f32(x, "x", (batch.n_tokens, heads * head_dim))
+        if n_rot % 2 or not 0 < n_rot <= min(head_dim, 1024):
+            raise ValueError(f"rope over {n_rot} of {head_dim} dims")
+        self._op("rope", (x, batch.pos), (batch.n_tokens, heads, head_dim, n_rot, int(neox)), (base,),
+                 writes=(x,), keep=(batch,))
+        return x
+
+    def kv_write(self, pool, layer: int, k: np.ndarray, v: np.ndarray, batch: BatchSlot):
+        """K and V [n, n_kv_head * head_dim] of the batch's tokens into the pool's layer, at their slots."""
+        shape = (batch.n_tokens, pool.n_kv_head * pool.head_dim)
+        _f32(k, "k", shape), _f32(v, "v", shape)
+        codes = pool.kv.codes
+        for arr, x, code in ((pool.k[layer], k, codes & 0xff), (pool.v[layer], v, codes >> 8)):
+            self._op("kv_write", (arr, x, batch.struct), (pool.n_kv_head, pool.head_dim, code), writes=(arr,),
+                     keep=(batch,))
+
+    def attention(self, q: np.ndarray, pool, layer: int, batch: BatchSlot, n_head: int, scale: float,
+                  window: int = 0, softcap: float = 0.0, causal: bool = True) -> np.ndarray:
+        """Attention of q [n, n_head * head_dim] over each token's sequence in the pool's layer: causal, or
+        (causal=False) over the whole sequence as this batch holds it; window > 0: the last `window`
+        positions only; softcap > 0: cap * tanh(score / cap)."""
+        _f32(q, "q", (batch.n_tokens, n_head * pool.head_dim))
+        if n_head % pool.n_kv_head:
+            raise ValueError(f"{n_head} heads over {pool.n_kv_head} KV heads")
+        if not causal and window:
+            raise ValueError("a sliding window needs causal attention")
+        if not causal and batch.both_ways is None:
+            batch.both_ways = Batch()
+        out = self.tensor(*q.shape)
+        self._op("attention", (q, out, pool.k[layer], pool.v[layer], batch.struct if causal else batch.both_ways),
+                 (n_head, pool.n_kv_head, pool.head_dim, window, pool.kv.codes), (scale, softcap),
+                 writes=(out,), keep=(batch, pool))
+        return out
+
+    def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
+        """gate = act(gate) * up, act 'silu' or 'gelu_tanh'."""
+        _f32(gate, "gate"), _f32(up, "up", gate.shape)
+        self._op("gated", (gate, up), (gate.size, ACTS[act]), writes=(gate,))
+        return gate
+
+    def activation(self, x: np.ndarray, act: str) -> np.ndarray:
+        """x = act(x) (a non-gated FFN)."""
+        self._op("gated", (_f32(x, "x"), None), (x.size, ACTS[act]), writes=(x,))
+        return x
+
+    def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """x += y"""
+        _f32(x, "x"), _f32(y, "y", x.shape)
+        self._op("add", (x, y), (x.size,), writes=(x,))
+        return x
+
+    def scale(self, x: np.ndarray, s: float) -> np.ndarray:
+        """x *= s"""
+        self._op("scale", (_f32(x, "x"),), (x.size,), (s,), writes=(x,))
+        return x
+
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        """x = cap * tanh(x / cap)"""
+        self._op("softcap", (_f32(x, "x"),), (x.size,), (cap,), writes=(x,))
+        return x
+
+    def run(self, nthreads: int):
+        self._g.run(nthreads)

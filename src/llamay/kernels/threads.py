@@ -1,0 +1,78 @@
+"""How many threads the kernels use: the default (physical cores) and a governor that lowers the count
+while other work holds the cores. Results never depend on the count (threads split outputs, never a
+reduction), so changing it between steps changes only the speed."""
+from __future__ import annotations
+
+import os
+import statistics
+from collections import deque
+
+from .. import env
+
+SLOW = 2.0          # a step this many times the recent median at its count starts a probe
+PROBE_EVERY = 64    # steps between probes even when nothing looks slow
+PROBE_STEPS = 6     # steps per probe, alternating the other count and the current one
+HISTORY = 5         # recent step times kept per (step size, count)
+
+
+def physical_cores() -> int:
+    """Cores this process may run on, counting hyperthread siblings once (Linux sysfs; else all CPUs)."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                cores.add(f.read().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
+
+
+def default_threads() -> int:
+    """LLAMAY_THREADS, else the physical cores."""
+    return env.threads() or physical_cores()
+
+
+class Governor:
+    """Chooses the thread count of each forward pass. It runs at `full` until a step is much slower than
+    usual (or every PROBE_EVERY steps), then probes: PROBE_STEPS steps alternating the other count
+    (full // 2 when at full, full when reduced) and the current one, interleaved so both see the same
+    machine, and keeps whichever had the lower median for that step size."""
+
+    def __init__(self, adaptive: bool | None = None):
+        self.adaptive = env.adapt_threads() if adaptive is None else adaptive
+        self.reduced = False
+        self._times: dict[tuple[int, int], deque] = {}
+        self._steps = 0
+        self._probe: list[bool] = []  # reduced-or-not of each step still to run in the probe
+        self._probed: dict[tuple[int, bool], list[float]] = {}
+
+    def pick(self, full: int) -> int:
+        if not self.adaptive or full <= 1:
+            return full
+        return self._count(full, self._probe[0] if self._probe else self.reduced)
+
+    @staticmethod
+    def _count(full: int, reduced: bool) -> int:
+        return max(1, full // 2) if reduced else full
+
+    def record(self, size: int, used: int, seconds: float, full: int):
+        """One step of `size` tokens ran with `used` threads (what pick returned) in `seconds`."""
+        if not self.adaptive or full <= 1:
+            return
+        times = self._times.setdefault((size, used), deque(maxlen=HISTORY))
+        slow = len(times) >= 3 and seconds > SLOW * statistics.median(times)
+        times.append(seconds)
+        self._steps += 1
+        if self._probe:
+            self._probed.setdefault((size, self._probe.pop(0)), []).append(seconds)
+            if not self._probe:
+                self._decide(size)
+        elif slow or self._steps % PROBE_EVERY == 0:
+            self._probe = [not self.reduced, self.reduced] * (PROBE_STEPS // 2)
+            self._probed = {}
+
+    def _decide(self, size: int):
+        now, other = self._probed.get((size, self.reduced)), self._probed.get((size, not self.reduced))
+        if now and other and statistics.median(other) < statistics.median(now):
+            self.reduced = not self.reduced

@@ -1,0 +1,158 @@
+"""The typed backend boundary (kernels/builder.py): wrong operands fail while the graph is built, a matmul
+input is quantized once per write, and the ops added with it (scale, softcap) agree with float math and
+are identical across kernel paths and thread counts."""
+import numpy as np
+import pytest
+
+from llamay.kernels import _lib
+from llamay.kernels.builder import Builder
+from llamay.kernels.graph import OPS
+from llamay.kernels.matmul import QWeight, matmul
+from llamay.kv import PagePool
+
+rng = np.random.default_rng(11)
+
+
+def q8_weight(m: int, k: int) -> QWeight:
+    raw = rng.integers(0, 256, (m, k // 32, 34), dtype=np.uint8)
+    raw[..., :2] = rng.uniform(-0.05, 0.05, (m, k // 32, 1)).astype(np.float16).view(np.uint8)
+    return QWeight(raw.reshape(-1), "Q8_0", m, k)
+
+
+def ops_of(b: Builder) -> list[str]:
+    names = {v: k for k, v in OPS.items()}
+    return [names[spec[0]] for spec in b._g._specs]
+
+
+def test_bad_operands_fail_when_the_graph_is_built():
+    b, w = Builder(), q8_weight(16, 64)
+    with pytest.raises(ValueError, match="x of"):
+        b.matmul(b.tensor(3, 32), w)
+    with pytest.raises(ValueError, match="float32"):
+        b.matmul(np.zeros((3, 64), np.float64), w)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        b.matmul(b.tensor(64, 3).T, w)
+    with pytest.raises(ValueError, match="does not divide"):
+        b.rmsnorm(b.tensor(3, 10), np.ones(4, np.float32), 1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        b.add(b.tensor(3, 4), b.tensor(4, 3))
+    pool, batch = PagePool(1, 2, 16, 2, 32), b.batch(3)
+    with pytest.raises(ValueError, match="q has shape"):
+        b.attention(b.tensor(3, 4 * 16), pool, 0, batch, 4, 0.1)
+    with pytest.raises(ValueError, match="heads over"):
+        b.attention(b.tensor(3, 3 * 32), pool, 0, batch, 3, 0.1)
+    with pytest.raises(ValueError, match="rope"):
+        b.rope(b.tensor(3, 2 * 32), batch, 2, 32, 33, 1e4, True)
+    assert b._g._specs == []  # nothing half-added
+
+
+def test_a_matmul_input_is_quantized_once_per_write():
+    b, w = Builder(), q8_weight(16, 64)
+    x, h = b.tensor(2, 64), b.tensor(2, 64)
+    norm = np.ones(64, np.float32)
+    b.rmsnorm(x, norm, 1e-6, out=h)
+    ys = [b.matmul(h, w) for _ in range(3)]
+    b.rmsnorm(x, norm, 1e-6, out=h)  # h written again: the next matmul needs a fresh quantization
+    ys.append(b.matmul(h, w))
+    assert ops_of(b) == ["rmsnorm", "quant", "matmul", "matmul", "matmul", "rmsnorm", "quant", "matmul"]
+    x[:] = rng.standard_normal(x.shape).astype(np.float32)
+    b.run(2)
+    ms = (x * x).mean(axis=1, keepdims=True)
+    assert all(np.allclose(y, matmul(x / np.sqrt(ms + 1e-6), w), rtol=1e-5, atol=1e-5) for y in ys)
+    assert all(np.array_equal(y, ys[0]) for y in ys)
+
+
+def scale_softcap(x0: np.ndarray, nthreads: int) -> np.ndarray:
+    b = Builder()
+    x = b.tensor(*x0.shape)
+    b.softcap(b.scale(x, 0.5), 30.0)
+    x[:] = x0
+    b.run(nthreads)
+    return x
+
+
+def test_scale_and_softcap_agree_with_float_math_and_across_paths():
+    x0 = (rng.standard_normal((5, 1003)) * 40).astype(np.float32)
+    x0[0, :4] = [1e6, -1e6, 0.0, -0.0]
+    results = _lib.each_path(lambda: scale_softcap(x0, 2))
+    ref = results["portable"]
+    assert all(np.array_equal(r, ref) for r in results.values()), list(results)
+    assert np.array_equal(scale_softcap(x0, 1), ref) and np.array_equal(scale_softcap(x0, 3), ref)
+    want = 30.0 * np.tanh(x0.astype(np.float64) * 0.5 / 30.0)
+    np.testing.assert_allclose(ref, want, rtol=2e-6, atol=2e-6)
+    assert ref[0, 0] == 30.0 and ref[0, 1] == -30.0 and ref[0, 2] == 0.0
+
+
+def layernorm_run(x0, w, b0, nthreads):
+    b = Builder()
+    x = b.tensor(*x0.shape)
+    b.layernorm(x, w, b0, 1e-12, out=x)
+    x[:] = x0
+    b.run(nthreads)
+    return x
+
+
+def test_layernorm_agrees_with_float64_and_across_paths_and_threads():
+    x0 = (rng.standard_normal((7, 384)) * 3 + 1).astype(np.float32)
+    w, b0 = rng.standard_normal(384).astype(np.float32), rng.standard_normal(384).astype(np.float32)
+    results = _lib.each_path(lambda: layernorm_run(x0, w, b0, 2))
+    ref = results["portable"]
+    assert all(np.array_equal(r, ref) for r in results.values())
+    assert np.array_equal(layernorm_run(x0, w, b0, 1), ref)
+    x64 = x0.astype(np.float64)
+    want = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-12) * w + b0
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
+
+
+def test_activation_is_the_gated_op_times_one():
+    x0 = (rng.standard_normal((3, 333)) * 4).astype(np.float32)
+    for act in ("silu", "gelu_tanh"):
+        def run(gated):
+            b = Builder()
+            x, ones = b.tensor(*x0.shape), np.ones(x0.shape, np.float32)
+            b.gated(x, ones, act) if gated else b.activation(x, act)
+            x[:] = x0
+            b.run(2)
+            return x
+        got = _lib.each_path(lambda: run(False))
+        assert all(np.array_equal(g, run(True)) for g in got.values()), act
+
+
+def both_ways(q0, k0, v0, lens, nthreads=2):
+    """Bidirectional attention of sequences `lens` packed in one batch, through a page pool of 1-slot pages."""
+    from llamay.kernels.ops import BatchMeta
+    from llamay.kv import kv_type
+    n, h, d = q0.shape
+    b, pool = Builder(), PagePool(1, n, 1, h, d, kv_type("f32", d))
+    batch = b.batch(n)
+    q, k, v = (b.tensor(n, h * d) for _ in range(3))
+    b.kv_write(pool, 0, k, v, batch)
+    out = b.attention(q, pool, 0, batch, h, 0.125, causal=False)
+    q[:], k[:], v[:] = (a.reshape(n, h * d) for a in (q0, k0, v0))
+    first = np.cumsum([0] + lens[:-1])
+    table = np.zeros((len(lens), max(lens)), np.int32)
+    for i, (f, m) in enumerate(zip(first, lens)):
+        table[i, :m] = np.arange(f, f + m)
+    pos = np.concatenate([np.arange(m, dtype=np.int32) for m in lens])
+    batch.fill(BatchMeta(pos, np.repeat(np.arange(len(lens), dtype=np.int32), lens), table, 1))
+    b.run(nthreads)
+    return out.reshape(n, h, d)
+
+
+def test_bidirectional_attention_sees_its_whole_sequence_and_only_it():
+    lens, h, d = [5, 3, 6], 2, 32
+    n = sum(lens)
+    q0, k0, v0 = (rng.standard_normal((n, h, d)).astype(np.float32) for _ in range(3))
+    got = both_ways(q0, k0, v0, lens)
+    lo = 0
+    for m in lens:
+        sl = slice(lo, lo + m)
+        s = np.einsum("qhd,khd->hqk", q0[sl].astype(np.float64), k0[sl].astype(np.float64)) * 0.125
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = np.einsum("hqk,khd->qhd", p / p.sum(-1, keepdims=True), v0[sl].astype(np.float64))
+        np.testing.assert_allclose(got[sl], want, rtol=1e-5, atol=1e-6)
+        alone = both_ways(q0[sl].copy(), k0[sl].copy(), v0[sl].copy(), [m], 1)
+        assert np.array_equal(alone, got[sl])
+        lo += m
+    results = _lib.each_path(lambda: both_ways(q0, k0, v0, lens))
+    assert all(np.array_equal(r, results["portable"]) for r in results.values())

@@ -1,0 +1,77 @@
+"""The thread count: the physical-core default, the governor that runs fewer threads while other work
+holds the cores, and output that is the same whichever count it picks."""
+import numpy as np
+import pytest
+
+import llamay
+from llamay.kernels import threads
+from llamay.kernels.threads import Governor
+
+
+def test_physical_cores_counts_sibling_sets(monkeypatch, tmp_path):
+    lists = {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"}  # 2 cores with 2 hyperthreads each
+    real_open = open
+
+    def fake_open(path, *a, **k):
+        if "thread_siblings_list" in str(path):
+            cpu = int(str(path).split("/cpu")[-1].split("/")[0])
+            f = tmp_path / f"s{cpu}"
+            f.write_text(lists[cpu] + "\n")
+            return real_open(f, *a, **k)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert threads.physical_cores() == 2
+
+
+def test_default_is_env_then_physical_cores(monkeypatch):
+    monkeypatch.setenv("LLAMAY_THREADS", "3")
+    assert threads.default_threads() == 3
+    monkeypatch.delenv("LLAMAY_THREADS")
+    assert threads.default_threads() == threads.physical_cores()
+
+
+def run_steps(gov: Governor, cost, n: int, full: int = 4) -> list[int]:
+    """n decode steps of one token; cost(count) -> seconds. Returns the count of each step."""
+    used = []
+    for _ in range(n):
+        c = gov.pick(full)
+        gov.record(1, c, cost(c), full)
+        used.append(c)
+    return used
+
+
+def test_governor_lowers_the_count_when_full_is_slow_and_returns_when_it_is_not():
+    gov = Governor(adaptive=True)
+    assert run_steps(gov, lambda c: 1.0 / c, 10) == [4] * 10  # quiet: full is fastest, no probe yet
+    busy = {4: 1.0, 2: 0.3}  # another process took cores: 4 threads wait on descheduled ones
+    used = run_steps(gov, busy.get, 8)
+    assert 2 in used and used[-1] == 2 and gov.reduced
+    used = run_steps(gov, lambda c: 1.0 / c, 3 * 64)  # quiet again: a periodic probe restores full
+    assert used[-1] == 4 and not gov.reduced
+
+
+def test_governor_keeps_full_when_the_probe_is_slower():
+    gov = Governor(adaptive=True)
+    costs = iter([1.0] * 5 + [5.0] + [2.0, 1.0] * 3 + [1.0] * 10)  # one slow step (a pause); 2 threads are worse
+    used = run_steps(gov, lambda c: next(costs), 22)
+    assert used[6:12] == [2, 4] * 3 and used[12:] == [4] * 10 and not gov.reduced
+
+
+def test_governor_off_or_one_thread_never_changes_the_count():
+    assert run_steps(Governor(adaptive=False), {4: 9.0, 2: 0.1}.get, 80) == [4] * 80
+    assert run_steps(Governor(adaptive=True), lambda c: 1.0, 80, full=1) == [1] * 80
+
+
+@pytest.mark.model
+def test_decode_is_identical_whatever_count_the_governor_picks(smollm_path):
+    ids = list(range(1, 9))
+    llm = llamay.load(smollm_path, threads=3, n_ctx=64)
+    llm.decoder.governor.adaptive = False
+    want = np.stack([llm.eval_last(ids[:i]) for i in range(1, len(ids) + 1)])
+    llm.reset()
+    counts = iter([3, 1, 2, 1, 3, 2, 1, 1])
+    llm.decoder.governor.pick = lambda full: next(counts)
+    got = np.stack([llm.eval_last(ids[:i]) for i in range(1, len(ids) + 1)])
+    assert np.array_equal(got, want)
