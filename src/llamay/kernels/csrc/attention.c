@@ -6,7 +6,7 @@
  *
  * n: n_head, n_kv_head, head_dim, window, k_type | v_type << 8.
  * Canonical order per (token, head): s_j = dot(q, k_j) * scale (lanes.h order), optional softcap,
- * m = max s_j, p_j = ly_exp(s_j - m) (mathfn.h), sum = sum of p_j in key order, o = sum of p_j * v_j in key order,
+ * m = max s_j, p_j = ly_att_weight(s_j - m) (exp, or 0 below LY_ATT_DROP: attention.h), sum = sum of p_j in key order, o = sum of p_j * v_j in key order,
  * then o / sum. Keys in position order whatever the page layout. */
 #include "graph.h"
 #include "attention.h"
@@ -52,7 +52,7 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     float sum = 0.0f;
     memset(o, 0, d * sizeof(float));
     FOR_KEYS(b, seq, lo, p, v_pool, kvh * vb, n_kv_head * vb, j, v, {
-        float pj = ly_exp(s[j - lo] - m);
+        float pj = ly_att_weight(s[j - lo] - m);
         sum = sum + pj;
         if (ly_avx2) ly_acc_avx2(vt, o, pj, v, d); else ly_acc_portable(vt, o, pj, v, d);
     })

@@ -1,6 +1,6 @@
 /* Attention for the G query heads that share one KV head, f16 K and V, AVX2 and AVX-512 (attention.c
  * dispatches here). Per head the float operations are exactly attention.c's canonical sequence:
- * scores by ly_dot_f16's 8 lanes and tree, times scale, optional softcap, m = max, p_j = ly_exp(s_j - m),
+ * scores by ly_dot_f16's 8 lanes and tree, times scale, optional softcap, m = max, p_j = ly_att_weight(s_j - m),
  * sum of p_j in key order, o_i = sum over keys in order of p_j * v_ji, then o_i / sum.
  * Speed comes from layout only: each key is converted once for all G heads (AVX-512: two keys per
  * register, one in each 256-bit half), exp runs 8 wide, and o is accumulated in registers one block of
@@ -20,9 +20,12 @@ LY_AVX2 static void weights(float *s, int64_t n, int64_t G, float scale, float s
             if (sj > m) m = sj;
         }
         int64_t j = 0;
-        for (; j + 8 <= n; j += 8)
-            _mm256_storeu_ps(sg + j, ly_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sg + j), _mm256_set1_ps(m))));
-        for (; j < n; j++) sg[j] = ly_exp(sg[j] - m);
+        for (; j + 8 <= n; j += 8) {
+            __m256 x = _mm256_sub_ps(_mm256_loadu_ps(sg + j), _mm256_set1_ps(m));
+            __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(LY_ATT_DROP), _CMP_NLT_UQ); /* as x < DROP is false */
+            _mm256_storeu_ps(sg + j, _mm256_and_ps(ly_exp_avx2(x), keep));
+        }
+        for (; j < n; j++) sg[j] = ly_att_weight(sg[j] - m);
         float total = 0.0f;
         for (j = 0; j < n; j++) total = total + sg[j];
         sum[g] = total;

@@ -4,13 +4,15 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <immintrin.h>
 
 /* Chunks per thread and node: a thread the OS deschedules mid-node holds back at most one small chunk,
  * the running threads take the rest. Results never depend on it (slices split outputs, never a reduction). */
 #define CHUNKS_PER_THREAD 4
-/* Polls of a node's completion before each sched_yield: short, so a waiting thread hands its core to
- * the one it waits for (on a busy machine, often the descheduled thread itself). */
-#define SPINS_BEFORE_YIELD 256
+/* Polls of a node's completion (each with a pause, ~20 us in all) before the waiting thread sleeps on a
+ * futex until the node's last chunk is done: on a busy machine the thread it waits for is often
+ * descheduled, and a sleeping waiter gives its core back instead of spending its share spinning. */
+#define SPINS_BEFORE_SLEEP 256
 
 static void run_node(const ly_node *nd, int ith, int nth) {
     switch (nd->op) {
@@ -48,23 +50,51 @@ static int64_t node_work(const ly_node *nd) {
 }
 
 typedef struct {
-    atomic_int_fast64_t claimed, done;
-    int64_t chunks;
-    char pad[64 - 3 * sizeof(int64_t)]; /* one node per cache line: threads on the next node do not slow this one */
+    atomic_int claimed, done; /* done: the futex word */
+    atomic_int sleepers;
+    int chunks;
+    char pad[64 - 4 * sizeof(int)]; /* one node per cache line: threads on the next node do not slow this one */
 } node_progress;
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static void sleep_while(atomic_int *word, int value) {
+    syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+}
+static void wake_all(atomic_int *word) { syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0); }
+#else
+static void sleep_while(atomic_int *word, int value) { (void)word; (void)value; sched_yield(); }
+static void wake_all(atomic_int *word) { (void)word; }
+#endif
+
+/* Returns when node p's chunks are all done: polls, then sleeps until the last chunk's wake. */
+static void wait_done(node_progress *p) {
+    for (int spins = 0;; spins++) {
+        int done = atomic_load_explicit(&p->done, memory_order_acquire);
+        if (done >= p->chunks) return;
+        if (spins < SPINS_BEFORE_SLEEP) { _mm_pause(); continue; }
+        atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&p->done, memory_order_seq_cst) == done) sleep_while(&p->done, done);
+        atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
+    }
+}
 
 /* Every thread claims chunks of node i from its counter until none is left, then waits until all of
  * node i's chunks are done (not until every thread arrives): a node completes when its work does. */
 static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *prog) {
     for (int64_t i = 0; i < n_nodes; i++) {
-        const int64_t n_chunks = prog[i].chunks;
-        int64_t c;
-        while ((c = atomic_fetch_add_explicit(&prog[i].claimed, 1, memory_order_relaxed)) < n_chunks) {
-            run_node(&nodes[i], (int)c, (int)n_chunks);
-            atomic_fetch_add_explicit(&prog[i].done, 1, memory_order_release);
+        node_progress *p = &prog[i];
+        int c;
+        while ((c = atomic_fetch_add_explicit(&p->claimed, 1, memory_order_relaxed)) < p->chunks) {
+            run_node(&nodes[i], c, p->chunks);
+            /* seq_cst pairs with the sleeper's increment-then-recheck: a wake is never missed */
+            if (atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst) + 1 == p->chunks
+                && atomic_load_explicit(&p->sleepers, memory_order_seq_cst))
+                wake_all(&p->done);
         }
-        for (int spins = 0; atomic_load_explicit(&prog[i].done, memory_order_acquire) < n_chunks; spins++)
-            if (spins % SPINS_BEFORE_YIELD == SPINS_BEFORE_YIELD - 1) sched_yield();
+        wait_done(p);
     }
 }
 
@@ -85,7 +115,8 @@ LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads)
         int64_t most = (int64_t)nthreads * CHUNKS_PER_THREAD, w = node_work(&nodes[i]) / MIN_CHUNK_WORK;
         atomic_init(&prog[i].claimed, 0);
         atomic_init(&prog[i].done, 0);
-        prog[i].chunks = w < 1 ? 1 : w < most ? w : most;
+        atomic_init(&prog[i].sleepers, 0);
+        prog[i].chunks = (int)(w < 1 ? 1 : w < most ? w : most);
     }
     #pragma omp parallel num_threads(nthreads)
     run_claiming(nodes, n_nodes, prog);
