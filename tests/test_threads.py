@@ -44,19 +44,29 @@ def run_steps(gov: Governor, cost, n: int, full: int = 4) -> list[int]:
 
 def test_governor_lowers_the_count_when_full_is_slow_and_returns_when_it_is_not():
     gov = Governor(adaptive=True)
-    assert run_steps(gov, lambda c: 1.0 / c, 10) == [4] * 10  # quiet: full is fastest, no probe yet
+    quiet = run_steps(gov, lambda c: 1.0 / c, 20)  # quiet: the first probe finds full fastest
+    assert quiet[:8] == [4] * 8 and quiet[8:14] == [2, 4] * 3 and quiet[14:] == [4] * 6
     busy = {4: 1.0, 2: 0.3}  # another process took cores: 4 threads wait on descheduled ones
-    used = run_steps(gov, busy.get, 8)
-    assert 2 in used and used[-1] == 2 and gov.reduced
-    used = run_steps(gov, lambda c: 1.0 / c, 3 * 64)  # quiet again: a periodic probe restores full
+    used = run_steps(gov, busy.get, 10)  # 2 slow steps, a probe of 6, then reduced
+    assert used[:2] == [4, 4] and used[2:8] == [2, 4] * 3 and used[8:] == [2, 2] and gov.reduced
+    used = run_steps(gov, lambda c: 1.0 / c, 3 * threads.PROBE_WHEN_REDUCED)  # quiet again: a probe restores full
     assert used[-1] == 4 and not gov.reduced
 
 
-def test_governor_keeps_full_when_the_probe_is_slower():
+def test_governor_ignores_a_one_off_pause_and_keeps_full_when_the_probe_is_slower():
     gov = Governor(adaptive=True)
-    costs = iter([1.0] * 5 + [5.0] + [2.0, 1.0] * 3 + [1.0] * 10)  # one slow step (a pause); 2 threads are worse
-    used = run_steps(gov, lambda c: next(costs), 22)
-    assert used[6:12] == [2, 4] * 3 and used[12:] == [4] * 10 and not gov.reduced
+    gov._steps = threads.FIRST_PROBE  # past the first probe
+    costs = iter([1.0] * 5 + [5.0] + [1.0] * 5)  # one pause: no probe
+    assert run_steps(gov, lambda c: next(costs), 11) == [4] * 11
+    costs = iter([5.0, 5.0] + [2.0, 1.0] * 3 + [1.0] * 10)  # a lasting slowdown, but 2 threads are worse
+    used = run_steps(gov, lambda c: next(costs), 18)
+    assert used[:2] == [4, 4] and used[2:8] == [2, 4] * 3 and used[8:] == [4] * 10 and not gov.reduced
+
+
+def test_governor_finds_a_machine_busy_from_the_start():
+    gov = Governor(adaptive=True)
+    used = run_steps(gov, {4: 1.0, 2: 0.3}.get, 16)  # never slower than its own median: the first probe
+    assert used[8:14] == [2, 4] * 3 and used[14:] == [2, 2] and gov.reduced
 
 
 def test_governor_off_or_one_thread_never_changes_the_count():

@@ -9,10 +9,13 @@ from collections import deque
 
 from .. import env
 
-SLOW = 2.0          # a step this many times the recent median at its count starts a probe
-PROBE_EVERY = 64    # steps between probes even when nothing looks slow
+SLOW = 2.0          # SLOW_RUN steps in a row this many times the recent median start a probe:
+SLOW_RUN = 2        #   a lasting slowdown (other work), not a one-off pause
+FIRST_PROBE = 8         # the first probe: a machine busy from the start never looks slower than usual
+PROBE_AT_FULL = 256     # steps between probes of the reduced count when nothing looks slow
+PROBE_WHEN_REDUCED = 32  # steps between probes of the full count while reduced (has the other work gone?)
 PROBE_STEPS = 6     # steps per probe, alternating the other count and the current one
-HISTORY = 5         # recent step times kept per (step size, count)
+HISTORY = 8         # recent step times kept per (step size, count)
 
 
 def physical_cores() -> int:
@@ -34,16 +37,18 @@ def default_threads() -> int:
 
 
 class Governor:
-    """Chooses the thread count of each forward pass. It runs at `full` until a step is much slower than
-    usual (or every PROBE_EVERY steps), then probes: PROBE_STEPS steps alternating the other count
-    (full // 2 when at full, full when reduced) and the current one, interleaved so both see the same
-    machine, and keeps whichever had the lower median for that step size."""
+    """Chooses the thread count of each forward pass. It runs at `full` until steps are much slower than
+    usual (or at step FIRST_PROBE, then every PROBE_AT_FULL steps; while reduced, every PROBE_WHEN_REDUCED),
+    then probes:
+    PROBE_STEPS steps alternating the other count (full // 2 when at full, full when reduced) and the
+    current one, interleaved so both see the same machine, and keeps whichever had the lower median for
+    that step size."""
 
     def __init__(self, adaptive: bool | None = None):
         self.adaptive = env.adapt_threads() if adaptive is None else adaptive
         self.reduced = False
         self._times: dict[tuple[int, int], deque] = {}
-        self._steps = 0
+        self._steps = self._slow = 0
         self._probe: list[bool] = []  # reduced-or-not of each step still to run in the probe
         self._probed: dict[tuple[int, bool], list[float]] = {}
 
@@ -62,13 +67,16 @@ class Governor:
             return
         times = self._times.setdefault((size, used), deque(maxlen=HISTORY))
         slow = len(times) >= 3 and seconds > SLOW * statistics.median(times)
+        self._slow = self._slow + 1 if slow else 0
         times.append(seconds)
         self._steps += 1
+        every = PROBE_WHEN_REDUCED if self.reduced else PROBE_AT_FULL
         if self._probe:
             self._probed.setdefault((size, self._probe.pop(0)), []).append(seconds)
             if not self._probe:
                 self._decide(size)
-        elif slow or self._steps % PROBE_EVERY == 0:
+        elif self._slow >= SLOW_RUN or self._steps % every == 0 or self._steps == FIRST_PROBE:
+            self._slow = 0
             self._probe = [not self.reduced, self.reduced] * (PROBE_STEPS // 2)
             self._probed = {}
 
