@@ -1,79 +1,118 @@
-"""llamay vs llama.cpp (llama-cpp-python) on the same GGUF file, interleaved runs, medians and ratios.
+"""llamay vs llama.cpp on the same GGUF files, interleaved runs, medians and ratios, with the machine and
+its memory-read bandwidth (decode is also shown as a share of the bandwidth limit).
 
-Method as in ../shared/fixtures/llamacpp/*/bench.json: prefill = 512 tokens from an empty context in one
-call; decode = after the prompt "Once upon a time", 128 greedy single-token steps.
-usage: python bench/compare_llamacpp.py MODEL.gguf [--threads 2] [--reps 3]"""
+llama.cpp runs as its own `llama-bench` (--llama-bench PATH: built from the llama.cpp tree inside the
+llama-cpp-python sdist) or, without it, through llama-cpp-python when installed. Method as llama-bench's:
+prefill = 512 tokens from an empty context in one call; decode = 128 single-token steps.
+usage: python bench/compare_llamacpp.py MODEL.gguf [MODEL.gguf ...] [--threads 2] [--reps 5]
+                                        [--llama-bench PATH]"""
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-import llamay
-from llamay.tools.bench import time_decode, time_prefill
+sys.path.insert(0, str(Path(__file__).parent))
+import machine  # noqa: E402
+
+import llamay  # noqa: E402
+from llamay.gguf import GGUFReader  # noqa: E402
+from llamay.tools.bench import bench_tokens, time_decode, time_prefill  # noqa: E402
+
+N_PP, N_TG = 512, 128
 
 
-def llamay_runs(path, threads):
+def llamay_runner(path, threads):
     llm = llamay.load(path, threads=threads, n_ctx=1024)
+    ids = bench_tokens(llm.n_vocab, N_PP)
     prompt = llm.tokenize("Once upon a time", parse_special=True)
-    return llm, lambda ids: time_prefill(llm, ids), lambda n: time_decode(llm, n, prompt)
+    return {"pp": lambda: N_PP / time_prefill(llm, ids), "tg": lambda: N_TG / time_decode(llm, N_TG, prompt)}
 
 
-def llamacpp_runs(path, threads):
+def llama_bench_runner(exe, path, threads):
+    """One llama-bench process per measurement (it warms up itself); tokens/s as it reports them."""
+    def run(p, n):
+        out = subprocess.run([exe, "-m", str(path), "-t", str(threads), "-p", str(p), "-n", str(n), "-r", "1",
+                              "-o", "json"], check=True, capture_output=True, text=True).stdout
+        return json.loads(out)[0]["avg_ts"]
+    return {"pp": lambda: run(N_PP, 0), "tg": lambda: run(0, N_TG)}
+
+
+def llama_cpp_python_runner(path, threads):
     from llama_cpp import Llama
-    llm = Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,
+    llm = Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,
                 verbose=False)
-    prompt = llm.tokenize(b"Once upon a time", add_bos=True, special=True)
+    ids = bench_tokens(llm.n_vocab(), N_PP)
 
-    def prefill(ids):
+    def pp():
         llm.reset()
         t = time.perf_counter()
         llm.eval(ids)
-        return time.perf_counter() - t
+        return N_PP / (time.perf_counter() - t)
 
-    def decode(n):
+    def tg():
         llm.reset()
-        llm.eval(prompt)
+        llm.eval(llm.tokenize(b"Once upon a time", add_bos=True, special=True))
         t = time.perf_counter()
-        for _ in range(n):
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            llm.eval([tok])
-        return time.perf_counter() - t
-    return llm, prefill, decode
+        for _ in range(N_TG):
+            llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+        return N_TG / (time.perf_counter() - t)
+    return {"pp": pp, "tg": tg}
+
+
+def bytes_per_token(path) -> int:
+    """Weight bytes one decode step reads: every tensor, less the embedding table when a separate output
+    matrix exists (then only one row of it is read)."""
+    r = GGUFReader(str(path))
+    total = sum(t.n_bytes for t in r.tensors.values())
+    return total - r.tensors["token_embd.weight"].n_bytes if "output.weight" in r.tensors else total
+
+
+def compare(path, threads, reps, ref):
+    ours = llamay_runner(path, threads)
+    for f in ours.values():
+        f()  # warm-up: plans built, pages touched
+    res = {(who, k): [] for who in ("ours", "ref") for k in ("pp", "tg")}
+    for _ in range(reps):
+        for k in ("pp", "tg"):
+            res["ours", k].append(ours[k]())
+            if ref:
+                res["ref", k].append(ref[k]())
+    med = {key: statistics.median(v) for key, v in res.items() if v}
+    limit = machine.read_bandwidth(threads) * 1e9 / bytes_per_token(path)
+    print(f"\n{Path(path).name}: {threads} threads, {reps} interleaved runs each, medians (tok/s)")
+    for k, label in (("pp", f"prefill {N_PP}"), ("tg", f"decode  {N_TG}")):
+        line = f"  {label}: llamay {med['ours', k]:8.1f}"
+        if ref:
+            line += f"   llama.cpp {med['ref', k]:8.1f}   ratio {med['ours', k] / med['ref', k]:.2f}x"
+        if k == "tg":
+            line += f"   bandwidth limit {limit:.0f}: llamay at {med['ours', k] / limit:.0%}"
+        print(line)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model")
+    ap.add_argument("models", nargs="+")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--llama-bench", help="path of llama.cpp's llama-bench")
     args = ap.parse_args()
-    ours_llm, ours_pp, ours_tg = llamay_runs(args.model, args.threads)
-    ids = [ours_llm.tokenizer.bos_id or 0] + ours_llm.tokenize(
-        open(__file__).read() * 8, add_special=False)[:511]
-    try:
-        _, ref_pp, ref_tg = llamacpp_runs(args.model, args.threads)
-    except ImportError:
-        ref_pp = ref_tg = None
-        print("llama-cpp-python is not installed: printing llamay alone")
-    res = {k: [] for k in ("ours_pp", "ours_tg", "ref_pp", "ref_tg")}
-    ours_pp(ids), ours_tg(8)  # warm-up
-    if ref_pp:
-        ref_pp(ids), ref_tg(8)
-    for _ in range(args.reps):
-        res["ours_pp"].append(ours_pp(ids))
-        if ref_pp:
-            res["ref_pp"].append(ref_pp(ids))
-        res["ours_tg"].append(ours_tg(128))
-        if ref_tg:
-            res["ref_tg"].append(ref_tg(128))
-    pp = {k: 512 / statistics.median(v) for k, v in res.items() if v and k.endswith("pp")}
-    tg = {k: 128 / statistics.median(v) for k, v in res.items() if v and k.endswith("tg")}
-    print(f"model {args.model}, {args.threads} threads, {args.reps} interleaved runs (medians)")
-    print(f"prefill 512: llamay {pp['ours_pp']:7.1f} tok/s" +
-          (f"   llama.cpp {pp['ref_pp']:7.1f} tok/s   ratio {pp['ours_pp'] / pp['ref_pp']:.2f}x" if ref_pp else ""))
-    print(f"decode  128: llamay {tg['ours_tg']:7.1f} tok/s" +
-          (f"   llama.cpp {tg['ref_tg']:7.1f} tok/s   ratio {tg['ours_tg'] / tg['ref_tg']:.2f}x" if ref_tg else ""))
+    print(machine.describe(args.threads))
+    for path in args.models:
+        if args.llama_bench:
+            ref = llama_bench_runner(args.llama_bench, path, args.threads)
+        else:
+            try:
+                ref = llama_cpp_python_runner(path, args.threads)
+            except ImportError:
+                print("neither --llama-bench nor llama-cpp-python: llamay alone")
+                ref = None
+        compare(path, args.threads, args.reps, ref)
+    print(f"\nafter: {machine.load()}")
 
 
 if __name__ == "__main__":

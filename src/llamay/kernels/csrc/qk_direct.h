@@ -46,9 +46,14 @@ QK_TARGET static inline __m256 add_transposed(__m256 acc, const __m256 c[8]) {
 /* 8 rows (row pointers) x one token; lanes = rows */
 QK_TARGET static inline __attribute__((always_inline)) __m256 direct_dot(int has_min, const qk_avx2_format *g, int type_size,
                                         const uint8_t *const rows[8], int64_t nsb, const int8_t *x,
-                                        const float *dx, const int32_t *s16) {
+                                        const float *dx, const int32_t *s16, const uint8_t *next,
+                                        const uint8_t *end) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
+        /* 8 rows at once are too many streams for the prefetchers: fetch the s-th share of the next
+         * group (its rows are contiguous) while super-block s of this one is read */
+        for (const uint8_t *p = next + s * 8 * type_size, *e = p + 8 * type_size; p < e && p < end; p += 64)
+            _mm_prefetch((const char *)p, _MM_HINT_T0);
         __m256i s0 = LOAD(s16 + s * 16), s1 = LOAD(s16 + s * 16 + 8); /* |s16| <= 2032: packs is exact */
         __m256i sx = _mm256_permute4x64_epi64(_mm256_packs_epi32(s0, s1), 0xd8);
         __m256 dxv = _mm256_loadu_ps(dx + s * 8), c[8];
@@ -77,8 +82,9 @@ QK_TARGET static inline __attribute__((always_inline)) void tile_direct(const qk
             const int8_t *x = a->q + t * k;
             const float *dx = a->d + t * (k / 32);
             const int32_t *s16 = a->s16 + t * (k / 16);
-            __m256 acc = f->has_min ? direct_dot(1, g, f->type_size, rows, nsb, x, dx, s16)
-                                    : direct_dot(0, g, f->type_size, rows, nsb, x, dx, s16);
+            const uint8_t *next = w + (size_t)(r + DIRECT_ROWS) * row_bytes, *end = w + (size_t)r1 * row_bytes;
+            __m256 acc = f->has_min ? direct_dot(1, g, f->type_size, rows, nsb, x, dx, s16, next, end)
+                                    : direct_dot(0, g, f->type_size, rows, nsb, x, dx, s16, next, end);
             float out[DIRECT_ROWS];
             _mm256_storeu_ps(out, acc);
             for (int i = 0; i < n_valid; i++) y[t * ldy + r + i] = out[i];
