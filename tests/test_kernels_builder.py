@@ -156,3 +156,16 @@ def test_bidirectional_attention_sees_its_whole_sequence_and_only_it():
         lo += m
     results = _lib.each_path(lambda: both_ways(q0, k0, v0, lens))
     assert all(np.array_equal(r, results["portable"]) for r in results.values())
+
+
+def test_nodes_wait_only_for_what_they_read_or_overwrite():
+    b, w = Builder(), q8_weight(16, 64)
+    x, h, norm = b.tensor(2, 64), b.tensor(2, 64), np.ones(64, np.float32)
+    b.rmsnorm(x, norm, 1e-6, out=h)  # 0
+    q = b.matmul(h, w)  # 1 quant, 2 matmul
+    k = b.matmul(h, w)  # 3: needs the quantization, not the other projection
+    b.add(q, k)  # 4: needs both projections
+    b.rmsnorm(x, norm, 1e-6, out=h)  # 5: overwrites h, so waits for everything that read it
+    b.matmul(h, w)  # 6 quant, 7 matmul
+    assert ops_of(b) == ["rmsnorm", "quant", "matmul", "matmul", "add", "rmsnorm", "quant", "matmul"]
+    assert [spec[4] for spec in b._g._specs] == [-1, 0, 1, 1, 3, 3, 5, 6]

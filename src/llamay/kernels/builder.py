@@ -64,14 +64,31 @@ class BatchSlot:
 class Builder:
     def __init__(self):
         self._g = Graph()
-        self._written: dict[int, int] = {}  # id(array) -> index of the op that last wrote it
+        self._written: dict[int, int] = {}  # buffer key -> number of the op that last wrote it (1-based)
+        self._read: dict[int, int] = {}  # buffer key -> number of the last op that read it since
         self._acts: dict[int, _Act] = {}
         self._keep: list = []
 
-    def _op(self, op: str, ptrs, sizes=(), floats=(), writes=(), keep=()):
-        self._g.add(op, ptrs, sizes, floats, keep)
-        for a in writes:
-            self._written[id(a)] = len(self._g._specs)
+    @staticmethod
+    def _key(a) -> int:
+        """The buffer an operand lives in: the array its views share (conservative: all views conflict)."""
+        while isinstance(a, np.ndarray) and a.base is not None and isinstance(a.base, np.ndarray):
+            a = a.base
+        return id(a)
+
+    def _op(self, op: str, ptrs, sizes=(), floats=(), writes=(), keep=(), reads=None):
+        """Add a node; it waits for the latest earlier node that wrote what it reads or writes, or read what
+        it writes. reads: its inputs (default: every array among ptrs that it does not write)."""
+        if reads is None:
+            reads = [p for p in ptrs if isinstance(p, np.ndarray) and all(p is not w for w in writes)]
+        r, w = [self._key(a) for a in reads], [self._key(a) for a in writes]
+        after = max([self._written.get(k, 0) for k in r + w] + [self._read.get(k, 0) for k in w]) - 1
+        self._g.add(op, ptrs, sizes, floats, keep, after=after)
+        n = len(self._g._specs)
+        for k in r:
+            self._read[k] = n
+        for k, a in zip(w, writes):
+            self._written[k], self._read[k] = n, 0
             self._keep.append(a)
 
     def tensor(self, *shape: int) -> np.ndarray:
@@ -114,13 +131,13 @@ class Builder:
         act = self._acts.get(id(x))
         if act is None:
             act = self._acts[id(x)] = _Act(x)
-        if not w.is_float and act.version != self._written.get(id(x), 0):
-            self._op("quant", (act.struct,), (n,))
-            act.version = self._written.get(id(x), 0)
+        if not w.is_float and act.version != self._written.get(self._key(x), 0):
+            self._op("quant", (act.struct,), (n,), reads=(x,), writes=(act,))
+            act.version = self._written.get(self._key(x), 0)
         self._op("matmul", (w.raw, act.struct, out), (w.row_bytes, w.qtype.id, w.m, n), writes=(out,),
-                 keep=(act,))
+                 keep=(act,), reads=(x, act))
         if bias is not None:
-            self._op("bias", (out, _f32(bias, "bias", (w.m,))), (n, w.m), writes=(out,))
+            self._op("bias", (out, _f32(bias, "bias", (w.m,))), (n, w.m), writes=(out,), reads=(out,))
         return out
 
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
@@ -130,7 +147,7 @@ class Builder:
         if n_rot % 2 or not 0 < n_rot <= min(head_dim, 1024):
             raise ValueError(f"rope over {n_rot} of {head_dim} dims")
         self._op("rope", (x, batch.pos), (batch.n_tokens, heads, head_dim, n_rot, int(neox)), (base,),
-                 writes=(x,), keep=(batch,))
+                 writes=(x,), keep=(batch,), reads=(x,))
         return x
 
     def kv_write(self, pool, layer: int, k: np.ndarray, v: np.ndarray, batch: BatchSlot):
@@ -140,7 +157,7 @@ class Builder:
         codes = pool.kv.codes
         for arr, x, code in ((pool.k[layer], k, codes & 0xff), (pool.v[layer], v, codes >> 8)):
             self._op("kv_write", (arr, x, batch.struct), (pool.n_kv_head, pool.head_dim, code), writes=(arr,),
-                     keep=(batch,))
+                     keep=(batch,), reads=(x,))
 
     def attention(self, q: np.ndarray, pool, layer: int, batch: BatchSlot, n_head: int, scale: float,
                   window: int = 0, softcap: float = 0.0, causal: bool = True) -> np.ndarray:
@@ -157,34 +174,34 @@ class Builder:
         out = self.tensor(*q.shape)
         self._op("attention", (q, out, pool.k[layer], pool.v[layer], batch.struct if causal else batch.both_ways),
                  (n_head, pool.n_kv_head, pool.head_dim, window, pool.kv.codes), (scale, softcap),
-                 writes=(out,), keep=(batch, pool))
+                 writes=(out,), keep=(batch, pool), reads=(q, pool.k[layer], pool.v[layer]))
         return out
 
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
         """gate = act(gate) * up, act 'silu' or 'gelu_tanh'."""
         _f32(gate, "gate"), _f32(up, "up", gate.shape)
-        self._op("gated", (gate, up), (gate.size, ACTS[act]), writes=(gate,))
+        self._op("gated", (gate, up), (gate.size, ACTS[act]), writes=(gate,), reads=(gate, up))
         return gate
 
     def activation(self, x: np.ndarray, act: str) -> np.ndarray:
         """x = act(x) (a non-gated FFN)."""
-        self._op("gated", (_f32(x, "x"), None), (x.size, ACTS[act]), writes=(x,))
+        self._op("gated", (_f32(x, "x"), None), (x.size, ACTS[act]), writes=(x,), reads=(x,))
         return x
 
     def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """x += y"""
         _f32(x, "x"), _f32(y, "y", x.shape)
-        self._op("add", (x, y), (x.size,), writes=(x,))
+        self._op("add", (x, y), (x.size,), writes=(x,), reads=(x, y))
         return x
 
     def scale(self, x: np.ndarray, s: float) -> np.ndarray:
         """x *= s"""
-        self._op("scale", (_f32(x, "x"),), (x.size,), (s,), writes=(x,))
+        self._op("scale", (_f32(x, "x"),), (x.size,), (s,), writes=(x,), reads=(x,))
         return x
 
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
         """x = cap * tanh(x / cap)"""
-        self._op("softcap", (_f32(x, "x"),), (x.size,), (cap,), writes=(x,))
+        self._op("softcap", (_f32(x, "x"),), (x.size,), (cap,), writes=(x,), reads=(x,))
         return x
 
     def run(self, nthreads: int):

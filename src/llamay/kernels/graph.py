@@ -13,7 +13,7 @@ OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attenti
 
 
 class Node(ctypes.Structure):
-    _fields_ = [("op", I64), ("p", P * 5), ("n", I64 * 5), ("f", ctypes.c_float * 2)]
+    _fields_ = [("op", I64), ("p", P * 5), ("n", I64 * 5), ("f", ctypes.c_float * 2), ("after", I64)]
 
 
 class Batch(ctypes.Structure):
@@ -40,17 +40,19 @@ class Graph:
         self._keep: list = []  # everything a node points at
         self._nodes = None
 
-    def add(self, op: str, ptrs=(), sizes=(), floats=(), keep=()):
-        """ptrs: up to 5 arrays or ctypes objects; keep: more objects that must outlive the graph."""
+    def add(self, op: str, ptrs=(), sizes=(), floats=(), keep=(), after: int | None = None):
+        """ptrs: up to 5 arrays or ctypes objects; keep: more objects that must outlive the graph; after:
+        the latest earlier node this one depends on (-1: none; None: the one before it)."""
         self._keep.extend(ptrs)
         self._keep.extend(keep)
-        self._specs.append((OPS[op], [addr(p) for p in ptrs], list(sizes), list(floats)))
+        after = len(self._specs) - 1 if after is None else after
+        self._specs.append((OPS[op], [addr(p) for p in ptrs], list(sizes), list(floats), after))
         self._nodes = None
 
     def _build(self):
         nodes = (Node * len(self._specs))()
-        for node, (op, ptrs, sizes, floats) in zip(nodes, self._specs):
-            node.op = op
+        for node, (op, ptrs, sizes, floats, after) in zip(nodes, self._specs):
+            node.op, node.after = op, after
             node.p[:len(ptrs)], node.n[:len(sizes)], node.f[:len(floats)] = ptrs, sizes, floats
         self._nodes = nodes
 

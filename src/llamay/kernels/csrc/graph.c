@@ -81,10 +81,16 @@ static void wait_done(node_progress *p) {
     }
 }
 
-/* Every thread claims chunks of node i from its counter until none is left, then waits until all of
- * node i's chunks are done (not until every thread arrives): a node completes when its work does. */
+/* Every thread claims chunks of node i from its counter until none is left. Before node i it makes sure
+ * that every node up to nodes[i].after is complete (`verified`: all nodes up to it are), so a node that
+ * does not depend on the one before starts while that one's last chunks still run. A thread waits only
+ * on nodes whose chunks are all claimed (it passed them), and a claimed chunk runs to its end: no
+ * deadlock. The region's closing barrier completes the graph. */
 static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *prog) {
+    int64_t verified = -1;
     for (int64_t i = 0; i < n_nodes; i++) {
+        int64_t need = nodes[i].after < i ? nodes[i].after : i - 1;
+        while (verified < need) wait_done(&prog[++verified]);
         node_progress *p = &prog[i];
         int c;
         while ((c = atomic_fetch_add_explicit(&p->claimed, 1, memory_order_relaxed)) < p->chunks) {
@@ -94,11 +100,10 @@ static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *p
                 && atomic_load_explicit(&p->sleepers, memory_order_seq_cst))
                 wake_all(&p->done);
         }
-        wait_done(p);
     }
 }
 
-/* Runs nodes in order; a node starts only when the previous one's work is complete. Returns the index of
+/* Runs nodes in order; a node starts only when the work it depends on (`after`) is complete. Returns the index of
  * the first node with an unknown op, or -1 when all are known (checked before running); -2 when the
  * progress counters cannot be allocated. */
 LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads) {

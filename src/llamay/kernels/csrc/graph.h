@@ -33,11 +33,14 @@ typedef struct {
  * SCALE     p: x (x *= s)         n: count                  f: s
  * SOFTCAP   p: x (cap tanh(x / cap))  n: count              f: cap
  * LAYERNORM p: x, w, b, y         n: rows, d                f: eps */
+/* after: the latest earlier node whose work this one reads or overwrites; a thread starts it once every
+ * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
     int64_t op;
     void *p[5];
     int64_t n[5];
     float f[2];
+    int64_t after;
 } ly_node;
 
 /* [lo, hi) of n items for thread ith of nth, contiguous. */
