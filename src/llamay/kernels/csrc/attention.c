@@ -59,10 +59,11 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     for (int64_t i = 0; i < d; i++) o[i] = o[i] / sum;
 }
 
-/* The G query heads sharing KV head kvh, f16 K and V: key pointers gathered in position order, then the
- * grouped kernel of the path (attention_f16.c), which follows attend_one's sequence per head. */
-static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, float *s, const uint16_t **kp,
-                             const uint16_t **vp) {
+/* Query heads g0 .. g0 + gs - 1 of the G sharing KV head kvh, f16 K and V: key pointers gathered in
+ * position order, then the grouped kernel of the path (attention_f16.c), which follows attend_one's
+ * sequence per head (so a head's result does not depend on gs). */
+static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, int64_t g0, int64_t gs, float *s,
+                             const uint16_t **kp, const uint16_t **vp) {
     const ly_batch *b = nd->p[4];
     const uint8_t *k_pool = nd->p[2], *v_pool = nd->p[3];
     int64_t n_head = nd->n[0], n_kv_head = nd->n[1], d = nd->n[2], window = nd->n[3];
@@ -71,13 +72,16 @@ static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, float *s
     if (lo < 0) lo = 0;
     FOR_KEYS(b, seq, lo, p, k_pool, kvh * hb, n_kv_head * hb, j, k, { kp[j - lo] = (const uint16_t *)k; })
     FOR_KEYS(b, seq, lo, p, v_pool, kvh * hb, n_kv_head * hb, j, v, { vp[j - lo] = (const uint16_t *)v; })
-    ly_att at = {(const float *)nd->p[0] + (t * n_head + kvh * G) * d, (float *)nd->p[1] + (t * n_head + kvh * G) * d,
-                 kp, vp, p - lo + 1, d, G, nd->f[0], nd->f[1]};
+    int64_t h0 = t * n_head + kvh * G + g0;
+    ly_att at = {(const float *)nd->p[0] + h0 * d, (float *)nd->p[1] + h0 * d, kp, vp, p - lo + 1, d, gs,
+                 nd->f[0], nd->f[1]};
     if (ly_avx512) ly_attend_group_f16_avx512(&at, s);
     else ly_attend_group_f16_avx2(&at, s);
 }
 
-/* Shares: (token, head) pairs (or (token, KV head) groups) dealt round-robin, so causal prefill work is balanced across threads. */
+/* Shares: (token, head) pairs (or (token, KV head) groups) dealt round-robin, so causal prefill work is
+ * balanced across threads. With fewer groups than chunks (decode), each head of a group is its own share:
+ * the K/V rows are then read once per head, but every thread has work. */
 void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     const ly_batch *b = nd->p[4];
     int64_t n_head = nd->n[0], max_pos = 0;
@@ -86,8 +90,9 @@ void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     float *s = malloc((size_t)(max_pos + 1) * (size_t)G * sizeof(float));
     if (ly_avx2 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 16 == 0 && G <= LY_MAX_GROUP) {
         const uint16_t **kp = malloc((size_t)(max_pos + 1) * 2 * sizeof *kp), **vp = kp + max_pos + 1;
-        for (int64_t w = ith; w < b->n_tokens * n_kv_head; w += nth)
-            attend_group_f16(nd, w / n_kv_head, w % n_kv_head, s, kp, vp);
+        int64_t groups = b->n_tokens * n_kv_head, gs = groups < nth ? 1 : G, per = G / gs;
+        for (int64_t w = ith; w < groups * per; w += nth)
+            attend_group_f16(nd, w / per / n_kv_head, w / per % n_kv_head, w % per * gs, gs, s, kp, vp);
         free(kp);
     } else {
         for (int64_t w = ith; w < b->n_tokens * n_head; w += nth) attend_one(nd, w / n_head, w % n_head, s);
