@@ -2,7 +2,8 @@
 
 Decode (n=1): every layer's tensor of a kind in turn (weights stream from memory as in a real token),
 reported as GB/s of weight bytes read. Prefill (n=512): one tensor per kind, reported as GOP/s (2*n*m*k).
-Usage: python bench/matmul.py [--threads N] [--path auto|portable] [--model smollm|gemma] [--quick]"""
+Usage: python bench/matmul.py [--threads N] [--paths avx2,avx512] [--model smollm|gemma] [--quick]
+Each row is measured under every path given, in turn, so the paths are compared in one run."""
 import argparse
 import collections
 import os
@@ -56,37 +57,54 @@ def prefill_row(w, n: int, threads: int, reps: int) -> tuple[float, float]:
     return sec, 2.0 * n * w.m * w.k / sec / 1e9
 
 
-def bench_model(label: str, path: Path, threads: int, quick: bool):
+def bench_model(label: str, path: Path, threads: int, quick: bool, paths: list[str]):
+    """One row per tensor kind; each row measured under every path in turn (interleaved), side by side."""
     groups = kinds(GGUFReader(path))
     load = os.getloadavg()[0]
-    print(f"\n{label}: {path.name}  ({_lib.current()}, {threads} threads, "
-          f"load average {load:.1f}{': other processes share the cores' if load > 1.5 else ''})")
-    print(f"{'tensor':<18}{'type':<6}{'k':>6}{'m':>8}{'#':>4} | {'decode ms':>9}{'GB/s':>7} | "
-          f"{'prefill512 ms':>13}{'GOP/s':>7}")
-    total_dec = total_bytes = 0.0
+    print(f"\n{label}: {path.name}  ({threads} threads, load average {load:.1f}"
+          f"{': other processes share the cores' if load > 1.5 else ''})")
+    cols = "".join(f"{p + ' GB/s':>13}" for p in paths) + " |" + "".join(f"{p + ' GOP/s':>14}" for p in paths)
+    print(f"{'tensor':<18}{'type':<6}{'k':>6}{'m':>8}{'#':>4} | decode{cols} (prefill 512)")
+    total = {p: 0.0 for p in paths}
+    total_bytes = 0.0
     for (kind, tname, k, m), ws in groups.items():
-        dsec, gbs = decode_row(ws, threads, 3 if quick else 10)
-        total_dec += dsec
+        dec, pre = {}, {}
+        for p in paths:
+            with _lib.using(p):
+                dsec, dec[p] = decode_row(ws, threads, 3 if quick else 10)
+                total[p] += dsec
+                pre[p] = prefill_row(ws[0], 512, threads, 1 if quick else 3)[1]
         total_bytes += sum(w.raw.size for w in ws)
-        psec, gops = prefill_row(ws[0], 512, threads, 1 if quick else 3)
-        print(f"{kind:<18}{tname:<6}{k:>6}{m:>8}{len(ws):>4} | {dsec * 1e3:>9.3f}{gbs:>7.1f} | "
-              f"{psec * 1e3:>13.1f}{gops:>7.1f}")
-    print(f"all matmuls of one decoded token: {total_dec * 1e3:.2f} ms, {total_bytes / 1e6:.1f} MB, "
-          f"{total_bytes / total_dec / 1e9:.1f} GB/s ({1 / total_dec:.0f} tok/s bound)")
+        print(f"{kind:<18}{tname:<6}{k:>6}{m:>8}{len(ws):>4} |       " + "".join(f"{dec[p]:>13.1f}" for p in paths)
+              + " |" + "".join(f"{pre[p]:>14.1f}" for p in paths))
+    for p in paths:
+        print(f"{p}: all matmuls of one decoded token {total[p] * 1e3:.2f} ms, {total_bytes / 1e6:.1f} MB, "
+              f"{total_bytes / total[p] / 1e9:.1f} GB/s ({1 / total[p]:.0f} tok/s bound)")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--path", choices=("auto", "portable"), default="auto")
+    p.add_argument("--paths", default=",".join(_lib.available()[1:] or _lib.available()),
+                   help="kernel paths to compare, comma-separated (default: every SIMD path this CPU runs)")
     p.add_argument("--model", choices=("smollm", "gemma", "both"), default="both")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = p.parse_args()
-    _lib.set_path(args.path == "portable")
+    paths = [x for x in args.paths.split(",") if x]
+    for x in paths:
+        if x not in _lib.available():
+            raise SystemExit(f"this CPU has no {x} path (it runs: {', '.join(_lib.available())})")
+    print(f"machine: {_machine()}")
     if args.model in ("smollm", "both"):
-        bench_model("SmolLM2-135M Q4_1", smollm_file(), args.threads, args.quick)
+        bench_model("SmolLM2-135M Q4_1", smollm_file(), args.threads, args.quick, paths)
     if args.model in ("gemma", "both"):
-        bench_model("Gemma 3 270M Q4_K_M", gemma_file(), args.threads, args.quick)
+        bench_model("Gemma 3 270M Q4_K_M", gemma_file(), args.threads, args.quick, paths)
+
+
+def _machine() -> str:
+    sys.path.insert(0, str(Path(__file__).parent))
+    import machine
+    return machine.cpu()
 
 
 if __name__ == "__main__":

@@ -207,66 +207,9 @@ LY_INLINE void kernel(q_fmt f, const group_ctx *c, int64_t t, int NT) {
     }
 }
 
-/* Q8_0, one token (decode): rows one after another, so the weights are read as a single sequential
- * stream. Eight blocks' exact int32 sums are reduced together (hadd), their float terms (dw * dx) * isum
- * computed as a vector, then added to the row's accumulator one by one in block order: q32.h's sequence. */
-LY_INLINE int32_t hsum8_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-LY_INLINE __m256i block_dot_q8(const uint8_t *blk, const int8_t *x) {
-    __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2)), xv = _mm256_loadu_si256((const __m256i *)x);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)),
-                             _mm256_set1_epi16(1));
-}
-
-LY_AVX2 static void decode_q8_0(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
-                                int64_t t, float *y) {
-    const int64_t nb = a->k / 32;
-    const int8_t *xq = a->q + t * a->k;
-    const float *xd = a->d + t * nb;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = w + r * row_bytes;
-        float acc = 0.0f;
-        int64_t b = 0;
-        for (; b + 8 <= nb; b += 8) {
-            __m256i s[8];
-            uint16_t h[8];
-            for (int i = 0; i < 8; i++) {
-                s[i] = block_dot_q8(row + (b + i) * 34, xq + (b + i) * 32);
-                memcpy(&h[i], row + (b + i) * 34, 2);
-            }
-            __m256i h01 = _mm256_hadd_epi32(s[0], s[1]), h23 = _mm256_hadd_epi32(s[2], s[3]);
-            __m256i h45 = _mm256_hadd_epi32(s[4], s[5]), h67 = _mm256_hadd_epi32(s[6], s[7]);
-            __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
-            __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
-                                            _mm256_permute2x128_si256(h0123, h4567, 0x31)); /* blocks b..b+7 */
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-            __m256 v = _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(xd + b)), _mm256_cvtepi32_ps(isum));
-            float vv[8];
-            _mm256_storeu_ps(vv, v);
-            for (int i = 0; i < 8; i++) acc = acc + vv[i];
-        }
-        for (; b < nb; b++) {
-            uint16_t h;
-            memcpy(&h, row + b * 34, 2);
-            int32_t isum = hsum8_epi32(block_dot_q8(row + b * 34, xq + b * 32));
-            acc = acc + (ly_f16_to_f32(h) * xd[b]) * (float)isum;
-        }
-        y[r] = acc;
-    }
-}
-
 LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
     int64_t nb = a->k / 32, nt = t1 - t0;
-    if (f.type == LY_Q8_0 && nt == 1) {
-        decode_q8_0(w, row_bytes, r0, r1, a, t0, y + t0 * ldy);
-        return;
-    }
     char *mem = aligned_alloc(32, nb * (8 * 32 + 16 * sizeof(float)) + nt * nb * 8 + 32);
     group_ctx c = {.a = a, .nb = nb, .t0 = t0, .ldy = ldy};
     c.g = (group_buf){(__m256i *)mem, (float *)(mem + nb * 256), (float *)(mem + nb * 256) + nb * 8};
