@@ -160,3 +160,45 @@ def test_gated_act_paths_and_threads_identical(act):
     assert np.array_equal(portable, avx2)
     assert np.array_equal(ops.gated_act(g.copy(), u, act, 2), avx2)
     assert np.isfinite(avx2).all()
+
+
+def test_attention_keys_far_below_the_maximum_get_weight_zero_in_every_path():
+    """Scores spread over hundreds: keys more than 40 below the maximum are dropped (csrc/attention.h
+    LY_ATT_DROP) identically in the portable, AVX2 and AVX-512 kernels, and what they would have added is
+    below float32 resolution (the float64 reference keeps them)."""
+    n_ctx, n_head, kvh, d, ps = 24, 4, 1, 64, 8
+    k = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
+    v = (rng.standard_normal((n_ctx, kvh, d)) * 1e-3).astype(np.float16)  # small values: subnormal products
+    q = (rng.standard_normal((n_ctx, n_head, d)) * 30).astype(np.float32)
+    kp, table = _paged(k, ps, np.arange(3))
+    vp, _ = _paged(v, ps, np.arange(3))
+    pos = np.arange(n_ctx, dtype=np.int32)
+    meta = ops.BatchMeta(pos, np.zeros(n_ctx, np.int32), table, ps)
+    scores = np.einsum("thd,jd->thj", q.astype(np.float64), k[:, 0].astype(np.float64)) * 0.125
+    causal = np.tril(np.ones((n_ctx, n_ctx), bool))[:, None, :]
+    gap = np.where(causal, scores.max(-1, keepdims=True) - scores, 0)
+    assert (gap > 40).sum() > n_ctx * n_head  # the drop is exercised, many times
+    portable, best = both_paths(lambda: ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 2))
+    assert np.array_equal(ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 1), best)
+    np.testing.assert_allclose(best, ref.attention(q, k, v, pos, 0.125), rtol=1e-5, atol=1e-9)
+
+
+def test_a_dropped_key_contributes_exactly_nothing():
+    """Key 0 scores 60 below the others and is the only one with a nonzero value in dim 0: every path
+    drops it, so dim 0 of the output is exactly 0 (exp(-60) would leave about 1e-26 there)."""
+    n_ctx, d, ps = 6, 32, 8
+    u = np.ones(d, np.float32) / np.sqrt(d)
+    k = np.tile(u * 15.0, (n_ctx, 1, 1)).astype(np.float16)
+    k[0, 0] = -u * 15.0  # score -15 * 16 * 0.125 * 2 = -60 relative to the others
+    v = np.zeros((n_ctx, 1, d), np.float16)
+    v[0, 0, 0], v[1:, 0, 1] = 1.0, 1.0
+    q = np.tile(u * 16.0, (n_ctx, 2, 1)).astype(np.float32)
+    kp, table = _paged(k, ps, np.arange(1))
+    vp, _ = _paged(v, ps, np.arange(1))
+    pos = np.arange(n_ctx, dtype=np.int32)
+    meta = ops.BatchMeta(pos, np.zeros(n_ctx, np.int32), table, ps)
+    want = ref.attention(q, k, v, pos, 0.125)  # numpy: exp, no drop
+    assert 0 < want[1:, :, 0].min() < 1e-20
+    portable, best = both_paths(lambda: ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 2))
+    assert (best[1:, :, 0] == 0).all() and (best[0, :, 0] == 1).all()
+    np.testing.assert_allclose(best[:, :, 1:], want[:, :, 1:], rtol=1e-6, atol=1e-7)

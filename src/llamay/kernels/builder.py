@@ -66,8 +66,7 @@ class Builder:
         self._g = Graph()
         self._written: dict[int, int] = {}  # buffer key -> number of the op that last wrote it (1-based)
         self._read: dict[int, int] = {}  # buffer key -> number of the last op that read it since
-        self._acts: dict[int, _Act] = {}
-        self._keep: list = []
+        self._acts: dict[int, _Act] = {}  # holds each input (and so its id) for the builder's life
 
     @staticmethod
     def _key(a) -> int:
@@ -87,9 +86,8 @@ class Builder:
         n = len(self._g._specs)
         for k in r:
             self._read[k] = n
-        for k, a in zip(w, writes):
+        for k in w:
             self._written[k], self._read[k] = n, 0
-            self._keep.append(a)
 
     def tensor(self, *shape: int) -> np.ndarray:
         """A new float32 activation buffer (zeros)."""

@@ -33,10 +33,6 @@ class Decoder:
         s = self.spec
         return PagePool(s.n_layer, n_pages, page_size, s.n_head_kv, s.head_dim, kv_type(kv, s.head_dim))
 
-    def drop_plans(self):
-        """Forget every built graph (and the pools they point at)."""
-        self._plans.clear()
-
     def _cached(self, key, make):
         if key not in self._plans:
             self._plans[key] = make()

@@ -80,8 +80,8 @@ static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, int64_t 
 }
 
 /* Shares: (token, head) pairs (or (token, KV head) groups) dealt round-robin, so causal prefill work is
- * balanced across threads. With fewer groups than chunks (decode), each head of a group is its own share:
- * the K/V rows are then read once per head, but every thread has work. */
+ * balanced across threads. With fewer groups than threads (decode), a group's heads are split into the
+ * fewest subgroups that give every thread one: each subgroup reads the K/V rows again, so no finer. */
 void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     const ly_batch *b = nd->p[4];
     int64_t n_head = nd->n[0], max_pos = 0;
@@ -90,7 +90,10 @@ void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     float *s = malloc((size_t)(max_pos + 1) * (size_t)G * sizeof(float));
     if (ly_avx2 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 16 == 0 && G <= LY_MAX_GROUP) {
         const uint16_t **kp = malloc((size_t)(max_pos + 1) * 2 * sizeof *kp), **vp = kp + max_pos + 1;
-        int64_t groups = b->n_tokens * n_kv_head, gs = groups < nth ? 1 : G, per = G / gs;
+        int64_t groups = b->n_tokens * n_kv_head, threads = nth / LY_CHUNKS_PER_THREAD, per = 1;
+        while (groups * per < threads && per < G) per++;
+        while (G % per) per++; /* subgroups of equal size */
+        int64_t gs = G / per;
         for (int64_t w = ith; w < groups * per; w += nth)
             attend_group_f16(nd, w / per / n_kv_head, w / per % n_kv_head, w % per * gs, gs, s, kp, vp);
         free(kp);

@@ -6,9 +6,6 @@
 #include <stdlib.h>
 #include <immintrin.h>
 
-/* Chunks per thread and node: a thread the OS deschedules mid-node holds back at most one small chunk,
- * the running threads take the rest. Results never depend on it (slices split outputs, never a reduction). */
-#define CHUNKS_PER_THREAD 4
 /* Polls of a node's completion (each with a pause, ~20 us in all) before the waiting thread sleeps on a
  * futex until the node's last chunk is done: on a busy machine the thread it waits for is often
  * descheduled, and a sleeping waiter gives its core back instead of spending its share spinning. */
@@ -117,7 +114,7 @@ LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads)
     node_progress *prog = aligned_alloc(64, (size_t)n_nodes * sizeof *prog);
     if (!prog) return -2;
     for (int64_t i = 0; i < n_nodes; i++) {
-        int64_t most = (int64_t)nthreads * CHUNKS_PER_THREAD, w = node_work(&nodes[i]) / MIN_CHUNK_WORK;
+        int64_t most = (int64_t)nthreads * LY_CHUNKS_PER_THREAD, w = node_work(&nodes[i]) / MIN_CHUNK_WORK;
         atomic_init(&prog[i].claimed, 0);
         atomic_init(&prog[i].done, 0);
         atomic_init(&prog[i].sleepers, 0);

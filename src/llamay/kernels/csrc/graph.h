@@ -11,6 +11,11 @@ enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_
        LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_BIAS = 9, LY_OP_SCALE = 10,
        LY_OP_SOFTCAP = 11, LY_OP_LAYERNORM = 12, LY_OP_LAST = LY_OP_LAYERNORM };
 
+/* Chunks per thread of a node that is worth splitting (attention always is): a thread the OS deschedules
+ * mid-node holds back at most one small chunk, the running threads take the rest. Results never depend
+ * on it (slices split outputs, never a reduction). */
+#define LY_CHUNKS_PER_THREAD 4
+
 /* Where each token of a batch lives; shared by every attention and KV-write node of a pass. */
 typedef struct {
     const int32_t *tok_pos;     /* [n_tokens] */
