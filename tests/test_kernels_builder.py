@@ -54,12 +54,56 @@ def test_a_matmul_input_is_quantized_once_per_write():
     ys = [b.matmul(h, w) for _ in range(3)]
     b.rmsnorm(x, norm, 1e-6, out=h)  # h written again: the next matmul needs a fresh quantization
     ys.append(b.matmul(h, w))
-    assert ops_of(b) == ["rmsnorm", "quant", "matmul", "matmul", "matmul", "rmsnorm", "quant", "matmul"]
+    # the norm that wrote h quantizes it (no quant node); the second write needs (and gets) a fresh one
+    assert ops_of(b) == ["rmsnorm", "matmul", "matmul", "matmul", "rmsnorm", "matmul"]
     x[:] = rng.standard_normal(x.shape).astype(np.float32)
     b.run(2)
     ms = (x * x).mean(axis=1, keepdims=True)
     assert all(np.allclose(y, matmul(x / np.sqrt(ms + 1e-6), w), rtol=1e-5, atol=1e-5) for y in ys)
     assert all(np.array_equal(y, ys[0]) for y in ys)
+
+
+WEIGHTS = [q8_weight(96, 64), q8_weight(96, 64), q8_weight(64, 96)]
+BIAS = rng.standard_normal(96).astype(np.float32)
+
+
+def block(x0: np.ndarray, fused: bool, nthreads: int):
+    """Twice over one residual stream: norm -> two matmuls (one with bias) -> gated -> matmul -> add.
+    fused=False keeps every step its own node: an unrelated node after the norm and after the gated op
+    (so each quantization is a quant node), the bias and the residual as add nodes."""
+    b, (w1, w2, w3) = Builder(), WEIGHTS
+    x, h, spare = b.tensor(*x0.shape), b.tensor(*x0.shape), b.tensor(1, 8)
+    bias = np.broadcast_to(BIAS, (x0.shape[0], 96)).copy()
+    for _ in range(2):
+        b.rmsnorm(x, np.ones(64, np.float32), 1e-6, out=h)
+        if fused:
+            g = b.matmul(h, w1, bias=BIAS)
+        else:
+            b.scale(spare, 1.0)
+            g = b.add(b.matmul(h, w1), bias)
+        b.gated(g, b.matmul(h, w2), "silu")
+        if fused:
+            b.matmul(g, w3, residual=x)
+        else:
+            b.scale(spare, 1.0)
+            b.add(x, b.matmul(g, w3))
+    x[:] = x0
+    b.run(nthreads)
+    return x, ops_of(b)
+
+
+def test_fused_nodes_give_the_bits_of_separate_ones():
+    x0 = rng.standard_normal((5, 64)).astype(np.float32)
+    ref, ref_ops = block(x0, False, 1)
+    assert ref_ops.count("quant") == 4 and ref_ops.count("add") == 4, ref_ops
+    for path in _lib.available():
+        with _lib.using(path):
+            for t in (1, 2, 3):
+                got, ops = block(x0, True, t)
+                assert ops == ["rmsnorm", "matmul", "matmul", "gated", "matmul"] * 2, ops
+                assert np.array_equal(got, ref), (path, t)
+    want, _ = block(x0, False, 2)
+    assert np.array_equal(want, ref)
 
 
 def scale_softcap(x0: np.ndarray, nthreads: int) -> np.ndarray:
@@ -161,11 +205,14 @@ def test_bidirectional_attention_sees_its_whole_sequence_and_only_it():
 def test_nodes_wait_only_for_what_they_read_or_overwrite():
     b, w = Builder(), q8_weight(16, 64)
     x, h, norm = b.tensor(2, 64), b.tensor(2, 64), np.ones(64, np.float32)
-    b.rmsnorm(x, norm, 1e-6, out=h)  # 0
-    q = b.matmul(h, w)  # 1 quant, 2 matmul
-    k = b.matmul(h, w)  # 3: needs the quantization, not the other projection
-    b.add(q, k)  # 4: needs both projections
-    b.rmsnorm(x, norm, 1e-6, out=h)  # 5: overwrites h, so waits for everything that read it
-    b.matmul(h, w)  # 6 quant, 7 matmul
-    assert ops_of(b) == ["rmsnorm", "quant", "matmul", "matmul", "add", "rmsnorm", "quant", "matmul"]
-    assert [spec[4] for spec in b._g._specs] == [-1, 0, 1, 1, 3, 3, 5, 6]
+    b.rmsnorm(x, norm, 1e-6, out=h)  # 0, quantizing h as well
+    q = b.matmul(h, w)  # 1
+    k = b.matmul(h, w)  # 2: needs the quantization, not the other projection
+    b.add(q, k)  # 3: needs both projections
+    b.rmsnorm(x, norm, 1e-6, out=h)  # 4: overwrites h and its quantization, so waits for their readers
+    b.matmul(h, w)  # 5
+    x2 = b.tensor(2, 64)
+    b.add(x2, x)  # 6: independent of every write before
+    b.matmul(x2, w)  # 7 quant (the add cannot quantize), 8 matmul
+    assert ops_of(b) == ["rmsnorm", "matmul", "matmul", "add", "rmsnorm", "matmul", "add", "quant", "matmul"]
+    assert [spec[4] for spec in b._g._specs] == [-1, 0, 0, 2, 2, 4, -1, 6, 7]

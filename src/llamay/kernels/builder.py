@@ -5,7 +5,10 @@ emits the C graph (graph.py). Models never see pointers, ctypes structs or packe
 
 A matmul quantizes its input once per write: the builder tracks which op last wrote each array and adds a
 quant node only when the input changed since it was last quantized, so three projections of one normed
-input share one quantization. A second backend (a GPU) implements the same methods."""
+input share one quantization. When the input was written by the node just added, an RMSNorm or a gated
+activation over whole rows, that node quantizes each row as it finishes it instead (one node and one
+memory pass fewer; the same row functions in the same order, so the same bits). A matmul's bias and a
+residual add run inside its chunks. A second backend (a GPU) implements the same methods."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,11 +65,13 @@ class BatchSlot:
 
 
 class Builder:
-    def __init__(self):
-        self._g = Graph()
+    def __init__(self, fuse: bool = True):
+        """fuse=False: every quantization and residual add its own node (bench/profile_ops.py compares)."""
+        self._g, self.fuse = Graph(), fuse
         self._written: dict[int, int] = {}  # buffer key -> number of the op that last wrote it (1-based)
         self._read: dict[int, int] = {}  # buffer key -> number of the last op that read it since
         self._acts: dict[int, _Act] = {}  # holds each input (and so its id) for the builder's life
+        self._fusable = None  # (node number, output, pointers) of the last node if it may quantize its rows
 
     @staticmethod
     def _key(a) -> int:
@@ -83,11 +88,27 @@ class Builder:
         r, w = [self._key(a) for a in reads], [self._key(a) for a in writes]
         after = max([self._written.get(k, 0) for k in r + w] + [self._read.get(k, 0) for k in w]) - 1
         self._g.add(op, ptrs, sizes, floats, keep, after=after)
+        self._fusable = None
+        return self._mark(r, w)
+
+    def _mark(self, reads, writes) -> int:
         n = len(self._g._specs)
-        for k in r:
+        for k in reads:
             self._read[k] = n
-        for k in w:
+        for k in writes:
             self._written[k], self._read[k] = n, 0
+        return n
+
+    def _quantize(self, x: np.ndarray, act: _Act):
+        """Brings act up to date with x: inside the node that just wrote x when it can, else a quant node."""
+        f, key = self._fusable, self._key(act)
+        if f is not None and f[1] is x and f[0] == len(self._g._specs):
+            after = max(self._g._specs[-1][4], self._written.get(key, 0) - 1, self._read.get(key, 0) - 1)
+            self._g.replace_last(f[2] + [act.struct], after, keep=(act,))
+            self._mark((), (key,))
+        else:
+            self._op("quant", (act.struct,), (x.shape[0],), reads=(x,), writes=(act,))
+        act.version = self._written.get(self._key(x), 0)
 
     def tensor(self, *shape: int) -> np.ndarray:
         """A new float32 activation buffer (zeros)."""
@@ -104,7 +125,9 @@ class Builder:
         if w.ndim != 1 or x.size % d:
             raise ValueError(f"norm weight of {w.shape} does not divide x of {x.shape}")
         out = self.tensor(*x.shape) if out is None else _f32(out, "out", x.shape)
-        self._op("rmsnorm", (x, w, out), (x.size // d, d), (eps,), writes=(out,))
+        n = self._op("rmsnorm", (x, w, out), (x.size // d, d), (eps,), writes=(out,))
+        if self.fuse and out.ndim == 2 and out.shape[1] == d:
+            self._fusable = (n, out, [x, w, out])
         return out
 
     def layernorm(self, x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float,
@@ -119,23 +142,28 @@ class Builder:
         return out
 
     def matmul(self, x: np.ndarray, w: QWeight, bias: np.ndarray | None = None,
-               out: np.ndarray | None = None) -> np.ndarray:
-        """out [n, m] = x [n, k] . w[m, k]^T (+ bias [m])."""
+               out: np.ndarray | None = None, residual: np.ndarray | None = None) -> np.ndarray:
+        """out [n, m] = x [n, k] . w[m, k]^T (+ bias [m]); then residual [n, m] += out when given."""
         _f32(x, "x")
         if x.ndim != 2 or x.shape[1] != w.k:
             raise ValueError(f"x of {x.shape} for {w!r}")
         n = x.shape[0]
         out = self.tensor(n, w.m) if out is None else _f32(out, "out", (n, w.m))
+        if bias is not None:
+            _f32(bias, "bias", (w.m,))
+        if residual is not None and (_f32(residual, "residual", (n, w.m)) is out or residual is x):
+            raise ValueError("a residual must be its own array")
         act = self._acts.get(id(x))
         if act is None:
             act = self._acts[id(x)] = _Act(x)
         if not w.is_float and act.version != self._written.get(self._key(x), 0):
-            self._op("quant", (act.struct,), (n,), reads=(x,), writes=(act,))
-            act.version = self._written.get(self._key(x), 0)
-        self._op("matmul", (w.raw, act.struct, out), (w.row_bytes, w.qtype.id, w.m, n), writes=(out,),
-                 keep=(act,), reads=(x, act))
-        if bias is not None:
-            self._op("bias", (out, _f32(bias, "bias", (w.m,))), (n, w.m), writes=(out,), reads=(out,))
+            self._quantize(x, act)
+        fused = residual if self.fuse else None
+        writes = (out,) if fused is None else (out, fused)
+        self._op("matmul", (w.raw, act.struct, out, bias, fused), (w.row_bytes, w.qtype.id, w.m, n),
+                 writes=writes, keep=(act,), reads=tuple(a for a in (x, act, bias, fused) if a is not None))
+        if residual is not None and fused is None:
+            self.add(residual, out)
         return out
 
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
@@ -178,12 +206,16 @@ class Builder:
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
         """gate = act(gate) * up, act 'silu' or 'gelu_tanh'."""
         _f32(gate, "gate"), _f32(up, "up", gate.shape)
-        self._op("gated", (gate, up), (gate.size, ACTS[act]), writes=(gate,), reads=(gate, up))
+        n = self._op("gated", (gate, up), (gate.size, ACTS[act]), writes=(gate,), reads=(gate, up))
+        if self.fuse and gate.ndim == 2:
+            self._fusable = (n, gate, [gate, up])
         return gate
 
     def activation(self, x: np.ndarray, act: str) -> np.ndarray:
         """x = act(x) (a non-gated FFN)."""
-        self._op("gated", (_f32(x, "x"), None), (x.size, ACTS[act]), writes=(x,), reads=(x,))
+        n = self._op("gated", (_f32(x, "x"), None), (x.size, ACTS[act]), writes=(x,), reads=(x,))
+        if self.fuse and x.ndim == 2:
+            self._fusable = (n, x, [x, None])
         return x
 
     def add(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -204,3 +236,7 @@ class Builder:
 
     def run(self, nthreads: int):
         self._g.run(nthreads)
+
+    def profile(self, nthreads: int) -> list[tuple[str, float]]:
+        """(op name, seconds) per node, each node run to completion before the next (bench/profile_ops.py)."""
+        return self._g.profile(nthreads)

@@ -9,7 +9,7 @@ import numpy as np
 from ._lib import I32, I64, P, declare
 
 OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attention": 6, "gated": 7,
-       "add": 8, "bias": 9, "scale": 10, "softcap": 11, "layernorm": 12}
+       "add": 8, "scale": 9, "softcap": 10, "layernorm": 11}
 
 
 class Node(ctypes.Structure):
@@ -23,6 +23,8 @@ class Batch(ctypes.Structure):
 
 
 _run = declare("ly_graph_run", ctypes.POINTER(Node), I64, I32, restype=I64)
+_profile = declare("ly_graph_profile", ctypes.POINTER(Node), I64, I32, P, restype=I64)
+OP_NAMES = {v: k for k, v in OPS.items()}
 
 
 def addr(a) -> int:
@@ -49,6 +51,14 @@ class Graph:
         self._specs.append((OPS[op], [addr(p) for p in ptrs], list(sizes), list(floats), after))
         self._nodes = None
 
+    def replace_last(self, ptrs, after: int, keep=()):
+        """Gives the last node new pointers (same op and sizes) and dependency: the builder's fusions."""
+        self._keep.extend(ptrs)
+        self._keep.extend(keep)
+        op, _, sizes, floats, _ = self._specs[-1]
+        self._specs[-1] = (op, [addr(p) for p in ptrs], sizes, floats, after)
+        self._nodes = None
+
     def _build(self):
         nodes = (Node * len(self._specs))()
         for node, (op, ptrs, sizes, floats, after) in zip(nodes, self._specs):
@@ -59,7 +69,18 @@ class Graph:
     def run(self, nthreads: int):
         if self._nodes is None:
             self._build()
-        bad = _run(self._nodes, len(self._specs), nthreads)
+        self._check(_run(self._nodes, len(self._specs), nthreads))
+
+    def profile(self, nthreads: int) -> list[tuple[str, float]]:
+        """Runs the graph with a barrier after each node; (op name, seconds) per node, in order."""
+        if self._nodes is None:
+            self._build()
+        seconds = np.zeros(len(self._specs))
+        self._check(_profile(self._nodes, len(self._specs), nthreads, seconds.ctypes.data))
+        return [(OP_NAMES[spec[0]], float(t)) for spec, t in zip(self._specs, seconds)]
+
+    @staticmethod
+    def _check(bad: int):
         if bad == -2:
             raise MemoryError("no memory for the graph's progress counters")
         if bad >= 0:

@@ -12,8 +12,8 @@ from .spec import ArchSpec
 class Plan:
     """Layers for n tokens: `x` in (embeddings; scaled inside), `x` out (final residual stream)."""
 
-    def __init__(self, spec: ArchSpec, layers, pool, n: int):
-        s, b = spec, Builder()
+    def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True):
+        s, b = spec, Builder(fuse)
         self.n, self.b, self.batch = n, b, b.batch(n)
         self.pool = pool  # held: while this plan lives, id(pool) cannot name another pool
         self.x = x = b.tensor(n, s.n_embd)
@@ -31,16 +31,18 @@ class Plan:
             b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, base, s.rope_neox)
             b.kv_write(pool, il, k, v, self.batch)
             attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap)
-            o = b.matmul(attn, L.o)
             if s.post_attn_norm:
-                b.rmsnorm(o, L.post_attn_norm, s.norm_eps, out=o)
-            b.add(x, o)
+                o = b.matmul(attn, L.o)
+                b.add(x, b.rmsnorm(o, L.post_attn_norm, s.norm_eps, out=o))
+            else:
+                b.matmul(attn, L.o, residual=x)
             b.rmsnorm(x, L.ffn_norm, s.norm_eps, out=h)
             gate = b.gated(b.matmul(h, L.gate), b.matmul(h, L.up), s.act)
-            down = b.matmul(gate, L.down)
             if s.post_ffn_norm:
-                b.rmsnorm(down, L.post_ffn_norm, s.norm_eps, out=down)
-            b.add(x, down)
+                down = b.matmul(gate, L.down)
+                b.add(x, b.rmsnorm(down, L.post_ffn_norm, s.norm_eps, out=down))
+            else:
+                b.matmul(gate, L.down, residual=x)
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""

@@ -61,12 +61,10 @@ LY_AVX2 static void act_row_avx2(const float *x, int64_t k, int8_t *q, float *d,
     }
 }
 
-/* x: [n, k] float32, k % 32 == 0 -> q: [n, k] int8, d: [n, k/32], s16: [n, k/16]. Shares: tokens (each
- * token is independent, so the result does not depend on the thread count). */
-void ly_quant_slice(const ly_node *nd, int ith, int nth) {
-    ly_act *a = nd->p[0];
-    int64_t k = a->k, lo, hi;
-    ly_share(nd->n[0], ith, nth, &lo, &hi);
+/* Rows [lo, hi) of a->x [n, k] float32, k % 32 == 0 -> q: [n, k] int8, d: [n, k/32], s16: [n, k/16].
+ * Each token is independent, so a result depends on no share or thread count. */
+void ly_quant_rows(const ly_act *a, int64_t lo, int64_t hi) {
+    int64_t k = a->k;
     for (int64_t t = lo; t < hi; t++) {
         const float *x = a->x + t * k;
         int8_t *q = (int8_t *)a->q + t * k;
@@ -75,6 +73,13 @@ void ly_quant_slice(const ly_node *nd, int ith, int nth) {
         if (ly_avx2) act_row_avx2(x, k, q, d, s16);
         else act_row_portable(x, k, q, d, s16);
     }
+}
+
+/* Shares: tokens. */
+void ly_quant_slice(const ly_node *nd, int ith, int nth) {
+    int64_t lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    ly_quant_rows(nd->p[0], lo, hi);
 }
 
 LY_API void ly_quantize_act(const float *x, int64_t n, int64_t k, int8_t *q, float *d, int32_t *s16,

@@ -21,7 +21,6 @@ static void run_node(const ly_node *nd, int ith, int nth) {
     case LY_OP_ATTENTION: ly_attention_slice(nd, ith, nth); break;
     case LY_OP_GATED: ly_gated_slice(nd, ith, nth); break;
     case LY_OP_ADD: ly_add_slice(nd, ith, nth); break;
-    case LY_OP_BIAS: ly_bias_slice(nd, ith, nth); break;
     case LY_OP_SCALE: ly_scale_slice(nd, ith, nth); break;
     case LY_OP_SOFTCAP: ly_softcap_slice(nd, ith, nth); break;
     case LY_OP_LAYERNORM: ly_layernorm_slice(nd, ith, nth); break;
@@ -37,13 +36,19 @@ static int64_t node_work(const ly_node *nd) {
     switch (nd->op) {
     case LY_OP_MATMUL: return nd->n[0] * nd->n[2] * nd->n[3];
     case LY_OP_QUANT: return nd->n[0] * ((const ly_act *)nd->p[0])->k;
-    case LY_OP_RMSNORM: case LY_OP_LAYERNORM: case LY_OP_BIAS: return nd->n[0] * nd->n[1];
+    case LY_OP_RMSNORM: return nd->n[0] * nd->n[1] * (nd->p[3] ? 2 : 1);
+    case LY_OP_LAYERNORM: return nd->n[0] * nd->n[1];
     case LY_OP_ROPE: return nd->n[0] * nd->n[1] * nd->n[3] * 8;
     case LY_OP_KV_WRITE: return ((const ly_batch *)nd->p[2])->n_tokens * nd->n[0] * nd->n[1];
     case LY_OP_GATED: case LY_OP_SOFTCAP: return nd->n[0] * 8;
     case LY_OP_ADD: case LY_OP_SCALE: return nd->n[0];
     default: return INT64_MAX; /* attention: its positions are not known here; always split */
     }
+}
+
+static int node_chunks(const ly_node *nd, int nthreads) {
+    int64_t most = (int64_t)nthreads * LY_CHUNKS_PER_THREAD, w = node_work(nd) / MIN_CHUNK_WORK;
+    return (int)(w < 1 ? 1 : w < most ? w : most);
 }
 
 typedef struct {
@@ -114,14 +119,37 @@ LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads)
     node_progress *prog = aligned_alloc(64, (size_t)n_nodes * sizeof *prog);
     if (!prog) return -2;
     for (int64_t i = 0; i < n_nodes; i++) {
-        int64_t most = (int64_t)nthreads * LY_CHUNKS_PER_THREAD, w = node_work(&nodes[i]) / MIN_CHUNK_WORK;
         atomic_init(&prog[i].claimed, 0);
         atomic_init(&prog[i].done, 0);
         atomic_init(&prog[i].sleepers, 0);
-        prog[i].chunks = (int)(w < 1 ? 1 : w < most ? w : most);
+        prog[i].chunks = node_chunks(&nodes[i], nthreads);
     }
     #pragma omp parallel num_threads(nthreads)
     run_claiming(nodes, n_nodes, prog);
     free(prog);
+    return -1;
+}
+
+/* Profiling form (bench/profile_ops.py): the same nodes and chunks, a barrier after each node, and
+ * seconds[i] = node i's wall time from the barrier before it to the one after it (its slowest thread). */
+LY_API int64_t ly_graph_profile(const ly_node *nodes, int64_t n_nodes, int nthreads, double *seconds) {
+    for (int64_t i = 0; i < n_nodes; i++)
+        if (nodes[i].op < LY_OP_RMSNORM || nodes[i].op > LY_OP_LAST) return i;
+    if (nthreads < 1) nthreads = 1;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int ith = omp_get_thread_num(), nth = omp_get_num_threads();
+        double t = omp_get_wtime();
+        for (int64_t i = 0; i < n_nodes; i++) {
+            int chunks = node_chunks(&nodes[i], nth);
+            for (int c = ith; c < chunks; c += nth) run_node(&nodes[i], c, chunks);
+            #pragma omp barrier
+            if (ith == 0) {
+                double now = omp_get_wtime();
+                seconds[i] = now - t;
+                t = now;
+            }
+        }
+    }
     return -1;
 }

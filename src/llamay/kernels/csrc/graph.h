@@ -8,8 +8,8 @@
 #include "common.h"
 
 enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_OP_KV_WRITE = 5,
-       LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_BIAS = 9, LY_OP_SCALE = 10,
-       LY_OP_SOFTCAP = 11, LY_OP_LAYERNORM = 12, LY_OP_LAST = LY_OP_LAYERNORM };
+       LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_SCALE = 9, LY_OP_SOFTCAP = 10,
+       LY_OP_LAYERNORM = 11, LY_OP_LAST = LY_OP_LAYERNORM };
 
 /* Chunks per thread of a node that is worth splitting (attention always is): a thread the OS deschedules
  * mid-node holds back at most one small chunk, the running threads take the rest. Results never depend
@@ -25,16 +25,17 @@ typedef struct {
 } ly_batch;
 
 /* Operands by op (p: pointers, n: sizes, f: floats). Built only by kernels/builder.py, which checks them.
- * RMSNORM   p: x, w, y            n: rows, d                f: eps
+ * RMSNORM   p: x, w, y, ly_act* over y or NULL (quantize each row once normed)   n: rows, d   f: eps
  * QUANT     p: ly_act* (x in, q/d/s16 out)  n: tokens
- * MATMUL    p: w, ly_act*, y      n: row_bytes, type, m, tokens
+ * MATMUL    p: w, ly_act*, y, bias [m] or NULL (y += bias), res [tokens, m] or NULL (res += y)
+ *           n: row_bytes, type, m, tokens
  * ROPE      p: x, pos             n: tokens, heads, head_dim, n_rot, neox   f: base
  * KV_WRITE  p: pool, x, ly_batch*  n: n_kv_head, head_dim, element type (kvtypes.h)
  * ATTENTION p: q, out, k_pool, v_pool, ly_batch*  n: n_head, n_kv_head, head_dim, window, k | v << 8
  *           element types            f: scale, softcap
- * GATED     p: gate (out), up (NULL: act(gate) alone)   n: count, act
+ * GATED     p: gate (out), up (NULL: act(gate) alone), ly_act* over gate or NULL (quantize each row
+ *           of act->k once done; shares are then rows)   n: count, act
  * ADD       p: x (x += y), y      n: count
- * BIAS      p: y [rows, m] += b, b   n: rows, m
  * SCALE     p: x (x *= s)         n: count                  f: s
  * SOFTCAP   p: x (cap tanh(x / cap))  n: count              f: cap
  * LAYERNORM p: x, w, b, y         n: rows, d                f: eps */
@@ -59,7 +60,6 @@ void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth);
 void ly_rope_slice(const ly_node *nd, int ith, int nth);
 void ly_gated_slice(const ly_node *nd, int ith, int nth);
 void ly_add_slice(const ly_node *nd, int ith, int nth);
-void ly_bias_slice(const ly_node *nd, int ith, int nth);
 void ly_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_softcap_slice(const ly_node *nd, int ith, int nth);
 void ly_layernorm_slice(const ly_node *nd, int ith, int nth);

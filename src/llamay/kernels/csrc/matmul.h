@@ -19,6 +19,9 @@ typedef struct {
     int64_t k;
 } ly_act;
 
+/* Quantizes rows [lo, hi) of a->x into a (act.c); the fused norm and activation nodes call it per row. */
+void ly_quant_rows(const ly_act *a, int64_t lo, int64_t hi);
+
 typedef void (*ly_tile_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                            const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
 

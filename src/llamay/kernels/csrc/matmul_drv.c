@@ -55,6 +55,15 @@ void ly_matmul_slice(const ly_node *nd, int ith, int nth) {
     if (!tile || n <= 0) return;
     ly_share(groups, ith, nth, &ga, &gb);
     int64_t ra = ga * ROW_GROUP, rb = gb * ROW_GROUP < m ? gb * ROW_GROUP : m, tt = token_tile(a->k, n);
+    float *y = nd->p[2], *res = nd->p[4];
+    const float *bias = nd->p[3];
     for (int64_t t0 = 0; t0 < n && ra < rb; t0 += tt)
-        tile(nd->p[0], (size_t)nd->n[0], ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, nd->p[2], m);
+        tile(nd->p[0], (size_t)nd->n[0], ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, y, m);
+    /* the chunk's own rows, still in cache: y += bias, then res += y (as separate bias and add nodes) */
+    for (int64_t t = 0; (bias || res) && t < n; t++)
+        for (int64_t r = ra; r < rb; r++) {
+            float v = y[t * m + r];
+            if (bias) y[t * m + r] = v = v + bias[r];
+            if (res) res[t * m + r] = res[t * m + r] + v;
+        }
 }

@@ -6,8 +6,10 @@
 #include "graph.h"
 #include "lanes.h"
 #include "mathfn.h"
+#include "matmul.h"
 
-/* y[r] = (x[r] * (1 / sqrt(mean(x[r]^2) + eps))) * w, rows of length d; y may alias x. */
+/* y[r] = (x[r] * (1 / sqrt(mean(x[r]^2) + eps))) * w, rows of length d; y may alias x. With p[3] (an
+ * ly_act over y, rows of d) each row is quantized as soon as it is normed: one node and one pass fewer. */
 void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth) {
     const float *x = nd->p[0], *w = nd->p[1];
     float *y = nd->p[2];
@@ -19,6 +21,7 @@ void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth) {
         float ss = ly_avx2 ? ly_sumsq_avx2(xr, d) : ly_sumsq_portable(xr, d);
         float scale = 1.0f / sqrtf(ss / (float)d + nd->f[0]);
         for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] * scale) * w[i];
+        if (nd->p[3]) ly_quant_rows(nd->p[3], r, r + 1);
     }
 }
 
@@ -115,10 +118,13 @@ void ly_gated_slice(const ly_node *nd, int ith, int nth) {
     float *gate = nd->p[0];
     const float *up = nd->p[1];
     int act = (int)nd->n[1];
-    int64_t lo, hi;
-    ly_share(nd->n[0], ith, nth, &lo, &hi);
-    if (ly_avx2) { gated_avx2(gate, up, lo, hi, act); return; }
-    for (int64_t i = lo; i < hi; i++) gate[i] = up ? gated_one(gate[i], up[i], act) : act_one(gate[i], act);
+    const ly_act *q = nd->p[2];
+    int64_t lo, hi, k = q ? q->k : 1; /* fused with the quantization of rows of k: shares are rows */
+    ly_share(nd->n[0] / k, ith, nth, &lo, &hi);
+    int64_t a = lo * k, b = hi * k;
+    if (ly_avx2) gated_avx2(gate, up, a, b, act);
+    else for (int64_t i = a; i < b; i++) gate[i] = up ? gated_one(gate[i], up[i], act) : act_one(gate[i], act);
+    if (q) ly_quant_rows(q, lo, hi);
 }
 
 void ly_add_slice(const ly_node *nd, int ith, int nth) {
@@ -127,15 +133,6 @@ void ly_add_slice(const ly_node *nd, int ith, int nth) {
     int64_t lo, hi;
     ly_share(nd->n[0], ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) x[i] = x[i] + y[i];
-}
-
-void ly_bias_slice(const ly_node *nd, int ith, int nth) {
-    float *y = nd->p[0];
-    const float *b = nd->p[1];
-    int64_t m = nd->n[1], lo, hi;
-    ly_share(nd->n[0], ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++)
-        for (int64_t i = 0; i < m; i++) y[r * m + i] = y[r * m + i] + b[i];
 }
 
 void ly_scale_slice(const ly_node *nd, int ith, int nth) {
