@@ -4,11 +4,11 @@ from pathlib import Path
 
 
 def kernels_path() -> str:
-    """LLAMAY_KERNELS: 'auto' (default: the best path the CPU runs), or force 'portable' (plain C), 'avx2'
-    or 'avx512' (F/BW/VL + VNNI). Every path gives bit-identical results."""
+    """LLAMAY_KERNELS: 'auto' (default: the best path the CPU runs), or force 'portable' (plain C), 'avx2',
+    'avxvnni' (AVX2 with AVX-VNNI) or 'avx512' (F/BW/VL + VNNI). Every path gives bit-identical results."""
     value = os.environ.get("LLAMAY_KERNELS", "auto").strip().lower()
-    if value not in ("auto", "portable", "avx2", "avx512"):
-        raise ValueError(f"LLAMAY_KERNELS must be auto, portable, avx2 or avx512, not {value!r}")
+    if value not in ("auto", "portable", "avx2", "avxvnni", "avx512"):
+        raise ValueError(f"LLAMAY_KERNELS must be auto, portable, avx2, avxvnni or avx512, not {value!r}")
     return value
 
 

@@ -33,13 +33,14 @@ def declare(name: str, *argtypes, restype=None):
 
 declare("ly_init", I32, restype=I32)
 declare("ly_best_path", restype=I32)
+declare("ly_can_run", I32, restype=I32)
 
-PATHS = ("portable", "avx2", "avx512")  # csrc/common.h LY_PATH_*: each bit-identical to the others
+PATHS = ("portable", "avx2", "avxvnni", "avx512")  # csrc/common.h LY_PATH_*: each bit-identical to the others
 
 
 def available() -> tuple[str, ...]:
     """The kernel paths this CPU runs, portable first."""
-    return PATHS[:lib.ly_best_path() + 1]
+    return tuple(name for i, name in enumerate(PATHS) if lib.ly_can_run(i))
 
 
 def current() -> str:
@@ -78,7 +79,7 @@ def each_path(fn) -> dict:
 
 def skipped() -> tuple[str, ...]:
     """The paths this CPU cannot run (comparisons say which were left out)."""
-    return PATHS[len(available()):]
+    return tuple(name for name in PATHS if name not in available())
 
 
 _current = "portable"

@@ -15,11 +15,15 @@
 /* AVX-512 F/BW/VL with VNNI (512- and 256-bit dpbusd); AVX2 and F16C are implied on every such CPU. */
 #define LY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")))
 
-/* Kernel paths, in order: each path uses its own functions where it has them and the previous path's
- * elsewhere (the AVX-512 path runs the AVX2 element-wise ops). All paths give bit-identical results. */
-enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVX512 = 2 };
-/* Set by ly_init: ly_avx2 when the path is AVX2 or above, ly_avx512 when it is AVX-512. */
-extern int ly_avx2, ly_avx512;
+/* AVX2 with AVX-VNNI (VEX vpdpbusd): CPUs with VNNI but not AVX-512 (Alder Lake and later, Zen 5 laptops). */
+#define LY_AVXVNNI __attribute__((target("avx2,f16c,avxvnni")))
+
+/* Kernel paths: each uses its own functions where it has them and the AVX2 ones elsewhere (the AVX-512
+ * and AVX-VNNI paths run the AVX2 element-wise ops). All paths give bit-identical results. A CPU may run
+ * AVX-512 without AVX-VNNI (Ice Lake, Zen 4): ly_can_run says which it has. */
+enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVXVNNI = 2, LY_PATH_AVX512 = 3 };
+/* Set by ly_init: ly_avx2 for every path but portable, ly_avxvnni and ly_avx512 for their own. */
+extern int ly_avx2, ly_avxvnni, ly_avx512;
 
 static inline float ly_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;

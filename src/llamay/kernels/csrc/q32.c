@@ -81,6 +81,10 @@ static void tile_portable(const ly_q32_fmt *f, const uint8_t *w, size_t row_byte
                             int64_t t0, int64_t t1, float *y, int64_t ldy) {                                 \
         ly_tile_q32_avx2(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                            \
     }                                                                                                        \
+    static void NAME##_avxvnni(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,         \
+                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                              \
+        ly_tile_q32_avxvnni(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                         \
+    }                                                                                                        \
     static void NAME##_avx512(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,          \
                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                               \
         ly_tile_q32_avx512(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                          \
@@ -91,13 +95,15 @@ TILES(q5_0, LY_Q5_0)
 TILES(q5_1, LY_Q5_1)
 TILES(q8_0, LY_Q8_0)
 
+#define PICK(name) (ly_avx512 ? name##_avx512 : ly_avxvnni ? name##_avxvnni : ly_avx2 ? name##_avx2 : name##_portable)
+
 ly_tile_fn ly_tile_q32(int type) {
     switch (type) {
-    case LY_Q4_0: return ly_avx512 ? q4_0_avx512 : ly_avx2 ? q4_0_avx2 : q4_0_portable;
-    case LY_Q4_1: return ly_avx512 ? q4_1_avx512 : ly_avx2 ? q4_1_avx2 : q4_1_portable;
-    case LY_Q5_0: return ly_avx512 ? q5_0_avx512 : ly_avx2 ? q5_0_avx2 : q5_0_portable;
-    case LY_Q5_1: return ly_avx512 ? q5_1_avx512 : ly_avx2 ? q5_1_avx2 : q5_1_portable;
-    case LY_Q8_0: return ly_avx512 ? q8_0_avx512 : ly_avx2 ? q8_0_avx2 : q8_0_portable;
+    case LY_Q4_0: return PICK(q4_0);
+    case LY_Q4_1: return PICK(q4_1);
+    case LY_Q5_0: return PICK(q5_0);
+    case LY_Q5_1: return PICK(q5_1);
+    case LY_Q8_0: return PICK(q8_0);
     default: return ly_tile_float(type);
     }
 }

@@ -24,6 +24,9 @@ const ly_q32_fmt *ly_q32_format(int type);
 void ly_tile_q32_avx2(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                       const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
 
+void ly_tile_q32_avxvnni(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                         const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
+
 void ly_tile_q32_avx512(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                         const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
 

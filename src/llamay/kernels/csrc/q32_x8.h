@@ -1,15 +1,18 @@
-/* AVX2 tiles for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (formulas in q32.h, bit-identical to the portable path).
+/* 256-bit tiles for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (formulas in q32.h, bit-identical to the portable path),
+ * built twice: AVX2 (q32_avx2.c) and AVX-VNNI (q32_avxvnni.c). The includer defines X8_TARGET (a target
+ * attribute), X8_VNNI (1: vpdpbusd sums 4 products into int32 in one step; 0: maddubs + madd) and X8_ENTRY
+ * (the entry's name).
  *
  * Rows are processed in groups of 8. A group is unpacked once into int8 "lane-interleaved" vectors:
  * V[b][j] holds, in its 32-bit lane i, the 4 weight values 4j..4j+3 of block b of row i. The 4 activation
- * values 4j..4j+3 are broadcast, so maddubs + madd give each row's partial dot in its own lane and the 8
+ * values 4j..4j+3 are broadcast, so the u8 x s8 dot of 4 gives each row's partial dot in its own lane and the 8
  * row sums of a block come out as one vector without horizontal adds. Integer sums are exact in any
  * order, so this equals the portable element-order dot. Each unpacked group serves up to 4 tokens at once. */
 #include "q32.h"
 #include <immintrin.h>
 #include <stdlib.h>
 
-#define LY_INLINE LY_AVX2 static inline __attribute__((always_inline))
+#define LY_INLINE X8_TARGET static inline __attribute__((always_inline))
 
 enum { K_Q8, K_Q4, K_Q5 }; /* integer dot kind: signed int8, 4-bit unsigned, 5-bit unsigned */
 
@@ -132,11 +135,24 @@ LY_INLINE void dot_step(int kind, __m256i vj, const int8_t *const *qt, int j, in
 }
 
 /* Exact int32 dots of block b's 8 rows with NT tokens' activations (qt[u] points at token u's block).
- * int16 pair sums are <= 2 * 128 * 127 (Q8: widen every vector), 2 * 31 * 127 (Q5: 4 fit), 2 * 15 * 127 (8). */
+ * Without VNNI, int16 pair sums are <= 2 * 128 * 127 (Q8: widen every vector), 2 * 31 * 127 (Q5: 4 fit),
+ * 2 * 15 * 127 (8); vpdpbusd adds each 4-product sum into int32 directly. */
 LY_INLINE void block_dots(int kind, const __m256i *v, const int8_t *const *qt, int NT, __m256i *s32) {
+    for (int u = 0; u < NT; u++) s32[u] = _mm256_setzero_si256();
+#if X8_VNNI
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m256i vj = _mm256_load_si256(v + j), va = kind == K_Q8 ? _mm256_abs_epi8(vj) : vj;
+        for (int u = 0; u < NT; u++) {
+            int32_t x4;
+            memcpy(&x4, qt[u] + 4 * j, 4);
+            __m256i x = _mm256_set1_epi32(x4);
+            s32[u] = _mm256_dpbusd_avx_epi32(s32[u], va, kind == K_Q8 ? _mm256_sign_epi8(x, vj) : x);
+        }
+    }
+#else
     const __m256i ones = _mm256_set1_epi16(1);
     const int run = kind == K_Q8 ? 1 : kind == K_Q5 ? 4 : 8;
-    for (int u = 0; u < NT; u++) s32[u] = _mm256_setzero_si256();
     for (int j0 = 0; j0 < 8; j0 += run) {
         __m256i s16[4];
         for (int u = 0; u < NT; u++) s16[u] = _mm256_setzero_si256();
@@ -149,6 +165,7 @@ LY_INLINE void block_dots(int kind, const __m256i *v, const int8_t *const *qt, i
         }
         for (int u = 0; u < NT; u++) s32[u] = _mm256_add_epi32(s32[u], _mm256_madd_epi16(s16[u], ones));
     }
+#endif
 }
 
 /* Per (token, block) of a tile, computed once: sx = s16[2b] + s16[2b+1] as float (min term) and offset * sx
@@ -230,8 +247,8 @@ LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int
     free(mem);
 }
 
-LY_AVX2 void ly_tile_q32_avx2(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                              const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
+X8_TARGET void X8_ENTRY(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                        const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
     switch (f->type) {
     case LY_Q4_0: tile((q_fmt){LY_Q4_0, K_Q4, 0, 8, 18}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
     case LY_Q4_1: tile((q_fmt){LY_Q4_1, K_Q4, 1, 0, 20}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;

@@ -151,6 +151,7 @@ QK_ENTRIES(QK_PORTABLE)
 
 ly_tile_fn ly_tile_qk(int type) {
     if (ly_avx512) return qk_tile_avx512(type);
+    if (ly_avxvnni) return qk_tile_avxvnni(type);
     if (ly_avx2) return qk_tile_avx2(type);
     QK_PICK(type);
 }

@@ -43,5 +43,6 @@ const qk_format *qk_format_of(int type);
         return (type) >= QK_Q2_K && (type) <= QK_Q6_K ? tiles[(type) - QK_Q2_K] : NULL;            \
     } while (0)
 ly_tile_fn qk_tile_avx2(int type);
+ly_tile_fn qk_tile_avxvnni(int type);
 ly_tile_fn qk_tile_avx512(int type);
 #endif

@@ -1,10 +1,19 @@
-/* AVX2 K-quant tiles. Rows go in groups of 8, one row per float lane of the accumulator, and lane r follows
- * exactly the scalar sequence of qk.h for row r, so results equal the portable path bit for bit.
+/* 256-bit K-quant tiles, built twice: AVX2 (qk_avx2.c) and AVX-VNNI (qk_avxvnni.c); the includer defines
+ * X8_TARGET, X8_VNNI and X8_ENTRY as for q32_x8.h. Rows go in groups of 8, one row per float lane of the
+ * accumulator, and lane r follows exactly the scalar sequence of qk.h for row r, so results equal the
+ * portable path bit for bit.
  * Many tokens: a group's super-blocks are decoded once per chunk of tokens into q bytes and [block][row]
  * tables, then reused for every token. Few tokens (decode): each row's super-block is decoded in registers,
  * its 8 block terms computed with lanes = blocks, and 8 rows' terms transposed to lanes = rows. */
 #include "qk_unpack.h"
 #include <stdlib.h>
+
+#define QK_TARGET X8_TARGET
+#if X8_VNNI
+#define QK_DOT32(q, x) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q, x)
+#else /* q <= 63, |x| <= 127: the int16 pair sums never saturate */
+#define QK_DOT32(q, x) _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1))
+#endif
 
 #define GROUP 8   /* rows per group = float lanes */
 #define CHUNK 64  /* tokens per decoded group: their activations stay in L2 */
@@ -18,7 +27,7 @@ typedef struct {            /* one super-block of a row group, [block][row] */
 
 
 /* Decodes rows r .. r + 7 (rows past n_valid repeat the last valid one) into q [nsb][GROUP][256] and tab. */
-LY_AVX2 static void decode_group(const qk_format *f, unpack_fn unpack, const uint8_t *w, size_t row_bytes,
+X8_TARGET static void decode_group(const qk_format *f, unpack_fn unpack, const uint8_t *w, size_t row_bytes,
                                  int64_t r, int n_valid, int64_t nsb, uint8_t *q, group_tab *tab) {
     for (int i = 0; i < GROUP; i++) {
         const uint8_t *row = w + (size_t)(r + (i < n_valid ? i : n_valid - 1)) * row_bytes;
@@ -38,11 +47,9 @@ LY_AVX2 static void decode_group(const qk_format *f, unpack_fn unpack, const uin
 }
 
 /* per row lane: dot16 of the first and the second half of a 32-value block of 8 rows with x */
-LY_AVX2 static inline void block_dots(const uint8_t *q, __m256i x, __m256i *first, __m256i *second) {
-    const __m256i ones = _mm256_set1_epi16(1);
+X8_TARGET static inline void block_dots(const uint8_t *q, __m256i x, __m256i *first, __m256i *second) {
     __m256i p[GROUP];
-    for (int i = 0; i < GROUP; i++) /* q <= 63, |x| <= 127: pair sums fit int16 */
-        p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(LOAD(q + i * 256), x), ones);
+    for (int i = 0; i < GROUP; i++) p[i] = QK_DOT32(LOAD(q + i * 256), x);
     __m256i h0 = _mm256_hadd_epi32(p[0], p[1]), h1 = _mm256_hadd_epi32(p[2], p[3]);
     __m256i h2 = _mm256_hadd_epi32(p[4], p[5]), h3 = _mm256_hadd_epi32(p[6], p[7]);
     __m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3); /* [rows first halves | second] */
@@ -51,7 +58,7 @@ LY_AVX2 static inline void block_dots(const uint8_t *q, __m256i x, __m256i *firs
 }
 
 /* 8 rows x one token over all super-blocks; lanes = rows */
-LY_AVX2 static inline __m256 group_dot(int has_min, const uint8_t *q, const group_tab *tab, int64_t nsb,
+X8_TARGET static inline __m256 group_dot(int has_min, const uint8_t *q, const group_tab *tab, int64_t nsb,
                                        const int8_t *x, const float *dx, const int32_t *s16) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
@@ -79,12 +86,10 @@ LY_AVX2 static inline __m256 group_dot(int has_min, const uint8_t *q, const grou
     return acc;
 }
 
-#define QK_TARGET LY_AVX2
-#define QK_DOT32(q, x) _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1))
 #include "qk_direct.h"
 
 
-LY_AVX2 static void tile_avx2(const qk_format *f, unpack_fn unpack, const uint8_t *w, size_t row_bytes,
+X8_TARGET static void tile_avx2(const qk_format *f, unpack_fn unpack, const uint8_t *w, size_t row_bytes,
                               int64_t r0, int64_t r1, const ly_act *a, int64_t t0, int64_t t1,
                               float *y, int64_t ldy) {
     int64_t k = a->k, nsb = k / 256;
@@ -112,4 +117,4 @@ LY_AVX2 static void tile_avx2(const qk_format *f, unpack_fn unpack, const uint8_
 #define QK_BUFFERED tile_avx2
 QK_ENTRIES(QK_ENTRY)
 
-ly_tile_fn qk_tile_avx2(int type) { QK_PICK(type); }
+ly_tile_fn X8_ENTRY(int type) { QK_PICK(type); }

@@ -1,0 +1,5 @@
+/* The AVX2 build of the 256-bit Q4/Q5/Q8 tiles. */
+#define X8_TARGET LY_AVX2
+#define X8_VNNI 0
+#define X8_ENTRY ly_tile_q32_avx2
+#include "q32_x8.h"
