@@ -19,11 +19,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 
 from llamay.defaults import default_model_path
-from llamay.server.thread import ServerThread
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from server_thread import ServerThread  # noqa: E402
 
 TOPICS = ["the sea", "a mountain", "the moon", "a city at night", "autumn leaves", "a quiet library",
           "the desert", "a train journey", "winter", "a garden"]

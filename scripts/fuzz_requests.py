@@ -16,6 +16,7 @@ import random
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import httpx
 
@@ -124,7 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--progress", type=int, default=0, help="print the counts every N cases")
     args = p.parse_args(argv)
     from llamay.defaults import default_model_path
-    from llamay.server.thread import ServerThread
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from server_thread import ServerThread
     path = args.model or str(default_model_path())
     if args.case is None:  # tracebacks of 5xx cases go to the summary, not the terminal
         import logging

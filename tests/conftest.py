@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from llamay.defaults import default_model_path
-from llamay.server.thread import ServerThread as LiveServer  # test modules import it from here
+from server_thread import ServerThread as LiveServer  # test modules import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("LLAMAY_SHARED", ROOT.parent / "shared"))

@@ -18,7 +18,7 @@ from llamay.server.jsonbody import MAX_DEPTH, parse_body
 from llamay.server.models import describe
 from llamay.server.protocol.base import ProtocolError
 from llamay.server.protocol.ollama_out import show_body
-from llamay.server.thread import ServerThread
+from server_thread import ServerThread
 
 pytestmark = pytest.mark.model
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from llamay.server.http import off_loop
-from llamay.server.thread import ServerThread
+from server_thread import ServerThread
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from fuzz_gguf import STRING, apply, tiny_decoder  # noqa: E402

@@ -12,7 +12,8 @@ from pydantic import TypeAdapter
 from llamay.server.protocol.anthropic import (
     MessagesOutput, count_tokens_body, error_body, error_status, parse_count_tokens, parse_messages,
     stream_error)
-from llamay.server.protocol.base import Delta, Finish, ProtocolError, ResponseMeta, Usage
+from llamay.events import Delta, Finish, Usage
+from llamay.server.protocol.base import ProtocolError, ResponseMeta
 
 USAGE = Usage(prompt_tokens=30, cached_tokens=12, completion_tokens=7)
 HELLO = [Delta(0, content="Hel"), Delta(0, content="lo, é!"), Finish(0, "stop", USAGE)]

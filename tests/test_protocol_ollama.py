@@ -23,16 +23,8 @@ from ollama._types import (
     ShowResponse,
 )
 
-from llamay.server.protocol.base import (
-    Delta,
-    Finish,
-    ModelInfo,
-    ProtocolError,
-    ResponseMeta,
-    TokenLogprob,
-    TopLogprob,
-    Usage,
-)
+from llamay.events import Delta, Finish, TokenLogprob, TopLogprob, Usage
+from llamay.server.protocol.base import ModelInfo, ProtocolError, ResponseMeta
 from llamay.server.protocol.ollama import (
     ChatOutput,
     GenerateOutput,

@@ -12,16 +12,8 @@ from openai.types import Completion, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from llamay.server.protocol.base import (
-    Delta,
-    Finish,
-    ModelInfo,
-    ProtocolError,
-    ResponseMeta,
-    TokenLogprob,
-    TopLogprob,
-    Usage,
-)
+from llamay.events import Delta, Finish, TokenLogprob, TopLogprob, Usage
+from llamay.server.protocol.base import ModelInfo, ProtocolError, ResponseMeta
 from llamay.server.protocol.openai import (
     ChatOutput,
     CompletionOutput,

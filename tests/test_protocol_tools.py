@@ -19,14 +19,8 @@ from pydantic import TypeAdapter
 
 from llamay.server.protocol import anthropic as anth
 from llamay.server.protocol import ollama as oll
-from llamay.server.protocol.base import (
-    Delta,
-    Finish,
-    ProtocolError,
-    ResponseMeta,
-    ToolCallDelta,
-    Usage,
-)
+from llamay.events import Delta, Finish, ToolCallDelta, Usage
+from llamay.server.protocol.base import ProtocolError, ResponseMeta
 from llamay.server.protocol.openai import (
     ChatOutput,
     CompletionOutput,

@@ -2,13 +2,14 @@
 
 Quantized weights use activations quantized once per input (quantize_act, the Q8 form of csrc/matmul.h);
 float weights (F32/F16/BF16) use x itself. The result is bit-reproducible: independent of n, of the
-thread count and of the kernel path (portable C == AVX2 == AVX-512 == reference.py)."""
+thread count and of the kernel path (every path == reference.py)."""
 import ctypes
 
 import numpy as np
 
 from ..gguf import BY_NAME, QUANT_TYPES, QuantType
 from . import _lib
+from .graph import addr
 from .threads import default_threads
 
 _lib.declare("ly_quantize_act", _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.P, _lib.I32)
@@ -17,21 +18,12 @@ _lib.declare("ly_matmul", _lib.P, ctypes.c_size_t, _lib.I32, _lib.I64, _lib.P, _
 _FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
-_THREADS = default_threads()
-
-
 class _ActStruct(ctypes.Structure):
     _fields_ = [("q", ctypes.c_void_p), ("d", ctypes.c_void_p), ("s16", ctypes.c_void_p),
                 ("x", ctypes.c_void_p), ("k", ctypes.c_int64)]
 
 
 _F32 = np.dtype(np.float32)
-
-
-def _ptr(a: np.ndarray) -> int:
-    """Address of an array's data (c_char.from_buffer is ~4x faster than a.ctypes.data; read-only arrays
-    such as mmap views fall back to the latter)."""
-    return ctypes.addressof(ctypes.c_char.from_buffer(a)) if a.flags.writeable else a.ctypes.data
 
 
 def _check_x(x: np.ndarray) -> tuple[int, int]:
@@ -50,7 +42,7 @@ class QAct:
         self.x = x
         self._buf = None
         self.struct = s = _ActStruct()
-        s.x, s.k = _ptr(x), self.k
+        s.x, s.k = addr(x), self.k
         if quantized:
             n, k = self.n, self.k
             if k % 32:
@@ -59,7 +51,7 @@ class QAct:
             s.q = ctypes.addressof(self._buf)
             s.d = s.q + n * k
             s.s16 = s.d + n * k // 8
-            _lib.lib.ly_quantize_act(s.x, n, k, s.q, s.d, s.s16, n_threads or _THREADS)
+            _lib.lib.ly_quantize_act(s.x, n, k, s.q, s.d, s.s16, n_threads or default_threads())
 
     @property
     def quantized(self) -> bool:
@@ -109,7 +101,7 @@ class QWeight:
             raise ValueError(f"no matmul kernel for {self.qtype.name}")
         self.raw = raw
         self.is_float = self.qtype.name in _FLOAT_TYPES
-        self._args = (ctypes.c_void_p(_ptr(raw)), ctypes.c_size_t(self.row_bytes),
+        self._args = (ctypes.c_void_p(addr(raw)), ctypes.c_size_t(self.row_bytes),
                       ctypes.c_int(self.qtype.id), ctypes.c_int64(self.m))
 
     @classmethod
@@ -148,7 +140,7 @@ def matmul(x: np.ndarray | QAct, w: QWeight, out: np.ndarray | None = None,
     elif (out.dtype != _F32 or out.shape != (x.n, w.m) or not out.flags.c_contiguous
           or not out.flags.writeable):
         raise ValueError(f"out must be a writable C-contiguous float32 array {(x.n, w.m)}")
-    rc = _lib.lib.ly_matmul(*w._args, ctypes.byref(x.struct), x.n, _ptr(out), n_threads or _THREADS)
+    rc = _lib.lib.ly_matmul(*w._args, ctypes.byref(x.struct), x.n, addr(out), n_threads or default_threads())
     if rc:
         raise ValueError(f"no matmul kernel for {w.qtype.name}")
     return out

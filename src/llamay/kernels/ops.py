@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .graph import Batch, Graph, addr
+from .kvtypes import KV_CODES
 
 ACTS = {"silu": 0, "gelu_tanh": 1}
 
@@ -69,7 +70,6 @@ class BatchMeta:
         return b
 
 
-KV_CODES = {"f32": 0, "f16": 1, "q8": 2}  # csrc/kvtypes.h
 _DTYPE_KV = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
 
 

@@ -6,7 +6,6 @@ import numpy as np
 QK_K = 256
 TYPE_IDS = {"Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
-HAS_MIN = {"Q2_K": True, "Q3_K": False, "Q4_K": True, "Q5_K": True, "Q6_K": False}
 
 _U8 = np.uint8
 _F32 = np.float32

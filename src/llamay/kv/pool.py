@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ELEMENT_TYPES = {"f32": 0, "f16": 1, "q8": 2}  # codes of csrc/kvtypes.h
+from ..kernels.kvtypes import KV_CODES
+
 Q8_BLOCK, Q8_BYTES = 32, 36  # float32 scale + 32 int8
 
 
@@ -25,7 +26,7 @@ class KVType:
     @property
     def codes(self) -> int:
         """k | v << 8, as the attention kernel takes them."""
-        return ELEMENT_TYPES[self.k] | ELEMENT_TYPES[self.v] << 8
+        return KV_CODES[self.k] | KV_CODES[self.v] << 8
 
 
 KV_TYPES = {"f32": KVType("f32", "f32", "f32"), "f16": KVType("f16", "f16", "f16"),

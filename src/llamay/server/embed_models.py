@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..gguf import GGUFError, GGUFReader
-from ..models.encoder_spec import is_encoder as _encoder_metadata
-from ..models.spec import UnsupportedModel
+from ..engine import GGUFError, GGUFReader, UnsupportedModel
+from ..engine import is_encoder as _encoder_metadata
 from .protocol.base import ProtocolError
 
 

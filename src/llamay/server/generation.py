@@ -10,17 +10,14 @@ from dataclasses import dataclass
 from ..chat import ChatTemplateError, prompt_ids, template_for
 from ..chat.gotemplate import GoTemplateError, render_go
 from ..chat.reasoning import ReasoningSplitter
-from ..engine.sampling import SamplingParams
-from ..grammar import GrammarError
-from ..engine.scheduler import Done, Job, Overloaded, Piece
-from ..kv import OutOfPages
+from ..engine import Done, GrammarError, Job, OutOfPages, Overloaded, Piece, SamplingParams
 from ..toolcall.formats import CallFormat
 from ..toolcall.parser import CallParser
 from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
+from ..events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from .models import Loaded
-from .protocol.base import (Delta, Finish, GenRequest, ProtocolError, TokenLogprob, TopLogprob, Usage,
-                            bad_request)
+from .protocol.base import GenRequest, ProtocolError, bad_request
 
 
 @dataclass
@@ -58,7 +55,7 @@ def compile_grammar(loaded: Loaded, req: GenRequest, tools: ToolPlan | None = No
         grammar_spec(req.format, req.options.get("grammar") or loaded.default_grammar)
     if spec is None:
         return None
-    from ..grammar import Grammar, GrammarBusy
+    from ..engine import Grammar, GrammarBusy
     try:
         return Grammar.compile(loaded.llm.tokenizer, *spec)
     except GrammarBusy as e:  # every compile slot is taken (by hostile grammars, maybe): try again later

@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ..events import Finish, Usage
 from .generation import Generation, prepare
 from .jsonbody import parse_body
-from .protocol.base import Finish, GenRequest, ProtocolError, ResponseMeta, Usage
+from .protocol.base import GenRequest, ProtocolError, ResponseMeta
 
 DISCONNECT_POLL_S = 0.25
 CLIENT_GONE = 499  # nginx's "client closed request": what a log shows for an answer nobody was there to read

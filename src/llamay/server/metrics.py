@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .protocol.base import Usage
+from ..events import Usage
 
 
 @dataclass

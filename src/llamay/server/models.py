@@ -12,10 +12,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..defaults import default_model_path
+from ..engine import GGUFError, GGUFReader, Scheduler, UnsupportedModel
 from ..engine.digest import weights_digest
-from ..engine.scheduler import Scheduler
-from ..gguf import GGUFError, GGUFReader
-from ..models import UnsupportedModel
 from ..store import FILE_TYPES
 from .contexts import DEFAULT_CONTEXT_TTL, DEFAULT_MAX_CONTEXTS
 from .protocol.base import ModelInfo, ProtocolError

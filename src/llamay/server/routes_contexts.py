@@ -13,15 +13,14 @@ import tempfile
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..engine import snapshots
-from ..kv import OutOfPages
-from ..kv.snapshot import SnapshotError
+from ..engine import OutOfPages, SnapshotError, snapshots
+from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
 from .generation import render, render_plan
 from .http import api, off_loop, read_json
 from .models import Loaded
 from .protocol import openai as proto
-from .protocol.base import Delta, Finish, GenRequest, ProtocolError, bad_request
+from .protocol.base import GenRequest, ProtocolError, bad_request
 from .protocol.toolcalls import ToolCall, add_call_part
 
 router = APIRouter()

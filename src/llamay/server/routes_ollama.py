@@ -6,9 +6,10 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from ..events import Finish, Usage
 from .http import api, dumps, new_meta, read_json
 from .protocol import ollama as proto
-from .protocol.base import Finish, ProtocolError, Usage
+from .protocol.base import ProtocolError
 
 router = APIRouter()
 NDJSON = "application/x-ndjson"

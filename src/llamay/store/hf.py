@@ -67,10 +67,6 @@ class HFSpec:
         return parse_name(f"hf.co/{self.repo}:{tag}")
 
 
-def is_hf(text: str) -> bool:
-    return _strip_host(text) is not None
-
-
 def _strip_host(text: str) -> str | None:
     rest = text.split("://", 1)[1] if text.startswith(("https://", "http://")) else text
     host, sep, path = rest.partition("/")

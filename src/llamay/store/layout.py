@@ -102,7 +102,6 @@ class StoredModel:
     license: str | None = None
     messages: list = field(default_factory=list)
     projector_path: Path | None = None
-    adapter_paths: tuple[Path, ...] = ()
 
 
 class StoreReader:
@@ -209,8 +208,7 @@ class StoreReader:
                 sm.model_path = self.blob_path(digest)
             elif kind == "projector":
                 sm.projector_path = self.blob_path(digest)
-            else:
-                sm.adapter_paths += (self.blob_path(digest),)
+            # an adapter (LoRA) layer: its blob is checked; applying adapters is not built yet
         elif kind in ("template", "prompt"):
             sm.template = self._text(digest, sm.name)
         elif kind == "system":

@@ -70,10 +70,6 @@ for _name, _aliases in _ALIASES.items():
         _CHAINS[_alias] = _CHAINS[_name]
 
 
-def known_pre_types() -> list[str]:
-    return sorted(_CHAINS)
-
-
 class PreTokenizer:
     """Splits text into words with the regex chain of one pre-tokenizer type."""
 

@@ -72,9 +72,6 @@ class Tokenizer:
         stand for their text."""
         return bool(self.vocab.attrs[tid] & (CONTROL | UNKNOWN))
 
-    def is_eog(self, tid: int) -> bool:
-        return tid in self.vocab.eog_ids
-
     # -- text -> ids -----------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         v = self.vocab

@@ -61,7 +61,6 @@ class Vocab:
     add_eos: bool = False
     add_sep: bool = False
     add_space_prefix: bool = False
-    escape_whitespaces: bool = True
     ignore_merges: bool = False
     lowercase: bool = True          # BERT normalizer
     strip_accents: bool = True
@@ -98,12 +97,10 @@ def _attrs(md: dict, n: int) -> list[int]:
 def _flags_for_model(v: Vocab, md: dict) -> None:
     """Defaults per model/pre type, then the metadata flags (llama_vocab::load order)."""
     if v.model in ("gpt2", "gemma4"):
-        v.add_space_prefix, v.escape_whitespaces = False, False
+        v.add_space_prefix = False
         if v.pre in ("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "tekken", "chameleon"):
             v.ignore_merges = v.pre != "chameleon"
             v.add_bos = True
-        if v.model == "gemma4" or v.pre == "gemma4":
-            v.escape_whitespaces = True
     elif v.model == "llama":
         v.add_space_prefix, v.add_bos = True, True
     elif v.model == "bert":

@@ -13,7 +13,7 @@ import string
 import regex
 
 from ..chat.reasoning import held_prefix
-from ..server.protocol.base import ToolCallDelta
+from ..events import ToolCallDelta
 from .formats import GENERIC, CallFormat
 from .jsonscan import StringDecoder, ValueEnd
 

@@ -6,16 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .base import (
-    Delta,
-    Finish,
-    GenRequest,
-    ProtocolError,
-    ResponseMeta,
-    ToolCallDelta,
-    Usage,
-    merge_usage,
-)
+from ...events import Delta, Finish, ToolCallDelta, Usage
+from .base import GenRequest, ProtocolError, ResponseMeta, merge_usage
 from .toolcalls import arguments_object
 
 _ERROR_TYPES = {"invalid_request": "invalid_request_error", "context_length": "invalid_request_error",

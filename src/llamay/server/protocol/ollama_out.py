@@ -12,16 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .base import (
-    Delta,
-    Finish,
-    GenRequest,
-    ModelInfo,
-    ProtocolError,
-    ResponseMeta,
-    TokenLogprob,
-    Usage,
-)
+from ...events import Delta, Finish, TokenLogprob, Usage
+from .base import GenRequest, ModelInfo, ProtocolError, ResponseMeta
 from .toolcalls import ToolCall, add_call_part
 
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop"}  # Ollama keeps "stop" for tool calls

@@ -6,15 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import (
-    Delta,
-    Finish,
-    ProtocolError,
-    TokenLogprob,
-    Usage,
-    bad_request,
-    merge_usage,
-)
+from ...events import Delta, Finish, TokenLogprob, Usage
+from .base import ProtocolError, bad_request, merge_usage
 from .toolcalls import ToolCall, add_call_part
 
 MAX_N = 8  # choices per request: each is a full sequence in the batch

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Delta, Finish, GenRequest, ResponseMeta, TokenLogprob, bad_request
+from ...events import Delta, Finish, TokenLogprob
+from .base import GenRequest, ResponseMeta, bad_request
 from .openai_common import (
     DONE,
     FINISH_REASONS,

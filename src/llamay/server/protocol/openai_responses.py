@@ -5,17 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import (
-    Delta,
-    Finish,
-    GenRequest,
-    ProtocolError,
-    ResponseMeta,
-    TokenLogprob,
-    ToolCallDelta,
-    Usage,
-    bad_request,
-)
+from ...events import Delta, Finish, TokenLogprob, ToolCallDelta, Usage
+from .base import GenRequest, ProtocolError, ResponseMeta, bad_request
 from .openai_common import (
     check_function,
     check_tool_choice,

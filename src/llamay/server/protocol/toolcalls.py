@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .base import ToolCallDelta
+from ...events import ToolCallDelta
 
 
 @dataclass

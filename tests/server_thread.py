@@ -1,4 +1,5 @@
-"""A server in a thread of this process on 127.0.0.1 and a free port: for tests and benchmarks."""
+"""A server in a thread of this process on 127.0.0.1 and a free port: a harness for tests, benchmarks
+and scripts (they put tests/ on sys.path)."""
 from __future__ import annotations
 
 import threading
@@ -10,8 +11,8 @@ class ServerThread:
         """argv: `llamay serve` arguments (without --host/--port)."""
         import uvicorn
 
-        from ..cli import serve
-        from ..cli.main import build_parser
+        from llamay.cli import serve
+        from llamay.cli.main import build_parser
         self.app = serve.build_app(build_parser().parse_args(["serve", *argv]))
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)

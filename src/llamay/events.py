@@ -1,0 +1,72 @@
+"""What generation produces, for every layer above it: Delta (new output of one choice, with its
+logprobs and tool-call parts) and Finish (a choice ended, with its Usage). Plain data; imports nothing of
+llamay, so the tool-call parser, the engine and the server all read the same types."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TopLogprob:
+    token: str  # the token's text (may be part of a UTF-8 character: then bytes tells it exactly)
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: list[TopLogprob] = field(default_factory=list)
+
+
+@dataclass
+class ToolCallDelta:
+    """Part of one tool call of a choice. A call's first delta carries its id and name; later ones only
+    argument text. A call's `arguments` fragments joined are its arguments as JSON object text (cut short
+    only when the choice ends at max_tokens: Finish.reason 'length')."""
+    index: int  # the call's position among this choice's calls: 0, 1, ...
+    id: str | None = None  # "call_" + 24 alphanumerics, on the first delta; an API may reshape the prefix
+    name: str | None = None  # on the first delta
+    arguments: str = ""
+
+
+@dataclass
+class Delta:
+    """New output of one choice. content and reasoning are text safe to show now (never half a UTF-8
+    character, never part of a stop string); either may be empty. logprobs: one entry per sampled token
+    this delta covers, when the request asked for logprobs. tool_calls: parts of calls, in order."""
+    index: int
+    content: str = ""
+    reasoning: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0  # tokens of the prompt
+    cached_tokens: int = 0  # of those, found already computed (prefix cache): not evaluated
+    completion_tokens: int = 0
+    load_ns: int = 0  # model load time charged to this request
+    prompt_eval_ns: int = 0
+    eval_ns: int = 0
+    total_ns: int = 0
+
+    @property
+    def prompt_eval_count(self) -> int:
+        """What was actually evaluated (Ollama's prompt_eval_count): the last prompt token is always
+        recomputed, so a full cache hit still counts 1."""
+        return self.prompt_tokens - self.cached_tokens
+
+
+@dataclass
+class Finish:
+    """One choice ended. reason: 'stop' (end-of-generation token or stop string), 'length' (max_tokens
+    or the context's end), 'tool_calls' (the output ended with one or more tool calls)."""
+    index: int
+    reason: str
+    usage: Usage  # the usage of this choice's sequence (prompt counted in every choice)
+    context: list[int] | None = None  # every token of the sequence: prompt and generated (Ollama's `context`)
+    stop_sequence: str | None = None  # the stop string that ended it (reason 'stop'), if one did
