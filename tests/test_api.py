@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import llamay
+from llamay.engine import SamplingParams
 from llamay.kernels import _lib
 
 pytestmark = pytest.mark.model
@@ -79,6 +80,13 @@ def test_seed_reproduces_and_stop_string_ends(llm):
     word = a.split()[1] if len(a.split()) > 1 else a.strip()
     c = "".join(llm.generate("Once upon a time", max_tokens=12, seed=42, temperature=1.0, stop=[word]))
     assert c == a[:a.index(word)] and llm.stats.finish_reason == "stop"
+    params = SamplingParams(temperature=1.0, seed=42)
+    assert "".join(llm.generate("Once upon a time", max_tokens=12, params=params)) == a
+    # keywords replace fields of the given params
+    assert "".join(llm.generate("Once upon a time", max_tokens=12, params=SamplingParams(seed=1), seed=42,
+                                temperature=1.0)) == a
+    with pytest.raises(TypeError):
+        llm.generate("Once upon a time", temprature=1.0)
 
 
 def test_prompt_longer_than_context_is_an_error(llm):

@@ -4,15 +4,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "llamay"
-LEAVES = {"files", "env", "events", "defaults", "gguf", "tokenizer", "grammar", "chat"}
+LEAVES = {"files", "env", "events", "defaults", "settings", "gguf", "tokenizer", "grammar", "chat"}
 ALLOWED = {name: set() for name in LEAVES} | {
     "toolcall": {"chat", "events"},
     "kernels": {"gguf", "env"},
-    "kv": {"files", "kernels"},
-    "models": {"gguf", "kernels", "kv"},
-    "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files"},
+    "kv": {"files", "kernels", "settings"},
+    "models": {"gguf", "kernels", "kv", "settings"},
+    "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings"},
     "store": {"files", "gguf", "env"},
-    "server": {"engine", "chat", "toolcall", "store", "events", "defaults"},
+    "server": {"engine", "chat", "toolcall", "store", "events", "defaults", "settings"},
 }
 TOP = {"cli", "tools", "__init__", "__main__"}  # may import anything below them
 

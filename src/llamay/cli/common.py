@@ -6,9 +6,12 @@ import os
 import sys
 
 from ..defaults import DEFAULT_PULL, default_model_path
+from ..kv import KV_TYPES
+from ..settings import LOAD
 
 THREADS_HELP = ("kernel threads (default: the physical cores; while other work holds them the engine "
                 "runs fewer, with the same output)")
+KV_HELP = f"KV cache type (default {LOAD.kv}; q8: int8 keys and values; vq8: int8 values)"
 
 
 class CLIError(Exception):
@@ -68,8 +71,8 @@ def parse_size(text: str) -> int:
     return int(value * SIZE_UNITS[unit])
 
 
-def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = "f16",
-               kv_budget: int | None = None):
+def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = LOAD.kv,
+               kv_budget: int | None = LOAD.kv_budget):
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
@@ -82,11 +85,10 @@ def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, 
 
 def add_model_args(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", help="GGUF file (default: SmolLM2-135M-Instruct)")
-    p.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
-    p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"],
-                   help="KV cache type (default f16; q8: int8 keys and values; vq8: int8 values)")
-    p.add_argument("--kv-budget", type=parse_size, default=None,
-                   help="memory for KV pages, e.g. 512M or 2GiB (default: room for 4 full contexts)")
+    p.add_argument("-t", "--threads", type=int, default=LOAD.threads, help=THREADS_HELP)
+    p.add_argument("--kv", default=LOAD.kv, choices=list(KV_TYPES), help=KV_HELP)
+    p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
+                   help=f"memory for KV pages, e.g. 512M or 2GiB (default: room for {LOAD.pool_contexts} full contexts)")
 
 
 def eprint(*args):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..chat import ChatTemplateError, prompt_ids, template_for
+from ..engine.sampling import SamplingParams
 from .common import CLIError, add_model_args, eprint, load_model
 
 
@@ -12,12 +13,13 @@ def add_parser(p):
     p.add_argument("-p", "--prompt", help="text to complete (no chat template); omit for a chat")
     p.add_argument("-n", "--n-predict", type=int, default=256, help="maximum tokens to generate")
     p.add_argument("-c", "--ctx-size", type=int, default=None, help="context length in tokens")
-    p.add_argument("--temp", type=float, default=0.8, help="temperature (0: greedy)")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    d = SamplingParams()  # the defaults' one source
+    p.add_argument("--temp", type=float, default=d.temperature, help=f"temperature (0: greedy; default {d.temperature})")
+    p.add_argument("--top-k", type=int, default=d.top_k, help=f"default {d.top_k}; 0: off")
+    p.add_argument("--top-p", type=float, default=d.top_p, help=f"default {d.top_p}; 1: off")
+    p.add_argument("--min-p", type=float, default=d.min_p, help=f"default {d.min_p}; 0: off")
+    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty, help=f"default {d.repeat_penalty}; 1: off")
+    p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh one each run")
     p.add_argument("--grammar-file", help="a GBNF grammar the output must follow")
     p.add_argument("--json-schema", metavar="FILE", help="a JSON schema file the output must follow")
     p.add_argument("--verbose", action="store_true", help="print timings to stderr")

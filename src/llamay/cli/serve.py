@@ -6,34 +6,38 @@ import ipaddress
 
 from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
-from ..server.contexts import DEFAULT_CONTEXT_TTL, DEFAULT_MAX_CONTEXTS
-from .common import THREADS_HELP, CLIError, eprint, parse_size
-
-DEFAULT_PORT = 11435
+from ..kv import KV_TYPES
+from ..settings import LOAD, SCHEDULER, SERVER
+from .common import KV_HELP, THREADS_HELP, CLIError, eprint, parse_size
 
 
 def add_parser(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", action="append", default=None,
                    help="a GGUF file or stored model, the default for requests that name none (repeat for several); "
                         "every stored model is served by name too")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    p.add_argument("--concurrency", type=int, default=4, help="sequences generated at once per model (default 4)")
-    p.add_argument("--batch", type=int, default=512, help="tokens per forward pass (default 512)")
-    p.add_argument("--queue", type=int, default=64, help="requests waiting per model before 503 (default 64)")
-    p.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
-    p.add_argument("-c", "--ctx-size", type=int, default=None, help="context length (default 4096)")
-    p.add_argument("--kv", default="f16", choices=["f16", "f32", "q8", "vq8"], help="KV cache type (default f16)")
-    p.add_argument("--kv-budget", type=parse_size, default=None,
-                   help="memory for KV pages per model, e.g. 512M (default: room for 4 full contexts)")
+    p.add_argument("--host", default=SERVER.host, help=f"address to listen on (default {SERVER.host}, loopback only)")
+    p.add_argument("--port", type=int, default=SERVER.port, help=f"port (default {SERVER.port})")
+    p.add_argument("--concurrency", type=int, default=SCHEDULER.concurrency,
+                   help=f"sequences generated at once per model (default {SCHEDULER.concurrency})")
+    p.add_argument("--batch", type=int, default=SCHEDULER.batch,
+                   help=f"tokens per forward pass (default {SCHEDULER.batch})")
+    p.add_argument("--queue", type=int, default=SCHEDULER.max_queue,
+                   help=f"requests waiting per model before 503 (default {SCHEDULER.max_queue})")
+    p.add_argument("-t", "--threads", type=int, default=LOAD.threads, help=THREADS_HELP)
+    p.add_argument("-c", "--ctx-size", type=int, default=None, help=f"context length (default {LOAD.n_ctx})")
+    p.add_argument("--kv", default=LOAD.kv, choices=list(KV_TYPES), help=KV_HELP)
+    p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
+                   help=f"memory for KV pages per model, e.g. 512M (default: room for {LOAD.pool_contexts} full "
+                        "contexts)")
     p.add_argument("--grammar-file", default=None,
                    help="a GBNF grammar every request follows unless it asks for its own format")
-    p.add_argument("--max-contexts", type=int, default=DEFAULT_MAX_CONTEXTS,
-                   help=f"named contexts (/v1/contexts) open at once (default {DEFAULT_MAX_CONTEXTS})")
-    p.add_argument("--context-ttl", type=float, default=DEFAULT_CONTEXT_TTL,
-                   help=f"seconds an unused named context is kept (default {DEFAULT_CONTEXT_TTL:g}; <=0: forever)")
-    p.add_argument("--keep-alive", type=float, default=300.0,
-                   help="seconds a model stays loaded after its last request (default 300; <0: forever)")
+    p.add_argument("--max-contexts", type=int, default=SERVER.max_contexts,
+                   help=f"named contexts (/v1/contexts) open at once (default {SERVER.max_contexts})")
+    p.add_argument("--context-ttl", type=float, default=SERVER.context_ttl,
+                   help=f"seconds an unused named context is kept (default {SERVER.context_ttl:g}; <=0: forever)")
+    p.add_argument("--keep-alive", type=float, default=SERVER.keep_alive,
+                   help=f"seconds a model stays loaded after its last request (default {SERVER.keep_alive:g}; "
+                        "<0: forever)")
     p.add_argument("--allowed-hosts", type=env.comma_list, default=None,
                    help="Host names accepted besides localhost names, comma-separated globs ('*': any; default: "
                         "localhost names on a loopback --host, any Host on another; env LLAMAY_ALLOWED_HOSTS)")

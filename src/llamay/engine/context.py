@@ -9,7 +9,7 @@ import numpy as np
 
 from ..tokenizer import IncrementalDecoder
 from . import constrain
-from .sampling import Sampler, SamplingParams
+from .sampling import Sampler, SamplingParams, sampling_params
 from .stops import StopMatcher
 
 
@@ -57,13 +57,13 @@ class Context:
         return self._runner.extend(self.id, ids)
 
     def generate(self, max_tokens: int = 128, stop: str | list[str] | None = None, grammar=None,
-                 **sampling) -> Iterator[str]:
+                 params: SamplingParams | None = None, **sampling) -> Iterator[str]:
         """Continue this context (generated tokens are appended to it). sampling: SamplingParams fields;
         grammar: a llamay.grammar.Grammar the output must follow. A constrained generation cut off by
         max_tokens keeps its grammar position with the context: the next generate() (without a grammar)
-        continues under it, fork() gives each child a copy, save() writes it into the snapshot."""
-        params = SamplingParams(**sampling)
-        params.check(self.llm.n_vocab)
+        continues under it, fork() gives each child a copy, save() writes it into the snapshot. params and
+        sampling as for LLM.generate."""
+        params = sampling_params(params, sampling, self.llm.n_vocab)
         return generate_tokens(self, params, max_tokens, [stop] if isinstance(stop, str) else stop, grammar)
 
     def fork(self, n: int = 1) -> list["Context"]:

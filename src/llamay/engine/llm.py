@@ -13,17 +13,15 @@ import numpy as np
 
 from ..gguf import GGUFReader
 from ..kernels.threads import default_threads
-from ..kv import DEFAULT_KV_TYPE, kv_type, page_bytes
+from ..kv import kv_type, page_bytes
 from ..models import Decoder, arch_spec
+from ..settings import LOAD
 from .context import Context, GenerationStats, generate_tokens
 from . import snapshots
 from .embed import file_tokenizer
 from .runner import Runner
-from .sampling import SamplingParams
+from .sampling import SamplingParams, sampling_params
 
-DEFAULT_N_CTX = 4096
-PAGE_SIZE = 32
-POOL_CONTEXTS = 4  # default KV budget: this many full contexts' worth of pages
 
 
 class ContextOverflow(ValueError):
@@ -32,7 +30,7 @@ class ContextOverflow(ValueError):
 
 class LLM:
     def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
-                 kv: str = DEFAULT_KV_TYPE, kv_budget: int | None = None, page_size: int = PAGE_SIZE):
+                 kv: str = LOAD.kv, kv_budget: int | None = None, page_size: int = LOAD.page_size):
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -40,7 +38,7 @@ class LLM:
         self.tokenizer = file_tokenizer(reader)
         self.threads = threads or default_threads()
         self.decoder = Decoder(reader, self.spec, self.threads)
-        self.n_ctx = min(n_ctx or DEFAULT_N_CTX, self.spec.n_ctx_train)
+        self.n_ctx = min(n_ctx or LOAD.n_ctx, self.spec.n_ctx_train)
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)
@@ -49,7 +47,7 @@ class LLM:
         s = self.spec
         per_ctx = -(-self.n_ctx // self.page_size)
         one_page = page_bytes(s.n_layer, self.page_size, s.n_head_kv, s.head_dim, kv_type(self.kv, s.head_dim))
-        n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * POOL_CONTEXTS
+        n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
         return Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)
 
@@ -72,10 +70,21 @@ class LLM:
         return self.tokenizer.decode(ids)
 
     def check_ids(self, ids: list[int], extra: int = 0):
+        """Tokens to evaluate after `extra` already in the context: some, each in the vocabulary, fitting."""
         if not ids:
             raise ValueError("no tokens to evaluate")
-        if len(ids) + extra > self.n_ctx:
-            raise ContextOverflow(f"{len(ids) + extra} tokens do not fit the context of {self.n_ctx} tokens")
+        self.check_fits(len(ids) + extra)
+        self.check_vocab(ids)
+
+    def check_fits(self, n: int, room: int = 0):
+        """The one prompt-fits check: ContextOverflow unless n tokens leave `room` more positions in the
+        context (a server asks 1, for the reply). Nothing is ever truncated."""
+        if n + room > self.n_ctx:
+            what = "over" if n > self.n_ctx else "leaving no room to generate in"
+            raise ContextOverflow(f"the prompt is {n} tokens, {what} the context of {self.n_ctx} tokens "
+                                  "(nothing was truncated)")
+
+    def check_vocab(self, ids: list[int]):
         bad = [t for t in ids if not 0 <= t < self.n_vocab]
         if bad:
             raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
@@ -123,17 +132,13 @@ class LLM:
     def contexts(self) -> list[Context]:
         return [Context(self, c, 0) for c in self._runner.state.contexts()]
 
-    def generate(self, prompt: str | list[int], max_tokens: int = 128, temperature: float = 0.8,
-                 top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
-                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0, seed: int | None = None,
-                 stop: str | list[str] | None = None, grammar=None) -> Iterator[str]:
+    def generate(self, prompt: str | list[int], max_tokens: int = 128, stop: str | list[str] | None = None,
+                 grammar=None, params: SamplingParams | None = None, **sampling) -> Iterator[str]:
         """Yields text pieces (never half a UTF-8 character). Ends at an end-of-generation token, a stop
         string (not emitted), max_tokens, the end of the context, or a grammar's complete output
-        (grammar: llamay.grammar.Grammar); self.stats says which."""
-        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                                repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
-                                frequency_penalty=frequency_penalty, seed=seed)
-        params.check(self.n_vocab)
+        (grammar: llamay.grammar.Grammar); self.stats says which. params: SamplingParams (default: its
+        defaults, llama.cpp's); keyword arguments (temperature=..., seed=...) replace fields of it."""
+        params = sampling_params(params, sampling, self.n_vocab)
         ids = self._ids(prompt)
         self.check_ids(ids)
         return self._one_shot(ids, params, max_tokens, [stop] if isinstance(stop, str) else stop, grammar)
@@ -151,7 +156,7 @@ class LLM:
 
 
 def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
-         kv: str = DEFAULT_KV_TYPE, kv_budget: int | None = None) -> LLM:
+         kv: str = LOAD.kv, kv_budget: int | None = None) -> LLM:
     """kv: KV cache element type: 'f16' (default), 'f32', 'q8' (int8 keys and values), 'vq8' (int8
     values). kv_budget: bytes of KV pages (default: room for 4 full contexts)."""
     return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget)

@@ -10,8 +10,7 @@ import numpy as np
 from ..kernels.ops import BatchMeta
 from ..kv import KVState
 from ..models import Decoder
-
-N_BATCH = 512  # prefill chunk: bounds activation memory, does not change results
+from ..settings import SCHEDULER
 
 
 class Runner:
@@ -50,9 +49,9 @@ class Runner:
         (of every one if all_logits)."""
         tokens = self.pending.pop(ctx, []) + list(tokens)
         outs = []
-        for lo in range(0, len(tokens), N_BATCH):
-            part = tokens[lo:lo + N_BATCH]
-            last = lo + N_BATCH >= len(tokens)
+        for lo in range(0, len(tokens), SCHEDULER.batch):
+            part = tokens[lo:lo + SCHEDULER.batch]
+            last = lo + SCHEDULER.batch >= len(tokens)
             rows = None if all_logits else np.arange(len(part) - 1, len(part)) if last else np.zeros(0, np.int64)
             outs.append(self._chunk(ctx, part, rows))
         if not outs:

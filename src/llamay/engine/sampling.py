@@ -5,6 +5,7 @@ min-p, temperature, draw. Works on a float32 [n_vocab] array; the vocabulary-wid
 (argpartition, masks), sorting only the few candidates that survive.
 """
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,6 +129,13 @@ def _top_ids(logits: np.ndarray, n: int) -> np.ndarray:
 def _logsumexp(values: np.ndarray) -> float:
     top = values.max()
     return float(top) + float(np.log(np.exp(values - top, dtype=np.float32).sum(dtype=np.float64)))
+
+
+def sampling_params(params: SamplingParams | None, fields: dict, n_vocab: int) -> SamplingParams:
+    """params (default SamplingParams()) with `fields` replaced, checked (ValueError, TypeError)."""
+    params = dataclasses.replace(params or SamplingParams(), **fields)
+    params.check(n_vocab)
+    return params
 
 
 class Sampler:

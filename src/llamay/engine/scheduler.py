@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kv import OutOfPages
+from ..settings import SCHEDULER
 from ..tokenizer import IncrementalDecoder
 from . import constrain
 from .runner import Runner
@@ -92,8 +93,8 @@ class _Seq:
 
 
 class Scheduler:
-    def __init__(self, runner_of: Callable[[], Runner], tokenizer, n_ctx: int, concurrency: int = 4,
-                 max_queue: int = 64, batch: int = 512):
+    def __init__(self, runner_of: Callable[[], Runner], tokenizer, n_ctx: int, concurrency: int = SCHEDULER.concurrency,
+                 max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch):
         """runner_of: the current runner (LLM.reset may replace it)."""
         self.runner_of, self.tokenizer, self.n_ctx = runner_of, tokenizer, n_ctx
         self.concurrency, self.max_queue, self.batch = concurrency, max_queue, batch

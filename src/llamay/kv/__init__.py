@@ -20,8 +20,8 @@ Behaviour the tests pin (tests/test_kv_state.py, tests/test_kv_reference.py):
   - plan_append() is pure; a failing plan or restore changes nothing.
 """
 from .allocator import InvariantError, KVError, OutOfPages, StalePlan
-from .pool import DEFAULT_KV_TYPE, KV_TYPES, KVType, PagePool, kv_type, page_bytes
+from .pool import KV_TYPES, KVType, PagePool, kv_type, page_bytes
 from .state import KVState, KVStats, Plan
 
-__all__ = ["DEFAULT_KV_TYPE", "KV_TYPES", "KVType", "PagePool", "kv_type", "page_bytes",
+__all__ = ["KV_TYPES", "KVType", "PagePool", "kv_type", "page_bytes",
            "KVState", "KVStats", "Plan", "KVError", "OutOfPages", "StalePlan", "InvariantError"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.kvtypes import KV_CODES
+from ..settings import LOAD
 
 Q8_BLOCK, Q8_BYTES = 32, 36  # float32 scale + 32 int8
 
@@ -32,7 +33,6 @@ class KVType:
 KV_TYPES = {"f32": KVType("f32", "f32", "f32"), "f16": KVType("f16", "f16", "f16"),
             "q8": KVType("q8", "q8", "q8"),
             "vq8": KVType("vq8", "f16", "q8")}  # keys as exact as the default, int8 values
-DEFAULT_KV_TYPE = "f16"
 
 
 def kv_type(name: str, head_dim: int) -> KVType:
@@ -51,7 +51,7 @@ def page_bytes(n_layer: int, page_size: int, n_kv_head: int, head_dim: int, kv: 
 
 class PagePool:
     def __init__(self, n_layer: int, n_pages: int, page_size: int, n_kv_head: int, head_dim: int,
-                 kv: KVType = KV_TYPES[DEFAULT_KV_TYPE]):
+                 kv: KVType = KV_TYPES[LOAD.kv]):
         self.n_pages, self.page_size, self.kv = n_pages, page_size, kv
         self.n_kv_head, self.head_dim = n_kv_head, head_dim
         n_slots = n_pages * page_size

@@ -14,7 +14,8 @@ import numpy as np
 from ..gguf import GGUFReader
 from ..kernels.ops import BatchMeta
 from ..kernels.threads import Governor
-from ..kv import DEFAULT_KV_TYPE, PagePool, kv_type
+from ..kv import PagePool, kv_type
+from ..settings import LOAD
 from .plan import Head, Plan
 from .spec import ArchSpec
 from .weights import load_weights
@@ -29,7 +30,7 @@ class Decoder:
         self.layers, self.embed, self.output_norm, self.output = load_weights(reader, spec)
         self._plans: OrderedDict = OrderedDict()
 
-    def new_pool(self, n_pages: int, page_size: int, kv: str = DEFAULT_KV_TYPE) -> PagePool:
+    def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:
         s = self.spec
         return PagePool(s.n_layer, n_pages, page_size, s.n_head_kv, s.head_dim, kv_type(kv, s.head_dim))
 

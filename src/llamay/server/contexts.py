@@ -8,10 +8,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ..settings import SERVER
 from .protocol.base import ProtocolError
 
-DEFAULT_MAX_CONTEXTS = 64  # per server, all models together
-DEFAULT_CONTEXT_TTL = 3600.0  # seconds a context may stay unused; <= 0: never expires
 # Named contexts of one model may hold at most this share of its KV pages; the rest stays free for the
 # generations (and their prefix cache) that every other client runs.
 CONTEXT_PAGE_SHARE = 0.75
@@ -33,7 +32,7 @@ class NamedContext:
 class ContextTable:
     """Id -> NamedContext. Route handlers run on the event loop, so no lock: only the loop touches it."""
 
-    def __init__(self, max_contexts: int = DEFAULT_MAX_CONTEXTS, ttl: float = DEFAULT_CONTEXT_TTL):
+    def __init__(self, max_contexts: int = SERVER.max_contexts, ttl: float = SERVER.context_ttl):
         self.max_contexts, self.ttl = max_contexts, ttl
         self.by_id: dict[str, NamedContext] = {}
         self._ids = itertools.count(1)

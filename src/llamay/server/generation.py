@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..chat import ChatTemplateError, prompt_ids, template_for
 from ..chat.gotemplate import GoTemplateError, render_go
 from ..chat.reasoning import ReasoningSplitter
-from ..engine import Done, GrammarError, Job, OutOfPages, Overloaded, Piece, SamplingParams
+from ..engine import ContextOverflow, Done, GrammarError, Job, OutOfPages, Overloaded, Piece, SamplingParams
 from ..toolcall.formats import CallFormat
 from ..toolcall.parser import CallParser
 from ..toolcall.plan import ToolPlan
@@ -104,6 +104,18 @@ def render_plan(loaded: Loaded, req: GenRequest,
     return ids, tools
 
 
+def check_prompt(llm, ids: list[int], extra: int, param: str) -> None:
+    """The engine's checks as the API's errors: the prompt (after `extra` tokens already in a context) leaves
+    room for a reply (400 context_length) and every id is in the vocabulary (400)."""
+    try:
+        llm.check_fits(len(ids) + extra, room=1)
+        llm.check_vocab(ids)
+    except ContextOverflow as e:
+        raise ProtocolError(400, str(e), "context_length", param) from None
+    except ValueError as e:
+        raise bad_request(str(e), "prompt") from None
+
+
 TEXT_SLACK = 2  # whitespace a tokenizer may fold away: refuse only text twice too long to ever fit
 
 
@@ -156,12 +168,7 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0, cancel: threading.E
     llm = loaded.llm
     if not ids and not extra:
         raise bad_request("the prompt is empty", "prompt")
-    if len(ids) + extra >= llm.n_ctx:
-        raise ProtocolError(400, f"the prompt is {len(ids) + extra} tokens, over the context of {llm.n_ctx} "
-                                 "tokens (nothing was truncated)", "context_length", "messages")
-    bad = [t for t in ids if not 0 <= t < llm.n_vocab]
-    if bad:
-        raise bad_request(f"token ids out of range [0, {llm.n_vocab}): {bad[:5]}", "prompt")
+    check_prompt(llm, ids, extra, "messages")
     try:
         params = SamplingParams(**req.sampling)
         params.check(llm.n_vocab)

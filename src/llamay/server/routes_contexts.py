@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from ..engine import OutOfPages, SnapshotError, snapshots
 from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
-from .generation import render, render_plan
+from .generation import check_prompt, render, render_plan
 from .http import api, off_loop, read_json
 from .models import Loaded
 from .protocol import openai as proto
@@ -80,9 +80,7 @@ async def create(request: Request):
     ids = await off_loop(request, render, loaded, req)
     if not ids:
         raise bad_request("the prompt is empty", "prompt")
-    if len(ids) >= loaded.llm.n_ctx:
-        raise ProtocolError(400, f"the prompt is {len(ids)} tokens, over the context of {loaded.llm.n_ctx} tokens",
-                            "context_length", "prompt")
+    check_prompt(loaded.llm, ids, 0, "prompt")
 
     _table(request).check_room()
 

@@ -62,7 +62,8 @@ async def detokenize(request: Request):
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise bad_request("tokens must be a list of integers", "tokens")
     loaded = await request.app.state.registry.get(_model(body))
-    bad = [t for t in ids if not 0 <= t < loaded.llm.n_vocab]
-    if bad:
-        raise bad_request(f"token ids out of range [0, {loaded.llm.n_vocab}): {bad[:5]}", "tokens")
+    try:
+        loaded.llm.check_vocab(ids)
+    except ValueError as e:
+        raise bad_request(str(e), "tokens") from None
     return JSONResponse({"content": loaded.llm.detokenize(ids)})
