@@ -1,4 +1,5 @@
-"""Every environment variable llamay reads, in one place, each with a LLAMAY_ prefix and a type."""
+"""Every environment variable llamay reads, in one place: its own, each with a LLAMAY_ prefix and a type,
+and other tools' variables that it honours as those tools do (FOREIGN)."""
 import os
 from pathlib import Path
 
@@ -68,3 +69,15 @@ def origins() -> tuple[str, ...]:
 def api_key() -> str | None:
     """LLAMAY_API_KEY: the key `serve` requires (Authorization: Bearer KEY or x-api-key); unset: none."""
     return os.environ.get("LLAMAY_API_KEY") or None
+
+
+# Other tools' variables, honoured as those tools read them; llamay never sets them.
+FOREIGN = ("OLLAMA_MODELS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HF_ENDPOINT", "HF_TOKEN", "HF_HOME",
+           "XDG_CACHE_HOME")
+
+
+def foreign(name: str) -> str | None:
+    """The value of another tool's variable (one of FOREIGN), None when unset."""
+    if name not in FOREIGN:
+        raise KeyError(f"{name} is not a variable llamay reads")
+    return os.environ.get(name)

@@ -28,16 +28,17 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 
 def endpoint() -> str:
     """LLAMAY_HF_ENDPOINT, else HF_ENDPOINT (huggingface_hub's variable), else https://huggingface.co."""
-    value = env.hf_endpoint() or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    value = env.hf_endpoint() or env.foreign("HF_ENDPOINT") or "https://huggingface.co"
     return value.rstrip("/")
 
 
 def _token() -> str:
     """HF_TOKEN, else the file $HF_HOME/token that `hf auth login` writes (§C.1)."""
-    if os.environ.get("HF_TOKEN", "").strip():
-        return os.environ["HF_TOKEN"].strip()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(os.environ.get("HF_HOME") or os.path.join(cache, "huggingface"), "token")
+    token = (env.foreign("HF_TOKEN") or "").strip()
+    if token:
+        return token
+    cache = env.foreign("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(env.foreign("HF_HOME") or os.path.join(cache, "huggingface"), "token")
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().strip()

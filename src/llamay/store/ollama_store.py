@@ -1,17 +1,16 @@
 """Ollama's store, read in place (llamay never writes there), and lookups over both stores."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from .. import env
 from .layout import Store, StoredModel, StoreReader
 from .names import ModelName, as_name
 
 
 def ollama_root() -> Path:
-    """$OLLAMA_MODELS verbatim when set, else ~/.ollama/models (ref: stores-and-registries.md §A.1).
-    Read here, not in llamay.env: it is Ollama's variable, not one of ours."""
-    value = os.environ.get("OLLAMA_MODELS")
+    """$OLLAMA_MODELS verbatim when set, else ~/.ollama/models (ref: stores-and-registries.md §A.1)."""
+    value = env.foreign("OLLAMA_MODELS")
     return Path(value).expanduser() if value else Path.home() / ".ollama" / "models"
 
 

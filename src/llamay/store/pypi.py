@@ -28,6 +28,7 @@ from packaging.tags import sys_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .. import env
 from .download import ProgressFn, new_client
 from .layout import Store, StoredModel, StoreError
 from .names import ModelName, parse_name
@@ -100,7 +101,7 @@ def _setting(config: dict[str, str], key: str) -> str | None:
 
 def index_urls() -> list[str]:
     """The index pip would use (PIP_INDEX_URL / index-url, default pypi.org) followed by its extra indexes."""
-    env_index, env_extra = os.environ.get("PIP_INDEX_URL"), os.environ.get("PIP_EXTRA_INDEX_URL")
+    env_index, env_extra = env.foreign("PIP_INDEX_URL"), env.foreign("PIP_EXTRA_INDEX_URL")
     config = _pip_config() if env_index is None or env_extra is None else {}
     index = env_index if env_index is not None else _setting(config, "index-url")
     extra = env_extra if env_extra is not None else _setting(config, "extra-index-url")
