@@ -1,4 +1,4 @@
-"""Where a forward pass spends its time, by op: the model's own layer graph (models/plan.py) run with a
+"""Where a forward pass spends its time, by op: the model's own layer graph (models/forward.py) run with a
 barrier after every node, each node timed from the barrier before it to the one after (its slowest
 thread), best of several runs per node. Decode is one token at a given context position, prefill a chunk
 of tokens from position 0. The op shares show which nodes fusion could remove (small nodes cost their
@@ -22,13 +22,13 @@ import machine  # noqa: E402
 from llamay.defaults import default_model_path  # noqa: E402
 from llamay.engine.llm import load  # noqa: E402
 from llamay.kernels.ops import BatchMeta  # noqa: E402
-from llamay.models.plan import Plan  # noqa: E402
+from llamay.models.forward import ForwardGraph  # noqa: E402
 
 
-def make_plan(llm, n: int, start: int, fuse: bool = True) -> Plan:
+def make_plan(llm, n: int, start: int, fuse: bool = True) -> ForwardGraph:
     dec, page = llm.decoder, 16
     pool = dec.new_pool(-(-(start + n) // page), page)
-    plan = Plan(dec.spec, dec.layers, pool, n, fuse)
+    plan = ForwardGraph(dec.spec, dec.layers, pool, n, fuse)
     plan.x[:] = np.random.default_rng(0).standard_normal(plan.x.shape).astype(np.float32) * 0.1
     pos = np.arange(start, start + n, dtype=np.int32)
     table = np.arange(pool.n_pages, dtype=np.int32)[None, :].copy()

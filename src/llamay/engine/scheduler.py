@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from . import constrain
 from .runner import Runner
 from .sampling import Sampler, SamplingParams
 from .stops import StopMatcher
+
+if TYPE_CHECKING:
+    from ..grammar import Grammar
 
 ALIGN = 32  # prefill chunks end on multiples of this (fewer distinct batch sizes, so fewer graphs to build)
 
@@ -44,7 +48,7 @@ class Job:
     n: int = 1
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob and the top k
     ctx: int | None = None
-    grammar: object = None  # llamay.grammar.Grammar: every choice's output is constrained by it
+    grammar: Grammar | None = None  # every choice's output is constrained by it
     cancelled: bool = False  # set by cancel(); seen at the next step
 
     def cancel(self):

@@ -12,7 +12,7 @@ OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attenti
        "add": 8, "scale": 9, "softcap": 10, "layernorm": 11}
 
 
-class Node(ctypes.Structure):
+class NodeStruct(ctypes.Structure):
     _fields_ = [("op", I64), ("p", P * 5), ("n", I64 * 5), ("f", ctypes.c_float * 2), ("after", I64)]
 
 
@@ -22,8 +22,8 @@ class Batch(ctypes.Structure):
                 ("page_size", I64)]
 
 
-_run = declare("ly_graph_run", ctypes.POINTER(Node), I64, I32, restype=I64)
-_profile = declare("ly_graph_profile", ctypes.POINTER(Node), I64, I32, P, restype=I64)
+_run = declare("ly_graph_run", ctypes.POINTER(NodeStruct), I64, I32, restype=I64)
+_profile = declare("ly_graph_profile", ctypes.POINTER(NodeStruct), I64, I32, P, restype=I64)
 OP_NAMES = {v: k for k, v in OPS.items()}
 
 
@@ -60,7 +60,7 @@ class Graph:
         self._nodes = None
 
     def _build(self):
-        nodes = (Node * len(self._specs))()
+        nodes = (NodeStruct * len(self._specs))()
         for node, (op, ptrs, sizes, floats, after) in zip(nodes, self._specs):
             node.op, node.after = op, after
             node.p[:len(ptrs)], node.n[:len(sizes)], node.f[:len(floats)] = ptrs, sizes, floats

@@ -3,7 +3,7 @@
 A forward pass takes a batch of tokens (any mix of sequences, described by BatchMeta), writes their K/V
 into the page pool, and returns logits for the requested rows. Every op is canonical (kernels/), so a
 token's logits do not depend on how the batch was split. The blocks run as one C graph per batch size
-(plan.py), built on first use and kept."""
+(forward.py), built on first use and kept."""
 from __future__ import annotations
 
 import time
@@ -16,7 +16,7 @@ from ..kernels.ops import BatchMeta
 from ..kernels.threads import Governor
 from ..kv import PagePool, kv_type
 from ..settings import LOAD
-from .plan import Head, Plan
+from .forward import ForwardGraph, Head
 from .spec import ArchSpec
 from .weights import load_weights
 
@@ -47,7 +47,7 @@ class Decoder:
         """tokens int32 [n]; returns float32 logits [len(out_rows), n_vocab] (all rows when None).
         The result is a fresh array."""
         s, n = self.spec, len(tokens)
-        plan = self._cached(("plan", n, id(pool)), lambda: Plan(s, self.layers, pool, n))
+        plan = self._cached(("plan", n, id(pool)), lambda: ForwardGraph(s, self.layers, pool, n))
         plan.x[:] = self.embed(tokens)
         full = self.nthreads
         threads, start = self.governor.pick(full), time.perf_counter()

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_ollama, routes_openai
 from .contexts import ContextTable, expire
 from .guard import Guard, GuardSettings, proto_for
-from .http import Runner, error_response
+from .http import Responder, error_response
 from .metrics import Metrics
 from .models import Registry
 from .protocol.base import ProtocolError
@@ -36,7 +36,7 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings()) -> Fa
     app.add_middleware(Guard, settings=guard)  # Host, Origin, API key and body type: every route
     app.state.guard = guard
     app.state.registry = registry
-    app.state.runner = Runner(registry, Metrics())
+    app.state.responder = Responder(registry, Metrics())
     app.state.contexts = ContextTable(registry.settings.max_contexts, registry.settings.context_ttl)
     for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed):
         app.include_router(module.router)

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..engine import GGUFError, GGUFReader, UnsupportedModel
 from ..engine import is_encoder as _encoder_metadata
@@ -47,7 +48,7 @@ def load_embedder(path: str, settings):
 class Used:
     """What one embedding call gave back: fn's result, the model's width and context, the load time
     charged to this request (the first after loading; else 0), and the name the model is served as."""
-    result: object
+    result: Any  # whatever the call's fn returned
     n_embd: int
     n_ctx: int
     load_ns: int

@@ -3,9 +3,11 @@ scheduler, and carry its output back to the event loop (tokens -> text, reasonin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..chat import ChatTemplateError, prompt_ids, template_for
 from ..chat.gotemplate import GoTemplateError, render_go
@@ -19,12 +21,16 @@ from ..events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from .models import Loaded
 from .protocol.base import GenRequest, ProtocolError, bad_request
 
+if TYPE_CHECKING:
+    from ..engine import Grammar
+
 
 @dataclass
 class Prepared:
+    req: GenRequest  # the request with the model's defaults applied (a new one; the parsed one is unchanged)
     ids: list[int]  # the prompt's tokens (appended to the context when continuing one)
     params: SamplingParams
-    grammar: object = None  # llamay.grammar.Grammar constraining the output
+    grammar: Grammar | None = None  # constrains the output
     calls: CallFormat | None = None  # the output is read for tool calls in this format
 
 
@@ -136,11 +142,13 @@ SAMPLING_PARAMS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "
                    "presence_penalty", "frequency_penalty", "seed")
 
 
-def apply_model_defaults(req: GenRequest, stored) -> None:
-    """A stored model's layers as Ollama applies them: its system prompt when the request has none, its
-    stop strings added, and (Ollama requests, which say what they set) its params for what is unset."""
+def with_model_defaults(req: GenRequest, stored) -> GenRequest:
+    """A new request with a stored model's layers applied as Ollama applies them: its system prompt when
+    the request has none, its stop strings added, and (Ollama requests, which say what they set) its params
+    for what is unset. The request given is not changed."""
     if stored is None:
-        return
+        return req
+    req = dataclasses.replace(req, sampling=dict(req.sampling))
     has_system = req.system is not None or any(m.get("role") == "system" for m in req.messages or [])
     if stored.system and not has_system and not req.raw:
         req.system = stored.system
@@ -158,13 +166,16 @@ def apply_model_defaults(req: GenRequest, stored) -> None:
         req.sampling.update({k: params[k] for k in unset if k in params})
         if "num_predict" not in req.options_set and (params.get("num_predict") or 0) > 0:
             req.max_tokens = params["num_predict"]
+    return req
 
 
-def prepare(loaded: Loaded, req: GenRequest, extra: int = 0, cancel: threading.Event | None = None) -> Prepared:
-    """Checks that the prompt fits the context (extra: tokens already in a continued context)."""
-    apply_model_defaults(req, loaded.stored)
-    ids, tools = render_plan(loaded, req, cancel)
-    tools = tools or req.options.get("tool_plan")  # a context's chat: rendered whole by the route
+def prepare(loaded: Loaded, req: GenRequest, extra: int = 0, tools: ToolPlan | None = None,
+            cancel: threading.Event | None = None) -> Prepared:
+    """Renders and checks the prompt (extra: tokens already in a continued context; tools: the plan of a
+    context's chat, which the route rendered whole)."""
+    req = with_model_defaults(req, loaded.stored)
+    ids, own_tools = render_plan(loaded, req, cancel)
+    tools = own_tools or tools
     llm = loaded.llm
     if not ids and not extra:
         raise bad_request("the prompt is empty", "prompt")
@@ -174,7 +185,7 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0, cancel: threading.E
         params.check(llm.n_vocab)
     except (TypeError, ValueError) as e:
         raise bad_request(f"sampling: {e}") from None
-    return Prepared(ids, params, compile_grammar(loaded, req, tools), tools.fmt if tools else None)
+    return Prepared(req, ids, params, compile_grammar(loaded, req, tools), tools.fmt if tools else None)
 
 
 class Generation:

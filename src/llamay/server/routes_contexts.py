@@ -17,11 +17,12 @@ from ..engine import OutOfPages, SnapshotError, snapshots
 from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
 from .generation import check_prompt, render, render_plan
-from .http import api, off_loop, read_json
+from ..toolcall.plan import ToolPlan
+from .http import RunOptions, api, off_loop, read_json
 from .models import Loaded
 from .protocol import openai as proto
-from .protocol.base import GenRequest, ProtocolError, bad_request
-from .protocol.toolcalls import ToolCall, add_call_part
+from .protocol.base import GenRequest, Output, ProtocolError, bad_request
+from .protocol.toolcalls import add_call_part
 
 router = APIRouter()
 SNAPSHOT_TYPE = "application/octet-stream"
@@ -217,7 +218,7 @@ async def generate(request: Request, cid: str):
     text = req.prompt if isinstance(req.prompt, str) else None
     ids = loaded.llm.tokenize(text, add_special=False, parse_special=True) if text is not None else list(req.prompt)
     req.prompt, req.raw, req.n = ids, True, 1
-    return await _continue(request, nc, loaded, req, proto.CompletionOutput, "cmpl-", ids, None)
+    return await _continue(request, nc, loaded, req, proto.CompletionOutput, "cmpl-", ids)
 
 
 @router.post("/v1/contexts/{cid}/chat")
@@ -236,22 +237,24 @@ async def chat(request: Request, cid: str):
     messages = nc.messages + req.messages if appended else nc.messages
     whole = GenRequest(model=nc.model, messages=messages, tools=req.tools, options=req.options)
     full, plan = await off_loop(request, render_plan, loaded, whole)
-    req.options["tool_plan"], req.n = plan, 1
+    req.n = 1
+    outs: list[_Recording] = []
+
+    def output(r, m) -> _Recording:
+        outs.append(_Recording(proto.ChatOutput(r, m)))
+        return outs[-1]
 
     def on_finish(finishes: list[Finish]):
-        nc.messages = messages + [out.message()]
+        nc.messages = messages + [outs[0].message()]
 
-    out = _TextTap()
-    return await _continue(request, nc, loaded, req, lambda r, m: out.wrap(proto.ChatOutput(r, m)), "chatcmpl-",
-                           full, on_finish, rebase=True)
+    return await _continue(request, nc, loaded, req, output, "chatcmpl-", full, on_finish, rebase=True, tools=plan)
 
 
-class _TextTap:
-    """Keeps the content and tool calls an output object is fed (to record the assistant's turn)."""
+class _Recording:
+    """An Output that also keeps the content and tool calls it is fed (to record the assistant's turn)."""
 
-    def __init__(self):
-        self.text = ""
-        self.calls: list[ToolCall] = []
+    def __init__(self, out: Output):
+        self.out, self.text, self.calls = out, "", []
 
     def message(self) -> dict:
         msg = {"role": "assistant", "content": self.text}
@@ -260,21 +263,25 @@ class _TextTap:
                                  for c in self.calls]
         return msg
 
-    def wrap(self, output):
-        feed = output.feed
+    def feed(self, ev: Delta | Finish) -> list[str]:
+        if isinstance(ev, Delta):
+            self.text += ev.content
+            for part in ev.tool_calls:
+                add_call_part(self.calls, part)
+        return self.out.feed(ev)
 
-        def tapped(ev):
-            if isinstance(ev, Delta):
-                self.text += ev.content
-                for part in ev.tool_calls:
-                    add_call_part(self.calls, part)
-            return feed(ev)
-        output.feed = tapped
-        return output
+    def end(self) -> list[str]:
+        return self.out.end()
+
+    def body(self) -> dict:
+        return self.out.body()
+
+    def fail(self, err: ProtocolError) -> list[str]:
+        return self.out.fail(err)
 
 
 async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, output, prefix: str,
-                    ids: list[int], on_finish, rebase: bool = False):
+                    ids: list[int], on_finish=None, rebase: bool = False, tools: ToolPlan | None = None):
     """rebase: ids are the whole context wanted; keep the common prefix with the context, append the rest."""
     _check_idle(nc)
     nc.busy = True
@@ -298,6 +305,5 @@ async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, out
         idle()
         raise
     req.prompt, req.messages, req.raw = suffix, None, True
-    return await request.app.state.runner.run(request, proto, req, output, prefix, "text/event-stream",
-                                              ctx=nc.ctx, extra=have, on_finish=on_finish, loaded=loaded,
-                                              on_close=idle)
+    opts = RunOptions(loaded=loaded, ctx=nc.ctx, extra=have, tools=tools, on_finish=on_finish, on_close=idle)
+    return await request.app.state.responder.run(request, proto, req, output, prefix, "text/event-stream", opts)

@@ -19,7 +19,7 @@ async def health():
 
 @router.get("/metrics")
 async def metrics(request: Request):
-    text = request.app.state.runner.metrics.render(request.app.state.registry)
+    text = request.app.state.responder.metrics.render(request.app.state.registry)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

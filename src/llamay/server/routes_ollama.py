@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from ..events import Finish, Usage
-from .http import api, dumps, new_meta, read_json
+from .http import RunOptions, api, dumps, new_meta, read_json
 from .protocol import ollama as proto
 from .protocol.base import ProtocolError
 
@@ -35,7 +35,7 @@ async def _generate(request: Request, parse, output):
     loaded = await registry.get(req.model, req.keep_alive)
     if req.options.get("load_only"):
         return _no_generation(req, output, "load", loaded.load_ns)
-    return await request.app.state.runner.run(request, proto, req, output, "", NDJSON, loaded=loaded)
+    return await request.app.state.responder.run(request, proto, req, output, "", NDJSON, RunOptions(loaded=loaded))
 
 
 def _no_generation(req, output, reason: str, load_ns: int = 0) -> Response:

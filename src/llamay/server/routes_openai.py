@@ -17,7 +17,7 @@ def _both(path: str):
 
 async def _generate(request: Request, parse, output, prefix: str):
     req = parse(await read_json(request))
-    return await request.app.state.runner.run(request, proto, req, output, prefix, SSE)
+    return await request.app.state.responder.run(request, proto, req, output, prefix, SSE)
 
 
 for _path in _both("/v1/chat/completions"):

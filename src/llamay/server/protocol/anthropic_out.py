@@ -54,6 +54,9 @@ class MessagesOutput:
         self._usage()  # asserts the Finish came
         return [_sse("message_stop", {"type": "message_stop"})] if self.req.stream else []
 
+    def fail(self, err: ProtocolError) -> list[str]:
+        return [stream_error(err)]
+
     def body(self) -> dict:
         stop_reason, stop_sequence = self._stop()
         content = [_block(kind, text, tool) for kind, text, tool in self._blocks]

@@ -5,9 +5,9 @@ A converter parses a request body into a GenRequest, and turns the engine's Delt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from ...events import Finish, Usage
+from ...events import Delta, Finish, Usage
 
 
 class ProtocolError(Exception):
@@ -62,6 +62,22 @@ class GenRequest:
     tools: list[dict] | None = None
     options: dict[str, Any] = field(default_factory=dict)  # anything else API-specific the route needs
     options_set: frozenset | None = None  # Ollama: the option keys the request set (a model's params fill the rest)
+
+
+class Output(Protocol):
+    """One response being built from the engine's events, in one API's shape (each converter's *Output)."""
+
+    def feed(self, ev: Delta | Finish) -> list[str]:
+        """The frames to stream now (a whole response ignores them and asks body() at the end)."""
+
+    def end(self) -> list[str]:
+        """The frames that close a stream that finished."""
+
+    def body(self) -> dict:
+        """The whole response, once every choice finished."""
+
+    def fail(self, err: ProtocolError) -> list[str]:
+        """The frames that end a stream broken by err, in the API's error shape."""
 
 
 @dataclass

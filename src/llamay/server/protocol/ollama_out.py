@@ -82,6 +82,9 @@ class _NdjsonOutput:
     def end(self) -> list[str]:
         return []
 
+    def fail(self, err: ProtocolError) -> list[str]:
+        return [stream_error(err)]
+
     def body(self) -> dict:
         assert self.finish is not None, "body() before the Finish"
         return self._object("".join(self.content), "".join(self.thinking), self.logprobs, self.finish)

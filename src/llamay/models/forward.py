@@ -9,7 +9,7 @@ from ..kernels.matmul import QWeight
 from .spec import ArchSpec
 
 
-class Plan:
+class ForwardGraph:
     """Layers for n tokens: `x` in (embeddings; scaled inside), `x` out (final residual stream)."""
 
     def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True):

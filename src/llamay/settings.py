@@ -1,0 +1,37 @@
+"""The one source of every default, by scope: loading a model, the scheduler, the server. CLI flags and
+server options take their defaults, and the numbers in their help, from these fields; the engine and the
+server read them too. Sampling's defaults are engine/sampling.py SamplingParams (llama.cpp's). A leaf
+module: it imports nothing of llamay."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """llamay.load and the -m/-t/-c/--kv/--kv-budget flags."""
+    threads: int | None = None  # None: LLAMAY_THREADS, else the physical cores
+    n_ctx: int = 4096  # tokens, capped at the model's training context
+    kv: str = "f16"  # KV element types: kv/pool.py KV_TYPES
+    kv_budget: int | None = None  # bytes of KV pages; None: pool_contexts full contexts
+    pool_contexts: int = 4
+    page_size: int = 32  # token slots per KV page
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    concurrency: int = 4  # sequences generated at once per model
+    max_queue: int = 64  # requests waiting per model before 503
+    batch: int = 512  # tokens per forward pass: bounds activation memory, never changes a result
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"  # loopback only
+    port: int = 11435
+    keep_alive: float = 300.0  # seconds a model stays loaded after its last request (Ollama's); < 0: forever
+    max_contexts: int = 64  # named contexts (/v1/contexts) open at once, all models together
+    context_ttl: float = 3600.0  # seconds an unused named context is kept; <= 0: forever
+
+
+LOAD, SCHEDULER, SERVER = LoadSettings(), SchedulerSettings(), ServerSettings()
