@@ -146,3 +146,23 @@ def test_running_out_of_pages_fails_one_sequence_cleanly(smollm_path):
         assert _state_clean(sched) == []
     finally:
         sched.close()
+
+
+def test_only_the_scheduler_thread_changes_kv_once_it_runs(smollm_path):
+    """A started scheduler owns the KV state: the Python API's calls go through it (same results), and a
+    change made past it, from another thread, raises."""
+    from llamay.kv import InvariantError
+    llm = llamay.load(smollm_path, threads=1, n_ctx=256)
+    ids = llm.tokenize("The capital of France is")
+    want = "".join(llm.generate(ids, max_tokens=6, temperature=0))
+    sched = llm.serve()
+    try:
+        assert "".join(llm.generate(ids, max_tokens=6, temperature=0)) == want
+        ctx = llm.create_context(ids)
+        assert "".join(ctx.generate(max_tokens=6, temperature=0)) == want
+        with pytest.raises(InvariantError, match="not on its owner"):
+            llm.runner.state.create(ids)
+        ctx.delete()
+    finally:
+        sched.close()
+    llm.runner.state.create(ids)  # a closed scheduler gave the state back

@@ -6,7 +6,6 @@ only prefills the new suffix (the last prompt token is always recomputed for its
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,11 +14,13 @@ from ..gguf import GGUFReader
 from ..kernels.threads import default_threads
 from ..kv import kv_type, page_bytes
 from ..models import Decoder, arch_spec
-from ..settings import LOAD
-from .context import Context, GenerationStats, generate_tokens
+from ..settings import LOAD, SCHEDULER
+from .context import Context, GenerationStats
 from . import snapshots
 from .embed import file_tokenizer
 from .runner import Runner
+from .scheduler import Job, Piece, Scheduler
+from .stops import stop_list
 from .sampling import SamplingParams, sampling_params
 
 
@@ -42,6 +43,8 @@ class LLM:
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)
+        # every generation and every KV change goes through it: stepped here until a server starts it
+        self.scheduler = Scheduler(lambda: self._runner, self.tokenizer, self.n_ctx, start=False)
 
     def _new_runner(self, kv_budget: int | None, pool=None) -> Runner:
         s = self.spec
@@ -50,6 +53,15 @@ class LLM:
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
         return Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)
+
+    def serve(self, concurrency: int = SCHEDULER.concurrency, max_queue: int = SCHEDULER.max_queue,
+              batch: int = SCHEDULER.batch) -> Scheduler:
+        """Starts the scheduler on a thread of its own (a server): from now on it alone changes KV state,
+        and the Python API's calls wait for it between steps."""
+        s = self.scheduler
+        s.concurrency, s.max_queue, s.batch = concurrency, max_queue, batch
+        s.start()
+        return s
 
     @property
     def n_vocab(self) -> int:
@@ -95,39 +107,49 @@ class LLM:
     def reset(self):
         """Forget every cached prefix and context (the next prompt prefills from scratch). The page pool and
         the built graphs are kept: only the bookkeeping starts over."""
-        self._runner = self._new_runner(self.kv_budget, pool=self._runner.pool)
+        def fresh(runner):
+            self._runner = self._new_runner(self.kv_budget, pool=runner.pool)
+        self.scheduler.do(fresh)
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """float32 [len(ids), n_vocab]: the logits after every position, all computed afresh."""
         ids = [int(t) for t in ids]
         self.check_ids(ids)
-        ctx, _ = self._runner.state.create([])
-        try:
-            return self._runner.extend(ctx, ids, all_logits=True)
-        finally:
-            self._runner.free(ctx)
+
+        def run(runner):
+            ctx, _ = runner.state.create([])
+            try:
+                return runner.extend(ctx, ids, all_logits=True)
+            finally:
+                runner.free(ctx)
+        return self.scheduler.do(run)
 
     def eval_last(self, ids: list[int]) -> np.ndarray:
         """Logits after the last of ids [n_vocab], reusing any cached prefix."""
         ids = [int(t) for t in ids]
         self.check_ids(ids)
-        ctx, n_cached = self._runner.create(ids)
+
+        def run(runner):
+            ctx, n_cached = runner.create(ids)
+            out = runner.last_logits[ctx]
+            runner.free(ctx)
+            return out, n_cached
+        out, n_cached = self.scheduler.do(run)
         self.stats = GenerationStats(prompt_tokens=len(ids), cached_tokens=n_cached)
-        out = self._runner.last_logits[ctx]
-        self._runner.free(ctx)
         return out
 
     def create_context(self, prompt: str | list[int]) -> Context:
         """A named, forkable context holding prompt (its computed prefix reused from the radix tree)."""
         ids = self._ids(prompt)
         self.check_ids(ids)
-        ctx, n_cached = self._runner.create(ids)
+        ctx, n_cached = self.scheduler.do(lambda runner: runner.create(ids))
         return Context(self, ctx, n_cached)
 
     def restore_context(self, path: str | os.PathLike) -> Context:
         """A context from a .llamayctx snapshot made under the same weights (else SnapshotError)."""
         path = os.fspath(path)
-        return Context(self, snapshots.restore(self, path, snapshots.read_grammar(self, path)), 0)
+        grammar = snapshots.read_grammar(self, path)
+        return Context(self, self.scheduler.do(lambda runner: snapshots.restore(self, path, grammar)), 0)
 
     def contexts(self) -> list[Context]:
         return [Context(self, c, 0) for c in self._runner.state.contexts()]
@@ -141,18 +163,24 @@ class LLM:
         params = sampling_params(params, sampling, self.n_vocab)
         ids = self._ids(prompt)
         self.check_ids(ids)
-        return self._one_shot(ids, params, max_tokens, [stop] if isinstance(stop, str) else stop, grammar)
+        return self.drive(Job(ids, params, None, max_tokens, stop_list(stop), grammar=grammar))
 
-    def _one_shot(self, ids, params, max_tokens, stops, grammar) -> Iterator[str]:
-        t0 = time.perf_counter()
-        ctx = self.create_context(ids)
-        prefill_s = time.perf_counter() - t0
-        try:
-            for piece in generate_tokens(ctx, params, max_tokens, stops, grammar):
-                yield piece
-        finally:
-            self.stats.prefill_s = prefill_s
-            ctx.delete()
+    def drive(self, job: Job) -> Iterator[str]:
+        """Runs one generation job through the scheduler (the same decode loop as the server's), yielding
+        its text; self.stats is filled when it ends. An engine error is raised here."""
+        self.stats = stats = GenerationStats()
+        for ev in self.scheduler.run(job):
+            if isinstance(ev, Piece):
+                if ev.token >= 0:
+                    stats.token_ids.append(ev.token)
+                if ev.text:
+                    yield ev.text
+                continue
+            if ev.reason == "error":
+                raise ev.error
+            stats.prompt_tokens, stats.cached_tokens = ev.prompt_tokens, ev.cached_tokens
+            stats.generated_tokens, stats.finish_reason = ev.completion_tokens, ev.reason
+            stats.prefill_s, stats.decode_s = ev.prompt_ns / 1e9, ev.eval_ns / 1e9
 
 
 def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,

@@ -4,13 +4,16 @@ Each step is one forward pass holding the next token of every decoding sequence 
 prompts being prefilled (up to `batch` tokens in all). Up to `concurrency` sequences run; later jobs queue;
 a full queue refuses at once (Overloaded). Every kernel is batch-invariant, so a sequence's logits do not
 depend on what it was batched with. Other work on the runner (contexts: create, fork, save, restore) goes
-through call(), which runs it on the same thread between steps: only this thread mutates KV state."""
+through do(), which runs it on the same thread between steps: only this thread mutates KV state.
+
+Started (start(): a server), a thread of its own steps it. Not started (the Python API alone), run() steps
+it on the caller's thread: one decode loop either way."""
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -98,8 +101,9 @@ class _Seq:
 
 class Scheduler:
     def __init__(self, runner_of: Callable[[], Runner], tokenizer, n_ctx: int, concurrency: int = SCHEDULER.concurrency,
-                 max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch):
-        """runner_of: the current runner (LLM.reset may replace it)."""
+                 max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch, start: bool = True):
+        """runner_of: the current runner (LLM.reset may replace it). start=False: stepped by run() on the
+        caller's thread until start() gives it a thread of its own."""
         self.runner_of, self.tokenizer, self.n_ctx = runner_of, tokenizer, n_ctx
         self.concurrency, self.max_queue, self.batch = concurrency, max_queue, batch
         self.queue: deque[tuple[Job, int]] = deque()
@@ -108,8 +112,15 @@ class Scheduler:
         self.cv = threading.Condition()
         self.stopping = False
         self.steps = 0
-        self.thread = threading.Thread(target=self._loop, name="llamay-scheduler", daemon=True)
-        self.thread.start()
+        self.thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    def start(self):
+        """Steps on a thread of its own from now on (the KV state belongs to that thread)."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="llamay-scheduler", daemon=True)
+            self.thread.start()
 
     # --- any thread ----------------------------------------------------------------------------
 
@@ -121,6 +132,49 @@ class Scheduler:
                 raise Overloaded(f"{len(self.queue)} requests are queued (the limit); try again later")
             self.queue.append((job, time.perf_counter_ns()))
             self.cv.notify()
+
+    def do(self, fn: Callable[[Runner], object]):
+        """fn(runner) where KV state may change: between steps on the scheduler's thread when it has one
+        (waiting for the result), else here."""
+        if self.thread is None or threading.current_thread() is self.thread:
+            return fn(self.runner_of())
+        return self.call(fn).result()
+
+    def run(self, job: Job) -> Iterator[Piece | Done]:
+        """Submits job and yields its events as they come until its last Done (job.sink is replaced).
+        Without a thread it steps the scheduler here, a step per event batch; closing the iterator early
+        cancels the job and finishes it (its context freed or kept as a finished job's would be)."""
+        events: deque = deque()
+        done = [0]
+        if self.thread is None:
+            job.sink = events.append
+        else:
+            ready = threading.Condition()
+
+            def sink(ev):
+                with ready:
+                    events.append(ev)
+                    ready.notify()
+            job.sink = sink
+        self.submit(job)
+        try:
+            while done[0] < job.n:
+                if self.thread is None:
+                    self._step()
+                else:
+                    with ready:
+                        ready.wait_for(lambda: events)
+                while events:
+                    ev = events.popleft()
+                    done[0] += isinstance(ev, Done)
+                    yield ev
+        finally:
+            if done[0] < job.n:
+                job.cancel()
+                while self.thread is None and done[0] < job.n and (self.running or self.queue):
+                    self._step()
+                    done[0] += sum(isinstance(ev, Done) for ev in events)
+                    events.clear()
 
     def call(self, fn: Callable[[Runner], object]) -> Future:
         """fn(runner) on the scheduler thread between steps -> a Future of its result."""
@@ -142,12 +196,19 @@ class Scheduler:
         with self.cv:
             self.stopping = True
             self.cv.notify()
-        self.thread.join()
+        if self.thread is not None:
+            self.thread.join()
+            state = self.runner_of().state
+            if state.owner is self.thread:
+                state.claim(None)  # given back: the caller's thread may step it again
 
     # --- the scheduler thread ------------------------------------------------------------------
 
     def _loop(self):
         while True:
+            state = self.runner_of().state  # a new runner (LLM.reset) is claimed at the next turn
+            if state.owner is not self.thread:
+                state.claim(self.thread)
             with self.cv:
                 while not (self.stopping or self.queue or self.running or self.calls):
                     self.cv.wait()

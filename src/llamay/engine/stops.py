@@ -28,3 +28,8 @@ class StopMatcher:
     def flush(self) -> str:
         held, self.held = self.held, ""
         return "" if self.stopped else held
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    """The stop argument of the Python API (one string, several, or none) as a list."""
+    return [stop] if isinstance(stop, str) else list(stop or [])

@@ -1,7 +1,8 @@
 """KV state: the page pool (arrays), page allocation, the radix prefix tree, contexts (fork, copy-on-write).
 
 Bookkeeping (allocator.py, radix.py, state.py) is pure Python and never touches the arrays (pool.py).
-KVState is the one façade; only the scheduler calls its mutating methods. A page holds page_size token
+KVState is the one façade; only the scheduler calls its mutating methods (a scheduler with a thread claims
+the state, and a change from any other thread raises InvariantError). A page holds page_size token
 slots; token i of a context lives in page_table[i // page_size], slot i % page_size.
 
 Invariants, checked by KVState.check() (raises InvariantError):

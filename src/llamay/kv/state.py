@@ -5,6 +5,7 @@ i % page_size. Appending is plan (pure, may raise OutOfPages), apply (evicts, al
 (src, dst) page copies the engine does before writing K/V), commit (the tokens whose K/V were written)."""
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class KVState:
         self._next_id = 0
         self._clock = 0  # LRU stamps
         self._version = 0  # bumped by every mutation; a plan is valid for one version
+        self.owner: threading.Thread | None = None  # the only thread that may change it (claim)
 
     @property
     def n_total(self) -> int:
@@ -85,6 +87,15 @@ class KVState:
         (or page_size) tokens."""
         return self.tree.entries()
 
+    def claim(self, thread: threading.Thread | None):
+        """From now on only `thread` may change this state (None: any, for a single-threaded caller)."""
+        self.owner = thread
+
+    def _mutating(self):
+        if self.owner is not None and threading.current_thread() is not self.owner:
+            raise InvariantError(f"KV state changed on thread {threading.current_thread().name}, not on its "
+                                 f"owner {self.owner.name}: every change goes through the scheduler")
+
     def _get(self, ctx_id: int, settled: bool = False) -> _Context:
         ctx = self._ctxs.get(ctx_id)
         if ctx is None:
@@ -97,6 +108,7 @@ class KVState:
 
     def create(self, tokens: Sequence[int]) -> tuple[int, int]:
         """-> (ctx_id, n_cached): a context holding the longest computed prefix of tokens[:-1]."""
+        self._mutating()
         path, n_cached = self.tree.match(tokens[:max(len(tokens) - 1, 0)])
         self._tick()
         self.tree.touch(path, self._clock)
@@ -108,6 +120,7 @@ class KVState:
 
     def fork(self, ctx_id: int, n: int = 1) -> list[int]:
         """n contexts sharing ctx_id's pages: zero pages allocated."""
+        self._mutating()
         ctx = self._get(ctx_id, settled=True)
         ids = []
         for _ in range(n):
@@ -117,6 +130,7 @@ class KVState:
         return ids
 
     def free(self, ctx_id: int):
+        self._mutating()
         ctx = self._get(ctx_id)
         for page in reversed(ctx.pages):  # the free stack then hands them out again in ascending order
             self.alloc.decref(page)
@@ -125,6 +139,7 @@ class KVState:
 
     def truncate(self, ctx_id: int, n: int):
         """Keep the first n tokens, release the pages past them."""
+        self._mutating()
         ctx = self._get(ctx_id, settled=True)
         if not 0 <= n <= len(ctx.tokens):
             raise KVError(f"truncate to {n} of a context of {len(ctx.tokens)} tokens")
@@ -133,6 +148,7 @@ class KVState:
 
     def cache(self, ctx_id: int) -> int:
         """Insert the context's tokens and pages in the tree (which holds its own references) -> pages added."""
+        self._mutating()
         ctx = self._get(ctx_id, settled=True)
         self._tick()
         taken, dropped = self.tree.insert(ctx.tokens, ctx.pages, self._clock)
@@ -145,6 +161,7 @@ class KVState:
     def restore(self, tokens: Sequence[int]) -> tuple[int, list[int]]:
         """-> (ctx_id, pages): a context of tokens on fresh pages the caller fills with the snapshot's K/V
         (page_table order) before using it."""
+        self._mutating()
         n = _n_pages(len(tokens), self.page_size)
         evict, _ = self._plan_pages(n)
         pages = self._take(evict, n)
@@ -184,6 +201,7 @@ class KVState:
 
     def apply(self, plan: Plan) -> list[tuple[int, int]]:
         """Mutate as planned -> the (src, dst) page copies to do before writing the new K/V."""
+        self._mutating()
         if plan.version != self._version:
             raise StalePlan(f"plan made at version {plan.version}, state is at {self._version}")
         ctx = self._get(plan.ctx_id, settled=True)
@@ -201,6 +219,7 @@ class KVState:
 
     def commit(self, ctx_id: int, tokens: Sequence[int]):
         """The engine wrote K/V for tokens at the applied slots. Fewer than applied: the rest is released."""
+        self._mutating()
         ctx = self._get(ctx_id)
         if len(tokens) > ctx.n_pending:
             raise KVError(f"commit of {len(tokens)} tokens, {ctx.n_pending} slots applied")

@@ -225,7 +225,7 @@ class Registry:
         s = self.settings
         t0 = time.perf_counter_ns()
         llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget)
-        sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, s.concurrency, s.max_queue, s.batch)
+        sched = llm.serve(s.concurrency, s.max_queue, s.batch)
         return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
                       stored=self.defaults(name), default_grammar=s.grammar)
 
