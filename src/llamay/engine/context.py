@@ -53,7 +53,7 @@ class Context:
         self.llm.check_ids(ids, extra=len(self.tokens))
 
         def run(runner):
-            runner.matchers.pop(self.id, None)  # text from outside: a cut-off grammar no longer applies
+            runner.record(self.id).matcher = None  # text from outside: a cut-off grammar no longer applies
             return runner.extend(self.id, ids)
         return self._do(run)
 

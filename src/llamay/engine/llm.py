@@ -131,7 +131,7 @@ class LLM:
 
         def run(runner):
             ctx, n_cached = runner.create(ids)
-            out = runner.last_logits[ctx]
+            out = runner.record(ctx).last_logits
             runner.free(ctx)
             return out, n_cached
         out, n_cached = self.scheduler.do(run)

@@ -1,9 +1,14 @@
-"""The runner: the one place that mutates KV state. It owns the decoder, the page pool and the KVState,
-and turns "compute these tokens of that context" into plan -> apply (page copies) -> forward -> commit.
+"""The runner: the engine's interface to KV state (create, extend, fork, rebase, truncate, free, describe;
+snapshots save and restore through it). It owns the decoder, the page pool, the KVState and one record per
+context, and turns "compute these tokens of that context" into plan -> apply (page copies) -> forward ->
+commit. It is called only through the LLM's scheduler (Scheduler.do / its steps).
 
 Every kernel is batch-invariant, so a context's logits are the same whether its tokens came from a cold
 prefill, a radix-tree hit, a fork or a restored snapshot."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -11,6 +16,16 @@ from ..kernels.ops import BatchMeta
 from ..kv import KVState
 from ..models import Decoder
 from ..settings import SCHEDULER
+
+
+@dataclass
+class CtxRecord:
+    """What the engine keeps for one context besides its pages."""
+    last_logits: np.ndarray | None = None  # after its last computed token
+    pending: list[int] = field(default_factory=list)  # sampled tokens whose K/V is not computed yet
+    # the grammar matcher of a constrained generation cut off before its end: continued by the context's
+    # next generation, cloned by fork, saved in snapshots
+    matcher: Any = None
 
 
 class Runner:
@@ -21,16 +36,12 @@ class Runner:
         self.decoder, self.page_size = decoder, page_size
         self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
         self.state = KVState(n_pages, page_size, budget_pages)
-        self.last_logits: dict[int, np.ndarray] = {}  # ctx_id -> logits after its last computed token
-        self.pending: dict[int, list[int]] = {}  # ctx_id -> sampled tokens not yet computed
-        # ctx_id -> the grammar matcher of a constrained generation cut off before its end (continued by
-        # the context's next generate; cloned by fork; saved in snapshots)
-        self.matchers: dict[int, object] = {}
+        self.records: dict[int, CtxRecord] = {}
         self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
 
     def create(self, tokens: list[int]) -> tuple[int, int]:
         """A context holding tokens, computing only what the radix tree does not have.
-        -> (ctx_id, n_cached); its last logits are in last_logits."""
+        -> (ctx_id, n_cached); its last logits are in record(ctx_id)."""
         if not tokens:
             raise ValueError("a context needs at least one token")
         ctx, n_cached = self.state.create(tokens)
@@ -41,13 +52,22 @@ class Runner:
             raise
         return ctx, n_cached
 
+    def record(self, ctx: int) -> CtxRecord:
+        return self.records.setdefault(ctx, CtxRecord())
+
     def tokens(self, ctx: int) -> list[int]:
-        return self.state.tokens(ctx) + self.pending.get(ctx, [])
+        rec = self.records.get(ctx)
+        return self.state.tokens(ctx) + (rec.pending if rec else [])
+
+    def describe(self, ctx: int) -> dict:
+        """The context's size: tokens (a pending sampled one included) and pages held."""
+        return {"tokens": len(self.tokens(ctx)), "pages": len(self.state.page_table(ctx))}
 
     def extend(self, ctx: int, tokens: list[int], all_logits: bool = False) -> np.ndarray:
         """Compute pending tokens and then tokens after the context's end -> logits of the last one
         (of every one if all_logits)."""
-        tokens = self.pending.pop(ctx, []) + list(tokens)
+        rec = self.record(ctx)
+        tokens, rec.pending = rec.pending + list(tokens), []
         outs = []
         for lo in range(0, len(tokens), SCHEDULER.batch):
             part = tokens[lo:lo + SCHEDULER.batch]
@@ -55,9 +75,9 @@ class Runner:
             rows = None if all_logits else np.arange(len(part) - 1, len(part)) if last else np.zeros(0, np.int64)
             outs.append(self._chunk(ctx, part, rows))
         if not outs:
-            return self.last_logits[ctx]
+            return rec.last_logits
         out = np.concatenate(outs) if all_logits else outs[-1]
-        self.last_logits[ctx] = out[-1]
+        rec.last_logits = out[-1]
         return out if all_logits else out[-1]
 
     def _chunk(self, ctx: int, tokens: list[int], rows: np.ndarray | None) -> np.ndarray:
@@ -97,30 +117,34 @@ class Runner:
 
     def fork(self, ctx: int, n: int) -> list[int]:
         self.extend(ctx, [])
-        kids = self.state.fork(ctx, n)
+        kids, rec = self.state.fork(ctx, n), self.records[ctx]
         for k in kids:
-            self.last_logits[k] = self.last_logits[ctx]
-            if ctx in self.matchers:
-                self.matchers[k] = self.matchers[ctx].clone()
+            self.records[k] = CtxRecord(rec.last_logits, [], rec.matcher.clone() if rec.matcher else None)
         return kids
 
     def truncate(self, ctx: int, n: int):
         """Keep the context's first n tokens (a pending sampled token counts as one)."""
-        committed, pending = self.state.n_tokens(ctx), self.pending.pop(ctx, [])
+        rec = self.record(ctx)
+        committed, pending = self.state.n_tokens(ctx), rec.pending
         if n < committed + len(pending):
-            self.matchers.pop(ctx, None)  # its position is past the cut
-        if n >= committed:
-            if pending[:n - committed]:
-                self.pending[ctx] = pending[:n - committed]
-            return
-        self.state.truncate(ctx, n)
-        self.last_logits.pop(ctx, None)
+            rec.matcher = None  # its position is past the cut
+        rec.pending = pending[:max(0, n - committed)]
+        if n < committed:
+            self.state.truncate(ctx, n)
+            rec.last_logits = None
+
+    def rebase(self, ctx: int, ids: list[int]) -> tuple[list[int], int]:
+        """Make the context a prefix of ids: keep what they share (less one token, computed again for its
+        logits), cut the rest -> (the ids still to append, tokens kept)."""
+        have = self.tokens(ctx)
+        keep = next((i for i, (a, b) in enumerate(zip(have, ids)) if a != b), min(len(have), len(ids)))
+        keep = min(keep, len(ids) - 1)
+        self.truncate(ctx, keep)
+        return ids[keep:], keep
 
     def free(self, ctx: int, cache: bool = True):
         """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted)."""
         if cache and self.state.tokens(ctx):
             self.state.cache(ctx)
         self.state.free(ctx)
-        self.last_logits.pop(ctx, None)
-        self.pending.pop(ctx, None)
-        self.matchers.pop(ctx, None)
+        self.records.pop(ctx, None)

@@ -296,22 +296,24 @@ class Scheduler:
             history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
         else:
             ctx, history = job.ctx, runner.state.tokens(job.ctx)
-            todo = runner.pending.pop(ctx, []) + list(job.prompt)
+            rec = runner.record(ctx)
+            todo, rec.pending = rec.pending + list(job.prompt), []
             n_cached = len(history)
         # a named context's cut-off constrained generation continues under its grammar, unless text is added
-        cut = runner.matchers.pop(ctx, None)
+        rec = runner.record(ctx)
+        cut, rec.matcher = rec.matcher, None
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
         if job.grammar is None and not job.prompt:
             seq.grammar = cut
         self.running.append(seq)
         if not todo:  # a context continued as it is: its last logits are known
-            self._isolated(seq, self._logits_ready, seq, runner.last_logits[ctx])
+            self._isolated(seq, self._logits_ready, seq, rec.last_logits)
 
     def _logits_ready(self, seq: _Seq, logits: np.ndarray):
         """The sequence's prompt (or last token) is computed: fork choices if first time, then sample."""
         runner = self.runner_of()
         if seq.job.ctx is not None:
-            runner.last_logits[seq.ctx] = logits
+            runner.record(seq.ctx).last_logits = logits
         if not seq.t_prefilled:
             seq.t_prefilled = time.perf_counter_ns()
             for i, kid in enumerate(runner.state.fork(seq.ctx, seq.job.n - 1), start=1):
@@ -365,10 +367,11 @@ class Scheduler:
         tokens = seq.history + ([seq.next_tok] if seq.next_tok is not None else [])
         keep = seq.job.ctx is not None and seq.index == 0  # a named context outlives its jobs
         if keep:
+            rec = runner.record(seq.ctx)
             if seq.next_tok is not None:
-                runner.pending[seq.ctx] = [seq.next_tok]
+                rec.pending = [seq.next_tok]
             if reason == "length" and seq.grammar is not None and not seq.grammar.is_done():
-                runner.matchers[seq.ctx] = seq.grammar  # continued by its next job, saved in snapshots
+                rec.matcher = seq.grammar  # continued by its next job, saved in snapshots
         else:
             runner.free(seq.ctx, cache=reason != "error")
         now = time.perf_counter_ns()

@@ -26,7 +26,7 @@ def save(llm, ctx_id: int, path: str):
     pool = runner.pool
     g = geometry(llm)
     layers = [[pool.page_view(a)[pages].reshape(len(pages), -1) for a in arrs] for arrs in (pool.k, pool.v)]
-    matcher = runner.matchers.get(ctx_id)
+    matcher = runner.record(ctx_id).matcher
     meta = {"grammar": matcher.state()} if matcher is not None else {}
     header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32), meta)
     write_snapshot(path, header, layers[0], layers[1], logits=logits)
@@ -78,9 +78,8 @@ def restore(llm, path: str, matcher=None) -> int:
         except BaseException:
             runner.state.free(ctx)
             raise
-    runner.last_logits[ctx] = logits
-    if matcher is not None:
-        runner.matchers[ctx] = matcher
+    rec = runner.record(ctx)
+    rec.last_logits, rec.matcher = logits, matcher
     return ctx
 
 

@@ -49,8 +49,7 @@ async def _on_thread(loaded: Loaded, fn):
 
 
 def _describe(nc: NamedContext, runner) -> dict:
-    return {"id": nc.id, "object": "context", "model": nc.model, "created": nc.created,
-            "tokens": len(runner.tokens(nc.ctx)), "pages": len(runner.state.page_table(nc.ctx))}
+    return {"id": nc.id, "object": "context", "model": nc.model, "created": nc.created, **runner.describe(nc.ctx)}
 
 
 def _add(request: Request, loaded: Loaded, ctx: int, messages) -> NamedContext:
@@ -289,12 +288,7 @@ async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, out
     def setup(runner) -> tuple[list[int], int]:
         have = runner.tokens(nc.ctx)
         _table(request).check_pages(nc.model, runner, max(0, len(ids) - (len(have) if rebase else 0)), nc.ctx)
-        if not rebase:
-            return ids, len(have)
-        keep = next((i for i, (a, b) in enumerate(zip(have, ids)) if a != b), min(len(have), len(ids)))
-        keep = min(keep, len(ids) - 1)  # the last token is computed again for its logits
-        runner.truncate(nc.ctx, keep)
-        return ids[keep:], keep
+        return runner.rebase(nc.ctx, ids) if rebase else (ids, len(have))
 
     def idle():
         nc.busy = False
