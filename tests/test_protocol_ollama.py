@@ -26,8 +26,8 @@ from ollama._types import (
 from llamay.events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from llamay.server.protocol.base import ModelInfo, ProtocolError, ResponseMeta
 from llamay.server.protocol.ollama import (
-    ChatOutput,
-    GenerateOutput,
+    OllamaChatOutput,
+    OllamaGenerateOutput,
     error_body,
     parse_chat,
     parse_copy,
@@ -143,7 +143,7 @@ class FakeOllama:
         if path in ("/api/generate", "/api/chat"):
             req = (parse_generate if path == "/api/generate" else parse_chat)(body)
             self.requests.append(req)
-            out = (GenerateOutput if path == "/api/generate" else ChatOutput)(req, META, clock)
+            out = (OllamaGenerateOutput if path == "/api/generate" else OllamaChatOutput)(req, META, clock)
             if req.options.get("load_only") or req.options.get("unload"):
                 return httpx.Response(200, json=out.load_body())
             return self._generate(req, out)
@@ -315,7 +315,7 @@ def test_thinking_field():
 
 def test_zero_metrics_omitted_and_non_ascii_kept():
     req = parse_generate({"model": "m", "prompt": "x"})
-    out = GenerateOutput(req, META, clock)
+    out = OllamaGenerateOutput(req, META, clock)
     lines = out.feed(Delta(0, content="é")) + out.feed(Finish(0, "stop", Usage(prompt_tokens=4, cached_tokens=0)))
     assert lines[0] == '{"model":"smollm2:135m","created_at":"2023-11-14T22:13:20.123456789Z","response":"é",' \
                        '"done":false}\n'
@@ -421,7 +421,7 @@ def test_chat_load_and_unload(keep_alive, reason):
 @pytest.mark.parametrize("reason", ["load", "unload"])
 def test_load_reason_through_finish(reason):
     """A Finish with reason load / unload (how the route answers) reads as Ollama's load reply."""
-    out = ChatOutput(parse_chat({"model": "m", "messages": [], "stream": True}), META, clock)
+    out = OllamaChatOutput(parse_chat({"model": "m", "messages": [], "stream": True}), META, clock)
     out.feed(Finish(0, reason, Usage(load_ns=900, total_ns=900)))
     resp = ChatResponse.model_validate(out.body())
     assert (resp.done, resp.done_reason, resp.load_duration, resp.message.content) == (True, reason, 900, "")

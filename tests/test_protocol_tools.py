@@ -451,7 +451,7 @@ def ollama_client(events, seen=None) -> ollama.Client:
             return httpx.Response(err.status, json=oll.error_body(err))
         if seen is not None:
             seen.append(req)
-        out = oll.ChatOutput(req, meta(""), lambda: 1735142223_000000000)
+        out = oll.OllamaChatOutput(req, meta(""), lambda: 1735142223_000000000)
         lines = feed_all(out, events)
         if req.stream:
             return httpx.Response(200, content="".join(lines).encode())
@@ -487,7 +487,7 @@ def test_ollama_body_has_tool_calls_with_object_arguments():
 
 def test_ollama_stream_sends_each_call_whole_when_complete():
     req = oll.parse_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-    out = oll.ChatOutput(req, meta(""), lambda: 0)
+    out = oll.OllamaChatOutput(req, meta(""), lambda: 0)
     per_event = [out.feed(ev) for ev in call_events()]
     lines = [json.loads(line) for frames in per_event for line in frames]
     calls = [(i, json.loads(line)["message"]["tool_calls"]) for i, frames in enumerate(per_event) for line in frames
@@ -506,7 +506,7 @@ def test_ollama_stream_sends_each_call_whole_when_complete():
 
 def test_ollama_generate_ignores_tool_deltas():
     req = oll.parse_generate({"model": "m", "prompt": "x", "stream": False})
-    out = oll.GenerateOutput(req, meta(""), lambda: 0)
+    out = oll.OllamaGenerateOutput(req, meta(""), lambda: 0)
     feed_all(out, [Delta(0, content="a"), Delta(0, tool_calls=[ToolCallDelta(0, ID0, "f", "{}")]),
                    Finish(0, "tool_calls", USAGE)])
     body = out.body()

@@ -153,7 +153,7 @@ def failing_after(cls, monkeypatch, calls: int):
 @pytest.mark.parametrize("api", list(STREAMS))
 def test_failure_mid_stream_ends_with_the_api_error_frame(live_server, url, model, api, monkeypatch):
     from llamay.server.protocol import anthropic, ollama, openai
-    cls = {"openai": openai.ChatOutput, "anthropic": anthropic.MessagesOutput, "ollama": ollama.ChatOutput}[api]
+    cls = {"openai": openai.ChatOutput, "anthropic": anthropic.MessagesOutput, "ollama": ollama.OllamaChatOutput}[api]
     failing_after(cls, monkeypatch, 3)
     path, extra = STREAMS[api]
     r = HTTP.post(url + path, json={"model": model, "messages": HI, **extra})

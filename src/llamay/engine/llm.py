@@ -152,7 +152,7 @@ class LLM:
         return Context(self, self.scheduler.do(lambda runner: snapshots.restore(self, path, grammar)), 0)
 
     def contexts(self) -> list[Context]:
-        return [Context(self, c, 0) for c in self._runner.state.contexts()]
+        return [Context(self, c, 0) for c in self.scheduler.do(lambda runner: runner.state.contexts())]
 
     def generate(self, prompt: str | list[int], max_tokens: int = 128, stop: str | list[str] | None = None,
                  grammar=None, params: SamplingParams | None = None, **sampling) -> Iterator[str]:

@@ -48,13 +48,13 @@ def _no_generation(req, output, reason: str, load_ns: int = 0) -> Response:
 @router.post("/api/generate")
 @api(proto)
 async def generate(request: Request):
-    return await _generate(request, proto.parse_generate, proto.GenerateOutput)
+    return await _generate(request, proto.parse_generate, proto.OllamaGenerateOutput)
 
 
 @router.post("/api/chat")
 @api(proto)
 async def chat(request: Request):
-    return await _generate(request, proto.parse_chat, proto.ChatOutput)
+    return await _generate(request, proto.parse_chat, proto.OllamaChatOutput)
 
 
 @router.api_route("/api/tags", methods=["GET", "HEAD"])

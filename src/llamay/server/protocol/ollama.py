@@ -9,8 +9,8 @@ from typing import Any
 
 from .base import GenRequest, bad_request
 from .ollama_out import (
-    ChatOutput,
-    GenerateOutput,
+    OllamaChatOutput,
+    OllamaGenerateOutput,
     capabilities,
     error_body,
     ps_body,
@@ -23,7 +23,7 @@ from .ollama_out import (
 from .openai_common import check_function_tool
 
 __all__ = [
-    "OLLAMA_DEFAULTS", "ChatOutput", "GenerateOutput", "capabilities", "error_body", "parse_chat",
+    "OLLAMA_DEFAULTS", "OllamaChatOutput", "OllamaGenerateOutput", "capabilities", "error_body", "parse_chat",
     "parse_copy", "parse_delete", "parse_generate", "parse_go_duration", "parse_keep_alive", "parse_show",
     "ps_body", "rfc3339_nano", "show_body", "stream_error", "tags_body", "version_body",
 ]

@@ -114,7 +114,7 @@ class _NdjsonOutput:
         return {}
 
 
-class GenerateOutput(_NdjsonOutput):
+class OllamaGenerateOutput(_NdjsonOutput):
     """/api/generate: text in `response`, reasoning in `thinking`; the final object carries `context`
     (Finish.context) unless raw."""
 
@@ -125,7 +125,7 @@ class GenerateOutput(_NdjsonOutput):
         return {"context": list(finish.context)} if finish.context and not self.req.raw else {}
 
 
-class ChatOutput(_NdjsonOutput):
+class OllamaChatOutput(_NdjsonOutput):
     """/api/chat: text in `message.content`, reasoning in `message.thinking`, tool calls whole in
     `message.tool_calls` with arguments as an object. Streaming, a call goes out as its own done:false
     line once complete: when the next call starts, or at the Finish before the final line."""
