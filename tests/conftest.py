@@ -1,5 +1,7 @@
 """Shared fixtures: paths of the real model files (from PyPI packages) and of ../shared/fixtures."""
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,6 +16,8 @@ FIXTURES = SHARED / "fixtures"
 CACHE = Path(os.environ.get("LLAMAY_TEST_CACHE", Path.home() / ".cache" / "llamay-tests"))
 os.environ["LLAMAY_HOME"] = tempfile.mkdtemp(prefix="llamay-home-")  # tests never touch ~/.llamay
 os.environ["OLLAMA_MODELS"] = tempfile.mkdtemp(prefix="ollama-models-")  # nor read ~/.ollama
+for _made in (os.environ["LLAMAY_HOME"], os.environ["OLLAMA_MODELS"]):
+    atexit.register(shutil.rmtree, _made, True)  # removed when the test run ends
 
 
 def smollm_file() -> Path | None:
