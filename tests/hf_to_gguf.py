@@ -3,7 +3,7 @@ convert_hf_to_gguf.py. Names and keys come from gguf-py (llama.cpp's own package
 
 Conventions reproduced (ref: llama.cpp convert_hf_to_gguf.py):
 - llama: q/k projection rows permuted from HF's rotate-half layout to GGUF's interleaved pairs
-  (LlamaModel.permute); qwen2 and gemma3 keep HF's layout (NeoX RoPE).
+  (LlamaModel.permute); qwen2, qwen3 and gemma3 keep HF's layout (NeoX RoPE).
 - gemma3: every `*norm.weight` is stored as (1 + w) (Gemma3Model.norm_shift: Gemma3RMSNorm multiplies by
   1 + weight); global-layer RoPE base as rope.freq_base; lm_head dropped (tied).
 - tied embeddings: no output.weight.
@@ -17,7 +17,8 @@ import numpy as np
 
 from llamay.gguf import GGUFWriter
 
-ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gemma3": gguf.MODEL_ARCH.GEMMA3}
+ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
+         "gemma3": gguf.MODEL_ARCH.GEMMA3}
 U32, F32 = int(gguf.GGUFValueType.UINT32), int(gguf.GGUFValueType.FLOAT32)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import (AttentionInterface, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
-                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -44,6 +44,9 @@ class Case:
 CASES = {
     "llama": Case("llama", LlamaForCausalLM, LlamaConfig, dict(num_hidden_layers=3, tie_word_embeddings=False)),
     "qwen2": Case("qwen2", Qwen2ForCausalLM, Qwen2Config, dict(num_hidden_layers=3, tie_word_embeddings=True)),
+    # Qwen3: per-head RMSNorm of q and k before RoPE, no biases; head_dim 32 != hidden / heads (as in Qwen3)
+    "qwen3": Case("qwen3", Qwen3ForCausalLM, Qwen3Config,
+                  dict(num_hidden_layers=3, head_dim=32, tie_word_embeddings=True)),
     # 7 layers: llama.cpp (and llamay) fix Gemma 3's pattern at 5 sliding layers per global one, so layer 5
     # is global and layer 6 slides again; head_dim 32 != hidden / heads, as in Gemma 3 270M
     "gemma3": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,

@@ -115,6 +115,11 @@ def _qwen2(meta: dict) -> ArchSpec:
     return ArchSpec(**_common(meta, "qwen2"), rope_neox=True, qkv_bias=True)
 
 
+def _qwen3(meta: dict) -> ArchSpec:
+    # ref: HF Qwen3Attention: no q/k/v bias; RMSNorm of every query and key head before RoPE
+    return ArchSpec(**_common(meta, "qwen3"), rope_neox=True, qk_norm=True)
+
+
 def _gemma3(meta: dict) -> ArchSpec:
     c, m = _common(meta, "gemma3"), Meta(meta, "gemma3")
     return ArchSpec(
@@ -130,7 +135,7 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "qwen2": _qwen2, "gemma3": _gemma3}
+BUILDERS = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "gemma3": _gemma3}
 DECLINED = {
     "mamba": "a state-space model", "mamba2": "a state-space model", "rwkv6": "a recurrent (RWKV) model",
     "rwkv7": "a recurrent (RWKV) model", "rwkv6qwen2": "a recurrent (RWKV) model",
