@@ -7,9 +7,12 @@ Conventions reproduced (ref: llama.cpp convert_hf_to_gguf.py):
 - gemma3: every `*norm.weight` is stored as (1 + w) (Gemma3Model.norm_shift: Gemma3RMSNorm multiplies by
   1 + weight); global-layer RoPE base as rope.freq_base; lm_head dropped (tied).
 - tied embeddings: no output.weight.
+- RoPE scaling of the full-attention layers: 'linear' as rope.scaling.type/factor; 'llama3' as a
+  rope_freqs.weight tensor of per-pair factors (LlamaModel.generate_extra_tensors), no metadata.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import gguf
@@ -27,9 +30,31 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _rope_theta(cfg, layer_type: str) -> float:
+def _rope(cfg, layer_type: str = "full_attention") -> dict:
     rp = cfg.rope_parameters  # transformers 5: one dict, or one per layer type (gemma3)
-    return float(rp.get(layer_type, rp)["rope_theta"])
+    return rp.get(layer_type, rp)
+
+
+def _rope_theta(cfg, layer_type: str) -> float:
+    return float(_rope(cfg, layer_type)["rope_theta"])
+
+
+def llama3_factors(cfg) -> np.ndarray:
+    """Llama 3.1's RoPE: per frequency pair, 1 above the high-frequency cut (short wavelengths), `factor`
+    below the low-frequency cut, and between them 1 / ((1 - s) / factor + s), s the smooth ramp."""
+    rp, dim = _rope(cfg), cfg.head_dim
+    freqs = 1.0 / (rp["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    factor, lo, hi, ctx = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp["original_max_position_embeddings"]
+    out = []
+    for wavelen in 2 * math.pi / freqs:
+        if wavelen < ctx / hi:
+            out.append(1.0)
+        elif wavelen > ctx / lo:
+            out.append(factor)
+        else:
+            s = (ctx / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - s) / factor + s))
+    return np.array(out, np.float32)
 
 
 def hparams(arch: str, cfg) -> dict[str, tuple]:
@@ -49,6 +74,9 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
         k(K.Attention.LAYERNORM_RMS_EPS): (cfg.rms_norm_eps, F32),
         k(K.Rope.FREQ_BASE): (_rope_theta(cfg, "full_attention"), F32),
     }
+    if _rope(cfg).get("rope_type") == "linear":
+        meta[k(K.Rope.SCALING_TYPE)] = ("linear", None)
+        meta[k(K.Rope.SCALING_FACTOR)] = (_rope(cfg)["factor"], F32)
     if arch == "llama":
         meta[k(K.LLM.VOCAB_SIZE)] = (cfg.vocab_size, U32)
         meta[k(K.Rope.DIMENSION_COUNT)] = (cfg.head_dim, U32)
@@ -78,6 +106,8 @@ def tensors(arch: str, model) -> dict[str, np.ndarray]:
         if new is None:
             raise ValueError(f"cannot map tensor {name!r} for {arch}")
         out[new] = np.ascontiguousarray(w, dtype=np.float32)
+    if _rope(cfg).get("rope_type") == "llama3":
+        out["rope_freqs.weight"] = llama3_factors(cfg)
     return out
 
 

@@ -33,6 +33,12 @@ COMMON = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_attenti
               num_key_value_heads=2, head_dim=16, max_position_embeddings=256, attn_implementation="eager")
 
 
+LLAMA3 = dict(rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=64)
+GEMMA3_LINEAR = dict(full_attention=dict(rope_type="linear", factor=8.0, rope_theta=1e6),
+                     sliding_attention=dict(rope_type="default", rope_theta=10000.0))
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     arch: str
@@ -51,6 +57,15 @@ CASES = {
     # is global and layer 6 slides again; head_dim 32 != hidden / heads, as in Gemma 3 270M
     "gemma3": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
                    dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8)),
+    # RoPE scaling: Llama 3.1's per-pair factors (original context 64: the 8 pairs of head_dim 16 fall in
+    # all three of its bands), linear scaling; Gemma 3's linear scaling of its global layers only
+    "llama3-rope": Case("llama", LlamaForCausalLM, LlamaConfig, dict(num_hidden_layers=3, rope_parameters=LLAMA3)),
+    "llama-linear": Case("llama", LlamaForCausalLM, LlamaConfig,
+                         dict(num_hidden_layers=3, rope_parameters=dict(rope_type="linear", factor=4.0,
+                                                                      rope_theta=10000.0))),
+    "gemma3-linear": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
+                          dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                               rope_parameters=GEMMA3_LINEAR)),
     "gemma3-softcap": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
                            dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
                                 final_logit_softcapping=3.0)),
@@ -139,6 +154,19 @@ def test_gemma3_features_are_exercised(change):
     ids = token_ids(COMMON["vocab_size"])
     ref = hf_logits(build(case), ids)
     assert rel_diff(hf_logits(build(case, **change), ids), ref) > 10 * LOOSE
+
+
+@pytest.mark.parametrize("name, plain", [("llama3-rope", "llama"), ("llama-linear", "llama"),
+                                         ("gemma3-linear", "gemma3")])
+def test_rope_scaling_is_exercised(name, plain):
+    """Each RoPE scaling case moves the reference by far more than the tolerance the engine meets, and
+    the band factors of Llama 3 are neither all 1 nor all `factor`."""
+    ids = token_ids(COMMON["vocab_size"])
+    case = CASES[name]
+    unscaled = dataclasses.replace(case, extra={k: v for k, v in case.extra.items() if k != "rope_parameters"})
+    assert rel_diff(hf_logits(build(case), ids), hf_logits(build(unscaled), ids)) > 10 * LOOSE
+    factors = hf_to_gguf.llama3_factors(build(CASES["llama3-rope"]).config)
+    assert factors.min() == 1.0 and factors.max() == 8.0 and ((factors > 1) & (factors < 8)).any()
 
 
 @pytest.mark.parametrize("arch", ["mamba", "rwkv6", "deepseek2", "not-an-arch"])

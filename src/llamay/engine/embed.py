@@ -166,7 +166,7 @@ class DecoderHidden:
             table[i, :n] = np.arange(first[i], first[i] + n)
         pos = np.concatenate([np.arange(n, dtype=np.int32) for n in lens])
         seq = np.concatenate([np.full(n, i, np.int32) for i, n in enumerate(lens)])
-        plan = ForwardGraph(s, d.layers, pool, len(ids))
+        plan = ForwardGraph(s, d.layers, pool, len(ids), rope_factors=d.rope_factors)
         plan.x[:] = d.embed(ids)
         plan.run(BatchMeta(pos, seq, table, ps), self.nthreads)
         return rmsnorm(plan.x, d.output_norm, s.norm_eps, self.nthreads)

@@ -167,13 +167,18 @@ class Builder:
         return out
 
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
-             neox: bool) -> np.ndarray:
-        """In place on x [n, heads * head_dim], at the batch's positions."""
+             neox: bool, factors: np.ndarray | None = None, linear: float = 1.0) -> np.ndarray:
+        """In place on x [n, heads * head_dim], at the batch's positions. factors [n_rot / 2]: each pair's
+        frequency divided by its factor (Llama 3's rope_freqs); linear > 0: every frequency divided by it."""
         _f32(x, "x", (batch.n_tokens, heads * head_dim))
         if n_rot % 2 or not 0 < n_rot <= min(head_dim, 1024):
             raise ValueError(f"rope over {n_rot} of {head_dim} dims")
-        self._op("rope", (x, batch.pos), (batch.n_tokens, heads, head_dim, n_rot, int(neox)), (base,),
-                 writes=(x,), keep=(batch,), reads=(x,))
+        if factors is not None:
+            _f32(factors, "rope factors", (n_rot // 2,))
+        if not linear > 0:
+            raise ValueError(f"linear RoPE scaling factor {linear} must be > 0")
+        self._op("rope", (x, batch.pos, factors), (batch.n_tokens, heads, head_dim, n_rot, int(neox)), (base, linear),
+                 writes=(x,), keep=(batch,), reads=(x,) if factors is None else (x, factors))
         return x
 
     def kv_write(self, pool, layer: int, k: np.ndarray, v: np.ndarray, batch: BatchSlot):

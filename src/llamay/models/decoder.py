@@ -27,7 +27,7 @@ class Decoder:
     def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int):
         self.spec, self.nthreads = spec, nthreads  # the full count; the governor may run fewer
         self.governor = Governor()
-        self.layers, self.embed, self.output_norm, self.output = load_weights(reader, spec)
+        self.layers, self.embed, self.output_norm, self.output, self.rope_factors = load_weights(reader, spec)
         self._plans: OrderedDict = OrderedDict()
 
     def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:
@@ -47,7 +47,8 @@ class Decoder:
         """tokens int32 [n]; returns float32 logits [len(out_rows), n_vocab] (all rows when None).
         The result is a fresh array."""
         s, n = self.spec, len(tokens)
-        plan = self._cached(("plan", n, id(pool)), lambda: ForwardGraph(s, self.layers, pool, n))
+        plan = self._cached(("plan", n, id(pool)),
+                            lambda: ForwardGraph(s, self.layers, pool, n, rope_factors=self.rope_factors))
         plan.x[:] = self.embed(tokens)
         full = self.nthreads
         threads, start = self.governor.pick(full), time.perf_counter()

@@ -12,7 +12,7 @@ from .spec import ArchSpec
 class ForwardGraph:
     """Layers for n tokens: `x` in (embeddings; scaled inside), `x` out (final residual stream)."""
 
-    def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True):
+    def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None):
         s, b = spec, Builder(fuse)
         self.n, self.b, self.batch = n, b, b.batch(n)
         self.pool = pool  # held: while this plan lives, id(pool) cannot name another pool
@@ -26,9 +26,10 @@ class ForwardGraph:
             if s.qk_norm:
                 b.rmsnorm(q, L.q_norm, s.norm_eps, out=q)
                 b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
-            base = s.layer_rope_base(il)
-            b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, base, s.rope_neox)
-            b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, base, s.rope_neox)
+            rope = dict(base=s.layer_rope_base(il), neox=s.rope_neox, linear=s.layer_rope_linear(il),
+                        factors=rope_factors)
+            b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
+            b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
             b.kv_write(pool, il, k, v, self.batch)
             attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap)
             if s.post_attn_norm:

@@ -34,6 +34,8 @@ class ArchSpec:
     sliding_window: int = 0  # 0: every layer attends to the full context
     sliding_pattern: int = 0  # n > 0: every n-th layer is global, the others slide; 0: all slide
     rope_base_local: float = 0.0  # RoPE base of sliding layers (0: rope_base)
+    rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it (layers with rope_base_local: not)
+    rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
 
@@ -54,7 +56,14 @@ class ArchSpec:
         return self.sliding_window
 
     def layer_rope_base(self, il: int) -> float:
-        return self.rope_base_local if self.rope_base_local and self.layer_window(il) else self.rope_base
+        return self.rope_base_local if self._local_rope(il) else self.rope_base
+
+    def layer_rope_linear(self, il: int) -> float:
+        """Gemma 3's scaling applies to its global layers only; sliding ones keep their own base, unscaled."""
+        return 1.0 if self._local_rope(il) else self.rope_linear
+
+    def _local_rope(self, il: int) -> bool:
+        return bool(self.rope_base_local and self.layer_window(il))
 
 
 def _heads(m: Meta, n_embd: int) -> tuple[int, int, int]:
@@ -91,8 +100,8 @@ def _common(meta: dict, arch: str) -> dict:
     m = Meta(meta, arch)
     n_embd = m.int("embedding_length")
     n_head, n_head_kv, head_dim = _heads(m, n_embd)
-    scaling = m.str("rope.scaling.type", "none")
-    if scaling != "none" and m.float("rope.scaling.factor", 1.0) != 1.0:
+    scaling, factor = m.str("rope.scaling.type", "none"), m.float("rope.scaling.factor", 1.0, lo_open=True)
+    if scaling not in ("none", "linear") and factor != 1.0:
         raise UnsupportedModel(f"{arch}: RoPE scaling '{scaling}' is not supported yet")
     m.int("pooling_type", 0, lo=0, hi=4)  # a llama_pooling_type (encoder_spec.POOLING); Embedder.for_llm reads it
     return dict(
@@ -101,13 +110,14 @@ def _common(meta: dict, arch: str) -> dict:
         n_ctx_train=m.int("context_length"),
         norm_eps=m.float("attention.layer_norm_rms_epsilon", hi=1.0),
         rope_base=m.float("rope.freq_base", 10000.0), n_rot=_n_rot(m, head_dim),
+        rope_linear=factor if scaling == "linear" else 1.0,
     )
 
 
 def _llama(meta: dict) -> ArchSpec:
     c = _common(meta, "llama")
     window = Meta(meta, "llama").int("attention.sliding_window", 0, lo=0)
-    return ArchSpec(**c, rope_neox=False, sliding_window=window)
+    return ArchSpec(**c, rope_neox=False, sliding_window=window, rope_freqs=True)
 
 
 def _qwen2(meta: dict) -> ArchSpec:

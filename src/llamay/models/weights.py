@@ -47,6 +47,8 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     table["token_embd.weight"] = Expect((s.n_embd, s.n_vocab), TIED if tied else TABLE)
     table["output_norm.weight"] = _vec(s.n_embd)
     table["output.weight"] = Expect((s.n_embd, s.n_vocab), MATRIX, required=False)
+    if s.rope_freqs:
+        table["rope_freqs.weight"] = Expect((s.n_rot // 2,), VECTOR, required=False)
     return table
 
 
@@ -83,8 +85,8 @@ class Embedding:
 
 
 def load_weights(reader: GGUFReader, spec: ArchSpec):
-    """(layers, embedding, output norm, output projection), after every tensor is checked against
-    tensor_table (ModelFileError otherwise)."""
+    """(layers, embedding, output norm, output projection, RoPE frequency factors or None), after every
+    tensor is checked against tensor_table (ModelFileError otherwise)."""
     check_block_count(reader.tensors, spec.n_layer, f"{spec.arch}.block_count")
     tied = "output.weight" not in reader.tensors
     check_tensors(reader.tensors, tensor_table(spec, tied), reader.path, spec.arch)
@@ -100,4 +102,5 @@ def load_weights(reader: GGUFReader, spec: ArchSpec):
     layers = [Layer(**{f: load(f"blk.{i}.{name}", e) for f, (name, e) in fields.items()})
               for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
-    return layers, Embedding(reader, "token_embd.weight"), vec("output_norm.weight"), output
+    factors = vec("rope_freqs.weight").astype(np.float32) if "rope_freqs.weight" in reader.tensors else None
+    return layers, Embedding(reader, "token_embd.weight"), vec("output_norm.weight"), output, factors

@@ -29,7 +29,8 @@ typedef struct {
  * QUANT     p: ly_act* (x in, q/d/s16 out)  n: tokens
  * MATMUL    p: w, ly_act*, y, bias [m] or NULL (y += bias), res [tokens, m] or NULL (res += y)
  *           n: row_bytes, type, m, tokens
- * ROPE      p: x, pos             n: tokens, heads, head_dim, n_rot, neox   f: base
+ * ROPE      p: x, pos, freq factors [n_rot/2] or NULL   n: tokens, heads, head_dim, n_rot, neox
+ *           f: base, linear scaling factor (1: none)
  * KV_WRITE  p: pool, x, ly_batch*  n: n_kv_head, head_dim, element type (kvtypes.h)
  * ATTENTION p: q, out, k_pool, v_pool, ly_batch*  n: n_head, n_kv_head, head_dim, window, k | v << 8
  *           element types            f: scale, softcap

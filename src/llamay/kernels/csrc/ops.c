@@ -44,7 +44,8 @@ void ly_layernorm_slice(const ly_node *nd, int ith, int nth) {
 }
 
 /* In place on x [tokens, heads, head_dim], first n_rot dims of each head. neox = 0: pairs (2i, 2i+1)
- * (llama); 1: pairs (i, i + n_rot/2) (gemma, qwen2). theta_i = pos * base^(-2i / n_rot) in double,
+ * (llama); 1: pairs (i, i + n_rot/2) (gemma, qwen2). theta_i = pos * base^(-2i / n_rot) / (ff_i * linear)
+ * in double (ff: Llama 3's per-pair frequency factors, or none; linear: linear RoPE scaling, 1 = none),
  * cos/sin rounded to float. Shares: (token, head) pairs. */
 void ly_rope_slice(const ly_node *nd, int ith, int nth) {
     float *x = nd->p[0];
@@ -54,7 +55,10 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
     ly_share(nd->n[0] * n_heads, ith, nth, &lo, &hi);
     float cs[512], sn[512];
     double inv_freq[512]; /* base^(-2i / n_rot), the same for every token */
-    for (int64_t i = 0; i < half && lo < hi; i++) inv_freq[i] = pow((double)nd->f[0], -2.0 * (double)i / (double)n_rot);
+    const float *ff = nd->p[2];
+    for (int64_t i = 0; i < half && lo < hi; i++)
+        inv_freq[i] = pow((double)nd->f[0], -2.0 * (double)i / (double)n_rot)
+                      / ((ff ? (double)ff[i] : 1.0) * (double)nd->f[1]);
     int64_t cached_t = -1;
     for (int64_t w = lo; w < hi; w++) {
         int64_t t = w / n_heads;
