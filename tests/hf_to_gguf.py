@@ -2,10 +2,11 @@
 convert_hf_to_gguf.py. Names and keys come from gguf-py (llama.cpp's own package), not from llamay.
 
 Conventions reproduced (ref: llama.cpp convert_hf_to_gguf.py):
-- llama: q/k projection rows permuted from HF's rotate-half layout to GGUF's interleaved pairs
-  (LlamaModel.permute); qwen2, qwen3 and gemma3 keep HF's layout (NeoX RoPE).
-- gemma3: every `*norm.weight` is stored as (1 + w) (Gemma3Model.norm_shift: Gemma3RMSNorm multiplies by
-  1 + weight); global-layer RoPE base as rope.freq_base; lm_head dropped (tied).
+- llama, smollm3: q/k projection rows permuted from HF's rotate-half layout to GGUF's interleaved pairs
+  (LlamaModel.permute); qwen2, qwen3 and the gemmas keep HF's layout (NeoX RoPE).
+- gemma, gemma2, gemma3: every `*norm.weight` is stored as (1 + w) (their RMSNorm multiplies by
+  1 + weight); global-layer RoPE base as rope.freq_base; lm_head dropped (tied); gemma2's softcaps and
+  sliding window as metadata.
 - tied embeddings: no output.weight.
 - RoPE scaling of the full-attention layers: 'linear' as rope.scaling.type/factor; 'llama3' as a
   rope_freqs.weight tensor of per-pair factors (LlamaModel.generate_extra_tensors), no metadata.
@@ -20,8 +21,11 @@ import numpy as np
 
 from llamay.gguf import GGUFWriter
 
-ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
+ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "smollm3": gguf.MODEL_ARCH.SMOLLM3, "qwen2": gguf.MODEL_ARCH.QWEN2,
+         "qwen3": gguf.MODEL_ARCH.QWEN3, "gemma": gguf.MODEL_ARCH.GEMMA, "gemma2": gguf.MODEL_ARCH.GEMMA2,
          "gemma3": gguf.MODEL_ARCH.GEMMA3}
+PERMUTED = ("llama", "smollm3")  # LlamaModel and its subclasses permute q/k to interleaved pairs
+GEMMAS = ("gemma", "gemma2", "gemma3")  # norms stored as 1 + w (GemmaModel / Gemma2Model / Gemma3Model)
 U32, F32 = int(gguf.GGUFValueType.UINT32), int(gguf.GGUFValueType.FLOAT32)
 
 
@@ -77,9 +81,13 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
     if _rope(cfg).get("rope_type") == "linear":
         meta[k(K.Rope.SCALING_TYPE)] = ("linear", None)
         meta[k(K.Rope.SCALING_FACTOR)] = (_rope(cfg)["factor"], F32)
-    if arch == "llama":
+    if arch in PERMUTED:
         meta[k(K.LLM.VOCAB_SIZE)] = (cfg.vocab_size, U32)
         meta[k(K.Rope.DIMENSION_COUNT)] = (cfg.head_dim, U32)
+    if arch == "gemma2":
+        meta[k(K.Attention.SLIDING_WINDOW)] = (cfg.sliding_window, U32)
+        meta[k(K.LLM.ATTN_LOGIT_SOFTCAPPING)] = (cfg.attn_logit_softcapping, F32)
+        meta[k(K.LLM.FINAL_LOGIT_SOFTCAPPING)] = (cfg.final_logit_softcapping, F32)
     if arch == "gemma3":
         meta[k(K.Attention.SLIDING_WINDOW)] = (cfg.sliding_window, U32)
         if cfg.final_logit_softcapping:
@@ -96,11 +104,11 @@ def tensors(arch: str, model) -> dict[str, np.ndarray]:
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
         w = t.detach().float().numpy().copy()
-        if arch == "llama" and name.endswith("q_proj.weight"):
+        if arch in PERMUTED and name.endswith("q_proj.weight"):
             w = permute(w, cfg.num_attention_heads)
-        elif arch == "llama" and name.endswith("k_proj.weight"):
+        elif arch in PERMUTED and name.endswith("k_proj.weight"):
             w = permute(w, cfg.num_key_value_heads)
-        elif arch == "gemma3" and name.endswith("norm.weight"):
+        elif arch in GEMMAS and name.endswith("norm.weight"):
             w = w + np.float32(1.0)
         new = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
@@ -151,7 +159,7 @@ def spm_vocab(n_vocab: int) -> dict[str, tuple]:
 
 def convert(arch: str, model) -> tuple[dict[str, tuple], dict[str, np.ndarray]]:
     """(metadata, tensors) of `model` (a transformers *ForCausalLM) as llama.cpp would convert it."""
-    vocab = spm_vocab if arch == "gemma3" else gpt2_vocab
+    vocab = spm_vocab if arch in GEMMAS else gpt2_vocab
     return {**hparams(arch, model.config), **vocab(model.config.vocab_size)}, tensors(arch, model)
 
 

@@ -17,10 +17,12 @@ import re
 import numpy as np
 import pytest
 import torch
-from transformers import (AttentionInterface, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
-                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (AttentionInterface, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as softcap_eager
 
 import hf_to_gguf
 import llamay
@@ -66,6 +68,15 @@ CASES = {
     "gemma3-linear": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
                           dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
                                rope_parameters=GEMMA3_LINEAR)),
+    # SmolLM3: no RoPE on every fourth layer (5 layers: layer 3 has none)
+    "smollm3": Case("smollm3", SmolLM3ForCausalLM, SmolLM3Config,
+                    dict(num_hidden_layers=5, tie_word_embeddings=True, pad_token_id=None, bos_token_id=None,
+                         eos_token_id=None)),
+    "gemma": Case("gemma", GemmaForCausalLM, GemmaConfig, dict(num_hidden_layers=3, head_dim=32)),
+    # Gemma 2: even layers slide, logits of attention and output softcapped (small caps, so they bite)
+    "gemma2": Case("gemma2", Gemma2ForCausalLM, Gemma2Config,
+                   dict(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                        attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
     "gemma3-softcap": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
                            dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
                                 final_logit_softcapping=3.0)),
@@ -80,8 +91,15 @@ def _f16_kv_sdpa(module, query, key, value, *args, **kwargs):
 # one torch thread (and one llamay thread below): torch's OpenMP pool and llamay's spin against each other
 # on 2 cores, which made each tiny op ~30x slower; llamay's results do not depend on its thread count
 torch.set_num_threads(1)
+def _f16_kv_eager(module, query, key, value, *args, **kwargs):
+    """Gemma 2's eager attention (SDPA has no logit softcap) on K/V rounded to float16."""
+    return softcap_eager(module, query, key.half().float(), value.half().float(), *args, **kwargs)
+
+
 AttentionInterface.register("llamay_f16_kv", _f16_kv_sdpa)
 AttentionMaskInterface.register("llamay_f16_kv", sdpa_mask)
+AttentionInterface.register("llamay_f16_kv_softcap", _f16_kv_eager)
+AttentionMaskInterface.register("llamay_f16_kv_softcap", eager_mask)
 
 
 def build(case: Case, **overrides):
@@ -92,8 +110,8 @@ def build(case: Case, **overrides):
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):  # HF Gemma3RMSNorm scales by (1 + w): same range for all
-                p.copy_(torch.rand(p.shape, generator=g) + (-0.5 if case.arch == "gemma3" else 0.5))
+            if name.endswith("norm.weight"):  # HF Gemma*RMSNorm scales by (1 + w): same range for all
+                p.copy_(torch.rand(p.shape, generator=g) + (-0.5 if case.arch.startswith("gemma") else 0.5))
             else:
                 p.copy_(torch.randn(p.shape, generator=g) * (0.1 if p.ndim == 1 else 0.15))
     return model.eval()
@@ -134,7 +152,8 @@ def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
 
 def test_logits_match_transformers_with_f16_kv(converted):
     name, model, got, ids = converted
-    diff = rel_diff(got, hf_logits(model, ids, "llamay_f16_kv"))
+    softcap = getattr(model.config, "attn_logit_softcapping", None)
+    diff = rel_diff(got, hf_logits(model, ids, "llamay_f16_kv_softcap" if softcap else "llamay_f16_kv"))
     assert diff < TIGHT, f"{name}: max |diff| / max |logit| = {diff:.2e}"
 
 
@@ -156,9 +175,19 @@ def test_gemma3_features_are_exercised(change):
     assert rel_diff(hf_logits(build(case, **change), ids), ref) > 10 * LOOSE
 
 
-@pytest.mark.parametrize("name, plain", [("llama3-rope", "llama"), ("llama-linear", "llama"),
-                                         ("gemma3-linear", "gemma3")])
-def test_rope_scaling_is_exercised(name, plain):
+@pytest.mark.parametrize("name, change", [("gemma2", dict(attn_logit_softcapping=None)),
+                                          ("gemma2", dict(final_logit_softcapping=None)),
+                                          ("gemma2", dict(sliding_window=1000)),
+                                          ("smollm3", dict(no_rope_layer_interval=1000))])
+def test_family_features_are_exercised(name, change):
+    """Gemma 2's softcaps and window and SmolLM3's layers without RoPE each move the reference by far
+    more than the tolerance the engine meets."""
+    case, ids = CASES[name], token_ids(COMMON["vocab_size"])
+    assert rel_diff(hf_logits(build(case, **change), ids), hf_logits(build(case), ids)) > 10 * LOOSE
+
+
+@pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear"])
+def test_rope_scaling_is_exercised(name):
     """Each RoPE scaling case moves the reference by far more than the tolerance the engine meets, and
     the band factors of Llama 3 are neither all 1 nor all `factor`."""
     ids = token_ids(COMMON["vocab_size"])
@@ -169,7 +198,8 @@ def test_rope_scaling_is_exercised(name, plain):
     assert factors.min() == 1.0 and factors.max() == 8.0 and ((factors > 1) & (factors < 8)).any()
 
 
-@pytest.mark.parametrize("arch", ["mamba", "rwkv6", "deepseek2", "not-an-arch"])
+@pytest.mark.parametrize("arch", ["mamba", "rwkv6", "deepseek2", "qwen35", "qwen3next", "lfm2", "falcon-h1",
+                                  "not-an-arch"])
 def test_unsupported_architecture_refused(tmp_path, arch):
     w = GGUFWriter()
     w.add("general.architecture", arch)

@@ -28,8 +28,9 @@ class ForwardGraph:
                 b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
             rope = dict(base=s.layer_rope_base(il), neox=s.rope_neox, linear=s.layer_rope_linear(il),
                         factors=rope_factors)
-            b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
-            b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
+            if s.layer_rope(il):
+                b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
+                b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
             b.kv_write(pool, il, k, v, self.batch)
             attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap)
             if s.post_attn_norm:

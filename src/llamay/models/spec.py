@@ -36,6 +36,7 @@ class ArchSpec:
     rope_base_local: float = 0.0  # RoPE base of sliding layers (0: rope_base)
     rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it (layers with rope_base_local: not)
     rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
+    nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3)
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
 
@@ -61,6 +62,9 @@ class ArchSpec:
     def layer_rope_linear(self, il: int) -> float:
         """Gemma 3's scaling applies to its global layers only; sliding ones keep their own base, unscaled."""
         return 1.0 if self._local_rope(il) else self.rope_linear
+
+    def layer_rope(self, il: int) -> bool:
+        return not (self.nope_every and (il + 1) % self.nope_every == 0)
 
     def _local_rope(self, il: int) -> bool:
         return bool(self.rope_base_local and self.layer_window(il))
@@ -130,6 +134,35 @@ def _qwen3(meta: dict) -> ArchSpec:
     return ArchSpec(**_common(meta, "qwen3"), rope_neox=True, qk_norm=True)
 
 
+def _smollm3(meta: dict) -> ArchSpec:
+    # ref: HF SmolLM3Config.no_rope_layer_interval = 4; llama.cpp n_no_rope_layer_step
+    return ArchSpec(**_common(meta, "smollm3"), rope_neox=False, nope_every=4)
+
+
+def _gemma_query_scale(c: dict, n_layer_27b: int) -> float:
+    """ref: gemma_pytorch config (as llama.cpp reads it): the 27B models scale queries by
+    1 / sqrt(n_embd / n_head) (query_pre_attn_scalar), the others by 1 / sqrt(head_dim)."""
+    return 1.0 / math.sqrt(c["n_embd"] // c["n_head"] if c["n_layer"] == n_layer_27b else c["head_dim"])
+
+
+def _gemma(meta: dict) -> ArchSpec:
+    # ref: HF GemmaDecoderLayer: pre-norms only, gelu_pytorch_tanh, embeddings scaled by sqrt(n_embd)
+    c = _common(meta, "gemma")
+    return ArchSpec(**c, rope_neox=True, act="gelu_tanh", embed_scale=math.sqrt(c["n_embd"]))
+
+
+def _gemma2(meta: dict) -> ArchSpec:
+    c, m = _common(meta, "gemma2"), Meta(meta, "gemma2")
+    return ArchSpec(
+        **c, rope_neox=True, act="gelu_tanh", post_attn_norm=True, post_ffn_norm=True,  # ref: HF Gemma2DecoderLayer
+        embed_scale=math.sqrt(c["n_embd"]), attn_scale=_gemma_query_scale(c, 46),
+        sliding_window=m.int("attention.sliding_window", 4096, lo=0),
+        sliding_pattern=2,  # ref: HF Gemma2Config.layer_types: even layers slide
+        attn_logit_softcap=m.float("attn_logit_softcapping", 0.0, lo_open=False),
+        final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
+    )
+
+
 def _gemma3(meta: dict) -> ArchSpec:
     c, m = _common(meta, "gemma3"), Meta(meta, "gemma3")
     return ArchSpec(
@@ -137,7 +170,7 @@ def _gemma3(meta: dict) -> ArchSpec:
         act="gelu_tanh",  # ref: Gemma 3 tech report; HF gelu_pytorch_tanh
         qk_norm=True, post_attn_norm=True, post_ffn_norm=True,  # ref: HF Gemma3DecoderLayer
         embed_scale=math.sqrt(c["n_embd"]),  # ref: HF Gemma3TextScaledWordEmbedding
-        attn_scale=1.0 / math.sqrt(c["head_dim"]),  # query_pre_attn_scalar = head_dim (270m..12b)
+        attn_scale=_gemma_query_scale(c, 62),
         sliding_window=m.int("attention.sliding_window", 0, lo=0),
         sliding_pattern=6,  # ref: Gemma 3 tech report sec. 2: 5 local layers per global layer
         rope_base_local=10000.0,  # ref: HF Gemma3TextConfig.rope_local_base_freq
@@ -145,12 +178,19 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "gemma3": _gemma3}
+BUILDERS = {"llama": _llama, "smollm3": _smollm3, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
+            "gemma2": _gemma2, "gemma3": _gemma3}
+_STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
+_LATENT = "multi-head latent attention changes what a KV page holds"
 DECLINED = {
-    "mamba": "a state-space model", "mamba2": "a state-space model", "rwkv6": "a recurrent (RWKV) model",
-    "rwkv7": "a recurrent (RWKV) model", "rwkv6qwen2": "a recurrent (RWKV) model",
-    "deepseek2": "multi-head latent attention changes what a KV page holds",
-    "deepseek3": "multi-head latent attention changes what a KV page holds",
+    # names as llama.cpp's llama-arch.cpp writes them
+    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "mamba2", "falcon-h1", "jamba", "nemotron_h",
+                                                         "nemotron_h_moe", "granitehybrid", "plamo2")},
+    **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
+    **{arch: "a hybrid of attention and linear attention: " + _STATE
+       for arch in ("qwen35", "qwen35moe", "qwen3next", "kimi-linear", "minimax-01")},
+    **{arch: "a hybrid of attention and short convolutions: " + _STATE for arch in ("lfm2", "lfm2moe")},
+    **{arch: _LATENT for arch in ("deepseek2", "deepseek3", "deepseek32")},  # DeepSeek V2/V3, Kimi K2
 }
 
 
