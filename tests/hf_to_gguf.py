@@ -21,10 +21,11 @@ import numpy as np
 
 from llamay.gguf import GGUFWriter
 
-ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "smollm3": gguf.MODEL_ARCH.SMOLLM3, "qwen2": gguf.MODEL_ARCH.QWEN2,
+ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE,
+         "olmo2": gguf.MODEL_ARCH.OLMO2, "qwen2": gguf.MODEL_ARCH.QWEN2,
          "qwen3": gguf.MODEL_ARCH.QWEN3, "gemma": gguf.MODEL_ARCH.GEMMA, "gemma2": gguf.MODEL_ARCH.GEMMA2,
          "gemma3": gguf.MODEL_ARCH.GEMMA3}
-PERMUTED = ("llama", "smollm3")  # LlamaModel and its subclasses permute q/k to interleaved pairs
+PERMUTED = ("llama", "smollm3", "granite")  # LlamaModel and its subclasses permute q/k to interleaved pairs
 GEMMAS = ("gemma", "gemma2", "gemma3")  # norms stored as 1 + w (GemmaModel / Gemma2Model / Gemma3Model)
 U32, F32 = int(gguf.GGUFValueType.UINT32), int(gguf.GGUFValueType.FLOAT32)
 
@@ -39,6 +40,10 @@ def _rope(cfg, layer_type: str = "full_attention") -> dict:
     return rp.get(layer_type, rp)
 
 
+def _head_dim(cfg) -> int:
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
 def _rope_theta(cfg, layer_type: str) -> float:
     return float(_rope(cfg, layer_type)["rope_theta"])
 
@@ -46,7 +51,7 @@ def _rope_theta(cfg, layer_type: str) -> float:
 def llama3_factors(cfg) -> np.ndarray:
     """Llama 3.1's RoPE: per frequency pair, 1 above the high-frequency cut (short wavelengths), `factor`
     below the low-frequency cut, and between them 1 / ((1 - s) / factor + s), s the smooth ramp."""
-    rp, dim = _rope(cfg), cfg.head_dim
+    rp, dim = _rope(cfg), _head_dim(cfg)
     freqs = 1.0 / (rp["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
     factor, lo, hi, ctx = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp["original_max_position_embeddings"]
     out = []
@@ -73,8 +78,8 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
         k(K.LLM.FEED_FORWARD_LENGTH): (cfg.intermediate_size, U32),
         k(K.Attention.HEAD_COUNT): (cfg.num_attention_heads, U32),
         k(K.Attention.HEAD_COUNT_KV): (cfg.num_key_value_heads, U32),
-        k(K.Attention.KEY_LENGTH): (cfg.head_dim, U32),
-        k(K.Attention.VALUE_LENGTH): (cfg.head_dim, U32),
+        k(K.Attention.KEY_LENGTH): (_head_dim(cfg), U32),
+        k(K.Attention.VALUE_LENGTH): (_head_dim(cfg), U32),
         k(K.Attention.LAYERNORM_RMS_EPS): (cfg.rms_norm_eps, F32),
         k(K.Rope.FREQ_BASE): (_rope_theta(cfg, "full_attention"), F32),
     }
@@ -83,7 +88,12 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
         meta[k(K.Rope.SCALING_FACTOR)] = (_rope(cfg)["factor"], F32)
     if arch in PERMUTED:
         meta[k(K.LLM.VOCAB_SIZE)] = (cfg.vocab_size, U32)
-        meta[k(K.Rope.DIMENSION_COUNT)] = (cfg.head_dim, U32)
+        meta[k(K.Rope.DIMENSION_COUNT)] = (_head_dim(cfg), U32)
+    if arch == "granite":  # GraniteModel: the *_multiplier settings as *_scale keys
+        meta[k(K.Attention.SCALE)] = (cfg.attention_multiplier, F32)
+        meta[k(K.LLM.EMBEDDING_SCALE)] = (cfg.embedding_multiplier, F32)
+        meta[k(K.LLM.RESIDUAL_SCALE)] = (cfg.residual_multiplier, F32)
+        meta[k(K.LLM.LOGIT_SCALE)] = (cfg.logits_scaling, F32)
     if arch == "gemma2":
         meta[k(K.Attention.SLIDING_WINDOW)] = (cfg.sliding_window, U32)
         meta[k(K.LLM.ATTN_LOGIT_SOFTCAPPING)] = (cfg.attn_logit_softcapping, F32)

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 from transformers import (AttentionInterface, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
-                          GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          GemmaConfig, GemmaForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
@@ -73,6 +74,14 @@ CASES = {
                     dict(num_hidden_layers=5, tie_word_embeddings=True, pad_token_id=None, bos_token_id=None,
                          eos_token_id=None)),
     "gemma": Case("gemma", GemmaForCausalLM, GemmaConfig, dict(num_hidden_layers=3, head_dim=32)),
+    # Granite's four multipliers, none of them 1
+    "granite": Case("granite", GraniteForCausalLM, GraniteConfig,
+                    dict(num_hidden_layers=3, tie_word_embeddings=True, embedding_multiplier=3.0,
+                         attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=2.5)),
+    # OLMo 2: norms after each block only, q/k normed over the whole projection
+    "olmo2": Case("olmo2", Olmo2ForCausalLM, Olmo2Config, dict(num_hidden_layers=3, tie_word_embeddings=True,
+                                                              pad_token_id=None, bos_token_id=None,
+                                                              eos_token_id=None)),
     # Gemma 2: even layers slide, logits of attention and output softcapped (small caps, so they bite)
     "gemma2": Case("gemma2", Gemma2ForCausalLM, Gemma2Config,
                    dict(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
@@ -178,7 +187,11 @@ def test_gemma3_features_are_exercised(change):
 @pytest.mark.parametrize("name, change", [("gemma2", dict(attn_logit_softcapping=None)),
                                           ("gemma2", dict(final_logit_softcapping=None)),
                                           ("gemma2", dict(sliding_window=1000)),
-                                          ("smollm3", dict(no_rope_layer_interval=1000))])
+                                          ("smollm3", dict(no_rope_layer_interval=1000)),
+                                          ("granite", dict(embedding_multiplier=1.0)),
+                                          ("granite", dict(attention_multiplier=0.25)),
+                                          ("granite", dict(residual_multiplier=1.0)),
+                                          ("granite", dict(logits_scaling=1.0))])
 def test_family_features_are_exercised(name, change):
     """Gemma 2's softcaps and window and SmolLM3's layers without RoPE each move the reference by far
     more than the tolerance the engine meets."""

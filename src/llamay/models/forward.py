@@ -21,8 +21,8 @@ class ForwardGraph:
             b.scale(x, s.embed_scale)
         h = b.tensor(n, s.n_embd)
         for il, L in enumerate(layers):
-            b.rmsnorm(x, L.attn_norm, s.norm_eps, out=h)
-            q, k, v = (b.matmul(h, w, bias=bias) for w, bias in ((L.q, L.q_bias), (L.k, L.k_bias), (L.v, L.v_bias)))
+            inp = b.rmsnorm(x, L.attn_norm, s.norm_eps, out=h) if s.pre_norm else x
+            q, k, v = (b.matmul(inp, w, bias=bias) for w, bias in ((L.q, L.q_bias), (L.k, L.k_bias), (L.v, L.v_bias)))
             if s.qk_norm:
                 b.rmsnorm(q, L.q_norm, s.norm_eps, out=q)
                 b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
@@ -33,23 +33,28 @@ class ForwardGraph:
                 b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
             b.kv_write(pool, il, k, v, self.batch)
             attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap)
-            if s.post_attn_norm:
-                o = b.matmul(attn, L.o)
-                b.add(x, b.rmsnorm(o, L.post_attn_norm, s.norm_eps, out=o))
-            else:
-                b.matmul(attn, L.o, residual=x)
-            b.rmsnorm(x, L.ffn_norm, s.norm_eps, out=h)
-            gate = b.gated(b.matmul(h, L.gate), b.matmul(h, L.up), s.act)
-            if s.post_ffn_norm:
-                down = b.matmul(gate, L.down)
-                b.add(x, b.rmsnorm(down, L.post_ffn_norm, s.norm_eps, out=down))
-            else:
-                b.matmul(gate, L.down, residual=x)
+            _residual(b, s, x, attn, L.o, L.post_attn_norm)
+            inp = b.rmsnorm(x, L.ffn_norm, s.norm_eps, out=h) if s.pre_norm else x
+            gate = b.gated(b.matmul(inp, L.gate), b.matmul(inp, L.up), s.act)
+            _residual(b, s, x, gate, L.down, L.post_ffn_norm)
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
         self.batch.fill(meta)
         self.b.run(nthreads)
+
+
+def _residual(b: Builder, s: ArchSpec, x, y, w: QWeight, post_norm):
+    """x += post_norm(y . w^T) * residual_scale; inside the matmul's chunks when there is neither."""
+    if post_norm is None and s.residual_scale == 1.0:
+        b.matmul(y, w, residual=x)
+        return
+    o = b.matmul(y, w)
+    if post_norm is not None:
+        b.rmsnorm(o, post_norm, s.norm_eps, out=o)
+    if s.residual_scale != 1.0:
+        b.scale(o, s.residual_scale)
+    b.add(x, o)
 
 
 class Head:
@@ -59,6 +64,8 @@ class Head:
         b = self.b = Builder()
         self.x = b.tensor(n_out, spec.n_embd)
         self.logits = b.matmul(b.rmsnorm(self.x, output_norm, spec.norm_eps), output)
+        if spec.logit_scale != 1.0:
+            b.scale(self.logits, 1.0 / spec.logit_scale)
         if spec.final_logit_softcap:
             b.softcap(self.logits, spec.final_logit_softcap)
 

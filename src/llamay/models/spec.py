@@ -28,6 +28,8 @@ class ArchSpec:
     attn_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
     qkv_bias: bool = False
     qk_norm: bool = False
+    qk_norm_full: bool = False  # the q/k norms span the whole projection, not one head (OLMo 2)
+    pre_norm: bool = True  # RMSNorm before attention and FFN (OLMo 2 has only the post norms)
     post_attn_norm: bool = False
     post_ffn_norm: bool = False
     embed_scale: float = 1.0
@@ -39,6 +41,8 @@ class ArchSpec:
     nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3)
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
+    residual_scale: float = 1.0  # each block's output scaled before the residual add (Granite)
+    logit_scale: float = 1.0  # logits divided by it (Granite)
 
     @property
     def kv_dim(self) -> int:
@@ -134,6 +138,22 @@ def _qwen3(meta: dict) -> ArchSpec:
     return ArchSpec(**_common(meta, "qwen3"), rope_neox=True, qk_norm=True)
 
 
+def _granite(meta: dict) -> ArchSpec:
+    # ref: HF GraniteForCausalLM: embedding_multiplier, attention_multiplier (the query scale),
+    # residual_multiplier, logits_scaling; llama.cpp's granite.* keys
+    c, m = _common(meta, "granite"), Meta(meta, "granite")
+    return ArchSpec(**c, rope_neox=False, embed_scale=m.float("embedding_scale", 1.0),
+                    attn_scale=m.float("attention.scale", 0.0, lo_open=False),
+                    residual_scale=m.float("residual_scale", 1.0), logit_scale=m.float("logit_scale", 1.0))
+
+
+def _olmo2(meta: dict) -> ArchSpec:
+    # ref: HF Olmo2DecoderLayer: no input norms, RMSNorm of each block's output before the residual add;
+    # q and k normed over the whole projection before RoPE
+    return ArchSpec(**_common(meta, "olmo2"), rope_neox=True, pre_norm=False, qk_norm=True, qk_norm_full=True,
+                    post_attn_norm=True, post_ffn_norm=True)
+
+
 def _smollm3(meta: dict) -> ArchSpec:
     # ref: HF SmolLM3Config.no_rope_layer_interval = 4; llama.cpp n_no_rope_layer_step
     return ArchSpec(**_common(meta, "smollm3"), rope_neox=False, nope_every=4)
@@ -178,7 +198,7 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "smollm3": _smollm3, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
+BUILDERS = {"llama": _llama, "smollm3": _smollm3, "granite": _granite, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
             "gemma2": _gemma2, "gemma3": _gemma3}
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"

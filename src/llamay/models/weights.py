@@ -24,15 +24,18 @@ def _mat(k: int, m: int) -> Expect:
 def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
     """Layer field -> (GGUF name within block i, after 'blk.{i}.'; what that tensor must be)."""
     d, q, kv, ff = s.n_embd, s.n_head * s.head_dim, s.kv_dim, s.n_ff
-    t = {"attn_norm": ("attn_norm.weight", _vec(d)), "q": ("attn_q.weight", _mat(d, q)),
+    t = {"q": ("attn_q.weight", _mat(d, q)),
          "k": ("attn_k.weight", _mat(d, kv)), "v": ("attn_v.weight", _mat(d, kv)),
-         "o": ("attn_output.weight", _mat(q, d)), "ffn_norm": ("ffn_norm.weight", _vec(d)),
+         "o": ("attn_output.weight", _mat(q, d)),
          "gate": ("ffn_gate.weight", _mat(d, ff)), "up": ("ffn_up.weight", _mat(d, ff)),
          "down": ("ffn_down.weight", _mat(ff, d))}
+    if s.pre_norm:
+        t.update(attn_norm=("attn_norm.weight", _vec(d)), ffn_norm=("ffn_norm.weight", _vec(d)))
     if s.qkv_bias:
         t.update(q_bias=("attn_q.bias", _vec(q)), k_bias=("attn_k.bias", _vec(kv)), v_bias=("attn_v.bias", _vec(kv)))
     if s.qk_norm:
-        t.update(q_norm=("attn_q_norm.weight", _vec(s.head_dim)), k_norm=("attn_k_norm.weight", _vec(s.head_dim)))
+        qn, kn = (q, kv) if s.qk_norm_full else (s.head_dim, s.head_dim)
+        t.update(q_norm=("attn_q_norm.weight", _vec(qn)), k_norm=("attn_k_norm.weight", _vec(kn)))
     if s.post_attn_norm:
         t["post_attn_norm"] = ("post_attention_norm.weight", _vec(d))
     if s.post_ffn_norm:
@@ -54,15 +57,15 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
 
 @dataclass(frozen=True)
 class Layer:
-    attn_norm: np.ndarray
     q: QWeight
     k: QWeight
     v: QWeight
     o: QWeight
-    ffn_norm: np.ndarray
     gate: QWeight
     up: QWeight
     down: QWeight
+    attn_norm: np.ndarray | None = None
+    ffn_norm: np.ndarray | None = None
     q_bias: np.ndarray | None = None
     k_bias: np.ndarray | None = None
     v_bias: np.ndarray | None = None
