@@ -151,7 +151,7 @@ def converted(request, tmp_path_factory):
     model = build(case)
     path = write_gguf(tmp_path_factory.mktemp(request.param), case.arch, model)
     ids = token_ids(model.config.vocab_size)
-    return request.param, model, llamay.load(path, threads=1).logits(ids), ids
+    return request.param, model, llamay.load(path, threads=1).logits(ids), ids, path
 
 
 def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
@@ -160,14 +160,36 @@ def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
 
 
 def test_logits_match_transformers_with_f16_kv(converted):
-    name, model, got, ids = converted
+    name, model, got, ids, _ = converted
     softcap = getattr(model.config, "attn_logit_softcapping", None)
     diff = rel_diff(got, hf_logits(model, ids, "llamay_f16_kv_softcap" if softcap else "llamay_f16_kv"))
     assert diff < TIGHT, f"{name}: max |diff| / max |logit| = {diff:.2e}"
 
 
+def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
+    """Per architecture, with ==: 1 thread (the fixture's logits) == 2 threads; prefill == token by token;
+    batched with another sequence == alone; a fork, and a snapshot restored, continued == continuous."""
+    name, _, want, ids, path = converted
+    llm = llamay.load(path, threads=2)
+    assert np.array_equal(llm.logits(ids), want), name
+    ctx = llm.create_context(ids[:1])
+    steps = np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]])
+    assert np.array_equal(steps, want), name
+    llm.reset()
+    half = len(ids) // 2
+    a, b = llm.create_context(ids[:half]), llm.create_context(ids[half:][::-1])
+
+    def batched(runner):  # the rest of a beside the whole of b's reversed text, in one pass
+        return runner.forward_batch([(a.id, ids[half:]), (b.id, ids[:half])], None)
+    assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
+    c = llm.create_context(ids[:half])
+    assert np.array_equal(c.fork(1)[0].extend(ids[half:]), want[-1]), name
+    c.save(tmp_path / "c.llamayctx")
+    assert np.array_equal(llm.restore_context(tmp_path / "c.llamayctx").extend(ids[half:]), want[-1]), name
+
+
 def test_logits_match_transformers_f32(converted):
-    name, model, got, ids = converted
+    name, model, got, ids, _ = converted
     diff = rel_diff(got, hf_logits(model, ids))
     assert diff < LOOSE, f"{name}: max |diff| / max |logit| = {diff:.2e}"
 
