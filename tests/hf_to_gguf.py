@@ -22,7 +22,7 @@ import numpy as np
 from llamay.gguf import GGUFWriter
 
 ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE,
-         "olmo2": gguf.MODEL_ARCH.OLMO2, "qwen2": gguf.MODEL_ARCH.QWEN2,
+         "olmo2": gguf.MODEL_ARCH.OLMO2, "starcoder2": gguf.MODEL_ARCH.STARCODER2, "qwen2": gguf.MODEL_ARCH.QWEN2,
          "qwen3": gguf.MODEL_ARCH.QWEN3, "gemma": gguf.MODEL_ARCH.GEMMA, "gemma2": gguf.MODEL_ARCH.GEMMA2,
          "gemma3": gguf.MODEL_ARCH.GEMMA3}
 PERMUTED = ("llama", "smollm3", "granite")  # LlamaModel and its subclasses permute q/k to interleaved pairs
@@ -80,7 +80,8 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
         k(K.Attention.HEAD_COUNT_KV): (cfg.num_key_value_heads, U32),
         k(K.Attention.KEY_LENGTH): (_head_dim(cfg), U32),
         k(K.Attention.VALUE_LENGTH): (_head_dim(cfg), U32),
-        k(K.Attention.LAYERNORM_RMS_EPS): (cfg.rms_norm_eps, F32),
+        **({k(K.Attention.LAYERNORM_EPS): (cfg.norm_epsilon, F32)} if hasattr(cfg, "norm_epsilon")
+           else {k(K.Attention.LAYERNORM_RMS_EPS): (cfg.rms_norm_eps, F32)}),
         k(K.Rope.FREQ_BASE): (_rope_theta(cfg, "full_attention"), F32),
     }
     if _rope(cfg).get("rope_type") == "linear":

@@ -155,6 +155,8 @@ class DecoderHidden:
 
     def __init__(self, llm):
         self.dec, self.nthreads = llm.decoder, llm.threads
+        if llm.spec.layer_norm:
+            raise UnsupportedModel(f"{llm.spec.arch}: embeddings from a LayerNorm decoder are not supported yet")
 
     def __call__(self, ids: np.ndarray, lens: list[int], types=None) -> np.ndarray:
         d, s, ps = self.dec, self.dec.spec, self.PAGE_SIZE
@@ -169,4 +171,4 @@ class DecoderHidden:
         plan = ForwardGraph(s, d.layers, pool, len(ids), rope_factors=d.rope_factors)
         plan.x[:] = d.embed(ids)
         plan.run(BatchMeta(pos, seq, table, ps), self.nthreads)
-        return rmsnorm(plan.x, d.output_norm, s.norm_eps, self.nthreads)
+        return rmsnorm(plan.x, d.output_norm[0], s.norm_eps, self.nthreads)

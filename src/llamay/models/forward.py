@@ -21,7 +21,7 @@ class ForwardGraph:
             b.scale(x, s.embed_scale)
         h = b.tensor(n, s.n_embd)
         for il, L in enumerate(layers):
-            inp = b.rmsnorm(x, L.attn_norm, s.norm_eps, out=h) if s.pre_norm else x
+            inp = _norm(b, s, x, L.attn_norm, L.attn_norm_b, h) if s.pre_norm else x
             q, k, v = (b.matmul(inp, w, bias=bias) for w, bias in ((L.q, L.q_bias), (L.k, L.k_bias), (L.v, L.v_bias)))
             if s.qk_norm:
                 b.rmsnorm(q, L.q_norm, s.norm_eps, out=q)
@@ -33,10 +33,11 @@ class ForwardGraph:
                 b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
             b.kv_write(pool, il, k, v, self.batch)
             attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap)
-            _residual(b, s, x, attn, L.o, L.post_attn_norm)
-            inp = b.rmsnorm(x, L.ffn_norm, s.norm_eps, out=h) if s.pre_norm else x
-            gate = b.gated(b.matmul(inp, L.gate), b.matmul(inp, L.up), s.act)
-            _residual(b, s, x, gate, L.down, L.post_ffn_norm)
+            _residual(b, s, x, attn, L.o, L.o_bias, L.post_attn_norm)
+            inp = _norm(b, s, x, L.ffn_norm, L.ffn_norm_b, h) if s.pre_norm else x
+            up = b.matmul(inp, L.up, bias=L.up_bias)
+            act = b.gated(b.matmul(inp, L.gate), up, s.act) if s.gated_ffn else b.activation(up, s.act)
+            _residual(b, s, x, act, L.down, L.down_bias, L.post_ffn_norm)
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
@@ -44,12 +45,16 @@ class ForwardGraph:
         self.b.run(nthreads)
 
 
-def _residual(b: Builder, s: ArchSpec, x, y, w: QWeight, post_norm):
-    """x += post_norm(y . w^T) * residual_scale; inside the matmul's chunks when there is neither."""
+def _norm(b: Builder, s: ArchSpec, x, w, bias, out):
+    return b.layernorm(x, w, bias, s.norm_eps, out=out) if s.layer_norm else b.rmsnorm(x, w, s.norm_eps, out=out)
+
+
+def _residual(b: Builder, s: ArchSpec, x, y, w: QWeight, bias, post_norm):
+    """x += post_norm(y . w^T + bias) * residual_scale; inside the matmul's chunks when there is neither."""
     if post_norm is None and s.residual_scale == 1.0:
-        b.matmul(y, w, residual=x)
+        b.matmul(y, w, bias=bias, residual=x)
         return
-    o = b.matmul(y, w)
+    o = b.matmul(y, w, bias=bias)
     if post_norm is not None:
         b.rmsnorm(o, post_norm, s.norm_eps, out=o)
     if s.residual_scale != 1.0:
@@ -60,10 +65,11 @@ def _residual(b: Builder, s: ArchSpec, x, y, w: QWeight, post_norm):
 class Head:
     """Output norm, projection and final softcap for n_out rows: `x` in [n_out, n_embd], `logits` out."""
 
-    def __init__(self, spec: ArchSpec, output_norm: np.ndarray, output: QWeight, n_out: int):
+    def __init__(self, spec: ArchSpec, output_norm: np.ndarray, output_norm_b: np.ndarray | None, output: QWeight,
+                 n_out: int):
         b = self.b = Builder()
         self.x = b.tensor(n_out, spec.n_embd)
-        self.logits = b.matmul(b.rmsnorm(self.x, output_norm, spec.norm_eps), output)
+        self.logits = b.matmul(_norm(b, spec, self.x, output_norm, output_norm_b, None), output)
         if spec.logit_scale != 1.0:
             b.scale(self.logits, 1.0 / spec.logit_scale)
         if spec.final_logit_softcap:

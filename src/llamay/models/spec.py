@@ -24,7 +24,11 @@ class ArchSpec:
     rope_base: float
     n_rot: int
     rope_neox: bool  # pairs (i, i + n_rot/2) instead of (2i, 2i+1)
-    act: str = "silu"  # gated FFN activation: "silu" | "gelu_tanh"
+    act: str = "silu"  # FFN activation: "silu" | "gelu_tanh"
+    gated_ffn: bool = True  # down(act(gate) * up); False: down(act(up)) (StarCoder 2, GPT-2)
+    layer_norm: bool = False  # LayerNorm with bias instead of RMSNorm, every norm
+    o_bias: bool = False  # bias on the attention output projection
+    ffn_bias: bool = False  # biases on the FFN projections
     attn_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
     qkv_bias: bool = False
     qk_norm: bool = False
@@ -104,7 +108,7 @@ def _n_rot(m: Meta, head_dim: int) -> int:
     return n_rot
 
 
-def _common(meta: dict, arch: str) -> dict:
+def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
     m = Meta(meta, arch)
     n_embd = m.int("embedding_length")
     n_head, n_head_kv, head_dim = _heads(m, n_embd)
@@ -116,7 +120,8 @@ def _common(meta: dict, arch: str) -> dict:
         arch=arch, n_layer=m.int("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
         head_dim=head_dim, n_ff=m.layer_int("feed_forward_length"), n_vocab=m.n_vocab(),
         n_ctx_train=m.int("context_length"),
-        norm_eps=m.float("attention.layer_norm_rms_epsilon", hi=1.0),
+        norm_eps=m.float("attention.layer_norm_epsilon" if layer_norm else "attention.layer_norm_rms_epsilon",
+                         hi=1.0),
         rope_base=m.float("rope.freq_base", 10000.0), n_rot=_n_rot(m, head_dim),
         rope_linear=factor if scaling == "linear" else 1.0,
     )
@@ -152,6 +157,14 @@ def _olmo2(meta: dict) -> ArchSpec:
     # q and k normed over the whole projection before RoPE
     return ArchSpec(**_common(meta, "olmo2"), rope_neox=True, pre_norm=False, qk_norm=True, qk_norm_full=True,
                     post_attn_norm=True, post_ffn_norm=True)
+
+
+def _starcoder2(meta: dict) -> ArchSpec:
+    # ref: HF Starcoder2DecoderLayer: LayerNorm with bias, biases on every projection, a plain
+    # (not gated) gelu_pytorch_tanh MLP; llama.cpp LLM_FFN_GELU, LLM_FFN_SEQ
+    c, m = _common(meta, "starcoder2", layer_norm=True), Meta(meta, "starcoder2")
+    return ArchSpec(**c, rope_neox=True, act="gelu_tanh", gated_ffn=False, layer_norm=True, qkv_bias=True,
+                    o_bias=True, ffn_bias=True, sliding_window=m.int("attention.sliding_window", 0, lo=0))
 
 
 def _smollm3(meta: dict) -> ArchSpec:
@@ -198,7 +211,7 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "smollm3": _smollm3, "granite": _granite, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
+BUILDERS = {"llama": _llama, "smollm3": _smollm3, "starcoder2": _starcoder2, "granite": _granite, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
             "gemma2": _gemma2, "gemma3": _gemma3}
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"

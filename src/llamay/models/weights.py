@@ -27,10 +27,17 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
     t = {"q": ("attn_q.weight", _mat(d, q)),
          "k": ("attn_k.weight", _mat(d, kv)), "v": ("attn_v.weight", _mat(d, kv)),
          "o": ("attn_output.weight", _mat(q, d)),
-         "gate": ("ffn_gate.weight", _mat(d, ff)), "up": ("ffn_up.weight", _mat(d, ff)),
-         "down": ("ffn_down.weight", _mat(ff, d))}
+         "up": ("ffn_up.weight", _mat(d, ff)), "down": ("ffn_down.weight", _mat(ff, d))}
+    if s.gated_ffn:
+        t["gate"] = ("ffn_gate.weight", _mat(d, ff))
     if s.pre_norm:
         t.update(attn_norm=("attn_norm.weight", _vec(d)), ffn_norm=("ffn_norm.weight", _vec(d)))
+    if s.pre_norm and s.layer_norm:
+        t.update(attn_norm_b=("attn_norm.bias", _vec(d)), ffn_norm_b=("ffn_norm.bias", _vec(d)))
+    if s.o_bias:
+        t["o_bias"] = ("attn_output.bias", _vec(d))
+    if s.ffn_bias:
+        t.update(up_bias=("ffn_up.bias", _vec(ff)), down_bias=("ffn_down.bias", _vec(d)))
     if s.qkv_bias:
         t.update(q_bias=("attn_q.bias", _vec(q)), k_bias=("attn_k.bias", _vec(kv)), v_bias=("attn_v.bias", _vec(kv)))
     if s.qk_norm:
@@ -49,6 +56,8 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in layer_tensors(s).values()}
     table["token_embd.weight"] = Expect((s.n_embd, s.n_vocab), TIED if tied else TABLE)
     table["output_norm.weight"] = _vec(s.n_embd)
+    if s.layer_norm:
+        table["output_norm.bias"] = _vec(s.n_embd)
     table["output.weight"] = Expect((s.n_embd, s.n_vocab), MATRIX, required=False)
     if s.rope_freqs:
         table["rope_freqs.weight"] = Expect((s.n_rot // 2,), VECTOR, required=False)
@@ -61,11 +70,16 @@ class Layer:
     k: QWeight
     v: QWeight
     o: QWeight
-    gate: QWeight
     up: QWeight
     down: QWeight
+    gate: QWeight | None = None
     attn_norm: np.ndarray | None = None
     ffn_norm: np.ndarray | None = None
+    attn_norm_b: np.ndarray | None = None
+    ffn_norm_b: np.ndarray | None = None
+    o_bias: np.ndarray | None = None
+    up_bias: np.ndarray | None = None
+    down_bias: np.ndarray | None = None
     q_bias: np.ndarray | None = None
     k_bias: np.ndarray | None = None
     v_bias: np.ndarray | None = None
@@ -88,8 +102,8 @@ class Embedding:
 
 
 def load_weights(reader: GGUFReader, spec: ArchSpec):
-    """(layers, embedding, output norm, output projection, RoPE frequency factors or None), after every
-    tensor is checked against tensor_table (ModelFileError otherwise)."""
+    """(layers, embedding, output norm (weight, bias or None), output projection, RoPE frequency factors or
+    None), after every tensor is checked against tensor_table (ModelFileError otherwise)."""
     check_block_count(reader.tensors, spec.n_layer, f"{spec.arch}.block_count")
     tied = "output.weight" not in reader.tensors
     check_tensors(reader.tensors, tensor_table(spec, tied), reader.path, spec.arch)
@@ -106,4 +120,5 @@ def load_weights(reader: GGUFReader, spec: ArchSpec):
               for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
     factors = vec("rope_freqs.weight").astype(np.float32) if "rope_freqs.weight" in reader.tensors else None
-    return layers, Embedding(reader, "token_embd.weight"), vec("output_norm.weight"), output, factors
+    norm_b = vec("output_norm.bias") if spec.layer_norm else None
+    return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), output, factors
