@@ -101,6 +101,7 @@ def run(args):
     if not _is_loopback(args.host) and not app.state.guard.api_key:
         eprint(f"llamay: warning: listening on {args.host}: other machines can reach this server and there is "
                "no authentication (--api-key or LLAMAY_API_KEY)")
+    from ..models.spec import BUILDERS
     names = ", ".join(app.state.registry.paths)
-    eprint(f"llamay: serving {names} on http://{args.host}:{args.port}")
+    eprint(f"llamay: serving {names} on http://{args.host}:{args.port} ({len(BUILDERS)} decoder architectures)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
