@@ -99,6 +99,8 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
         meta[k(K.Attention.SLIDING_WINDOW)] = (cfg.sliding_window, U32)
         meta[k(K.LLM.ATTN_LOGIT_SOFTCAPPING)] = (cfg.attn_logit_softcapping, F32)
         meta[k(K.LLM.FINAL_LOGIT_SOFTCAPPING)] = (cfg.final_logit_softcapping, F32)
+    if arch == "gemma3" and _rope_theta(cfg, "sliding_attention") != 10000.0:
+        meta[k(K.Rope.FREQ_BASE_SWA)] = (_rope_theta(cfg, "sliding_attention"), F32)
     if arch == "gemma3":
         meta[k(K.Attention.SLIDING_WINDOW)] = (cfg.sliding_window, U32)
         if cfg.final_logit_softcapping:

@@ -67,6 +67,12 @@ CASES = {
     "llama-linear": Case("llama", LlamaForCausalLM, LlamaConfig,
                          dict(num_hidden_layers=3, rope_parameters=dict(rope_type="linear", factor=4.0,
                                                                       rope_theta=10000.0))),
+    # a sliding-layer RoPE base other than Gemma 3's 10000, as rope.freq_base_swa
+    "gemma3-swa-base": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
+                            dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                                 rope_parameters=dict(full_attention=dict(rope_type="default", rope_theta=1e6),
+                                                      sliding_attention=dict(rope_type="default",
+                                                                             rope_theta=100.0)))),
     "gemma3-linear": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
                           dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
                                rope_parameters=GEMMA3_LINEAR)),

@@ -191,6 +191,7 @@ def _gemma2(meta: dict) -> ArchSpec:
         embed_scale=math.sqrt(c["n_embd"]), attn_scale=_gemma_query_scale(c, 46),
         sliding_window=m.int("attention.sliding_window", 4096, lo=0),
         sliding_pattern=2,  # ref: HF Gemma2Config.layer_types: even layers slide
+        rope_base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False),  # llama.cpp: rope_freq_base_train_swa
         attn_logit_softcap=m.float("attn_logit_softcapping", 0.0, lo_open=False),
         final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
     )
@@ -206,7 +207,8 @@ def _gemma3(meta: dict) -> ArchSpec:
         attn_scale=_gemma_query_scale(c, 62),
         sliding_window=m.int("attention.sliding_window", 0, lo=0),
         sliding_pattern=6,  # ref: Gemma 3 tech report sec. 2: 5 local layers per global layer
-        rope_base_local=10000.0,  # ref: HF Gemma3TextConfig.rope_local_base_freq
+        # ref: HF Gemma3TextConfig.rope_local_base_freq (10000); llama.cpp reads rope.freq_base_swa when set
+        rope_base_local=m.float("rope.freq_base_swa", 10000.0),
         final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
     )
 
