@@ -22,7 +22,8 @@ import numpy as np
 from llamay.gguf import GGUFWriter
 
 ARCHS = {"llama": gguf.MODEL_ARCH.LLAMA, "smollm3": gguf.MODEL_ARCH.SMOLLM3, "granite": gguf.MODEL_ARCH.GRANITE,
-         "olmo2": gguf.MODEL_ARCH.OLMO2, "starcoder2": gguf.MODEL_ARCH.STARCODER2, "qwen2": gguf.MODEL_ARCH.QWEN2,
+         "olmo2": gguf.MODEL_ARCH.OLMO2, "starcoder2": gguf.MODEL_ARCH.STARCODER2, "phi2": gguf.MODEL_ARCH.PHI2,
+         "qwen2": gguf.MODEL_ARCH.QWEN2,
          "qwen3": gguf.MODEL_ARCH.QWEN3, "gemma": gguf.MODEL_ARCH.GEMMA, "gemma2": gguf.MODEL_ARCH.GEMMA2,
          "gemma3": gguf.MODEL_ARCH.GEMMA3}
 PERMUTED = ("llama", "smollm3", "granite")  # LlamaModel and its subclasses permute q/k to interleaved pairs
@@ -38,6 +39,11 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
 def _rope(cfg, layer_type: str = "full_attention") -> dict:
     rp = cfg.rope_parameters  # transformers 5: one dict, or one per layer type (gemma3)
     return rp.get(layer_type, rp)
+
+
+def _layer_norm_eps(cfg) -> float | None:
+    """The LayerNorm epsilon of a LayerNorm family (StarCoder 2: norm_epsilon, Phi: layer_norm_eps)."""
+    return getattr(cfg, "norm_epsilon", None) or getattr(cfg, "layer_norm_eps", None)
 
 
 def _head_dim(cfg) -> int:
@@ -80,7 +86,7 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
         k(K.Attention.HEAD_COUNT_KV): (cfg.num_key_value_heads, U32),
         k(K.Attention.KEY_LENGTH): (_head_dim(cfg), U32),
         k(K.Attention.VALUE_LENGTH): (_head_dim(cfg), U32),
-        **({k(K.Attention.LAYERNORM_EPS): (cfg.norm_epsilon, F32)} if hasattr(cfg, "norm_epsilon")
+        **({k(K.Attention.LAYERNORM_EPS): (_layer_norm_eps(cfg), F32)} if _layer_norm_eps(cfg)
            else {k(K.Attention.LAYERNORM_RMS_EPS): (cfg.rms_norm_eps, F32)}),
         k(K.Rope.FREQ_BASE): (_rope_theta(cfg, "full_attention"), F32),
     }
@@ -90,6 +96,10 @@ def hparams(arch: str, cfg) -> dict[str, tuple]:
     if arch in PERMUTED:
         meta[k(K.LLM.VOCAB_SIZE)] = (cfg.vocab_size, U32)
         meta[k(K.Rope.DIMENSION_COUNT)] = (_head_dim(cfg), U32)
+    if arch == "phi2":  # Phi2Model: the rotated dims from partial_rotary_factor; FFN width 4 * n_embd
+        meta[k(K.Rope.DIMENSION_COUNT)] = (int(_rope(cfg)["partial_rotary_factor"] * cfg.hidden_size)
+                                           // cfg.num_attention_heads, U32)
+        meta[k(K.LLM.FEED_FORWARD_LENGTH)] = (4 * cfg.hidden_size, U32)
     if arch == "granite":  # GraniteModel: the *_multiplier settings as *_scale keys
         meta[k(K.Attention.SCALE)] = (cfg.attention_multiplier, F32)
         meta[k(K.LLM.EMBEDDING_SCALE)] = (cfg.embedding_multiplier, F32)

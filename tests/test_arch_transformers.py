@@ -19,7 +19,8 @@ import pytest
 import torch
 from transformers import (AttentionInterface, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GemmaConfig, GemmaForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM, Qwen2Config, Starcoder2Config,
+                          LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM, PhiConfig, PhiForCausalLM,
+                          Qwen2Config, Starcoder2Config,
                           Starcoder2ForCausalLM,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -88,6 +89,10 @@ CASES = {
     # StarCoder 2: LayerNorm with bias, biases on every projection, a plain GELU MLP
     "starcoder2": Case("starcoder2", Starcoder2ForCausalLM, Starcoder2Config,
                        dict(num_hidden_layers=3, pad_token_id=None, bos_token_id=None, eos_token_id=None)),
+    # Phi-2: attention and MLP in parallel from one LayerNorm, half the head dims rotated, lm_head bias
+    "phi2": Case("phi2", PhiForCausalLM, PhiConfig, dict(num_hidden_layers=3, intermediate_size=256,
+                                                        num_key_value_heads=4, pad_token_id=None,
+                                                        bos_token_id=None, eos_token_id=None)),
     # OLMo 2: norms after each block only, q/k normed over the whole projection
     "olmo2": Case("olmo2", Olmo2ForCausalLM, Olmo2Config, dict(num_hidden_layers=3, tie_word_embeddings=True,
                                                               pad_token_id=None, bos_token_id=None,

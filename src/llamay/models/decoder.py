@@ -56,7 +56,7 @@ class Decoder:
         rows = plan.x if out_rows is None else plan.x[out_rows]
         if len(rows) == 0:
             return np.zeros((0, s.n_vocab), np.float32)
-        head = self._cached(("head", len(rows)), lambda: Head(s, *self.output_norm, self.output, len(rows)))
+        head = self._cached(("head", len(rows)), lambda: Head(s, *self.output_norm, *self.output, len(rows)))
         head.x[:] = rows
         logits = head.run(threads).copy()
         self.governor.record(n, threads, time.perf_counter() - start, full)

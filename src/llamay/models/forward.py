@@ -33,16 +33,25 @@ class ForwardGraph:
                 b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
             b.kv_write(pool, il, k, v, self.batch)
             attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap)
+            if s.parallel_block:  # x + (attn + ffn), the FFN reading the same normed input
+                o = b.matmul(attn, L.o, bias=L.o_bias)
+                b.matmul(_ffn(b, s, L, inp), L.down, bias=L.down_bias, residual=o)
+                b.add(x, o)
+                continue
             _residual(b, s, x, attn, L.o, L.o_bias, L.post_attn_norm)
             inp = _norm(b, s, x, L.ffn_norm, L.ffn_norm_b, h) if s.pre_norm else x
-            up = b.matmul(inp, L.up, bias=L.up_bias)
-            act = b.gated(b.matmul(inp, L.gate), up, s.act) if s.gated_ffn else b.activation(up, s.act)
-            _residual(b, s, x, act, L.down, L.down_bias, L.post_ffn_norm)
+            _residual(b, s, x, _ffn(b, s, L, inp), L.down, L.down_bias, L.post_ffn_norm)
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
         self.batch.fill(meta)
         self.b.run(nthreads)
+
+
+def _ffn(b: Builder, s: ArchSpec, L, inp):
+    """act(gate) * up, or act(up) for a plain MLP: the input of the down projection."""
+    up = b.matmul(inp, L.up, bias=L.up_bias)
+    return b.gated(b.matmul(inp, L.gate), up, s.act) if s.gated_ffn else b.activation(up, s.act)
 
 
 def _norm(b: Builder, s: ArchSpec, x, w, bias, out):
@@ -66,10 +75,10 @@ class Head:
     """Output norm, projection and final softcap for n_out rows: `x` in [n_out, n_embd], `logits` out."""
 
     def __init__(self, spec: ArchSpec, output_norm: np.ndarray, output_norm_b: np.ndarray | None, output: QWeight,
-                 n_out: int):
+                 output_b: np.ndarray | None, n_out: int):
         b = self.b = Builder()
         self.x = b.tensor(n_out, spec.n_embd)
-        self.logits = b.matmul(_norm(b, spec, self.x, output_norm, output_norm_b, None), output)
+        self.logits = b.matmul(_norm(b, spec, self.x, output_norm, output_norm_b, None), output, bias=output_b)
         if spec.logit_scale != 1.0:
             b.scale(self.logits, 1.0 / spec.logit_scale)
         if spec.final_logit_softcap:

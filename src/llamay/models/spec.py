@@ -29,6 +29,8 @@ class ArchSpec:
     layer_norm: bool = False  # LayerNorm with bias instead of RMSNorm, every norm
     o_bias: bool = False  # bias on the attention output projection
     ffn_bias: bool = False  # biases on the FFN projections
+    parallel_block: bool = False  # attention and FFN both read one norm of x: x + (attn + ffn) (Phi-2)
+    output_bias: bool = False  # bias on the output projection
     attn_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
     qkv_bias: bool = False
     qk_norm: bool = False
@@ -167,6 +169,14 @@ def _starcoder2(meta: dict) -> ArchSpec:
                     o_bias=True, ffn_bias=True, sliding_window=m.int("attention.sliding_window", 0, lo=0))
 
 
+def _phi2(meta: dict) -> ArchSpec:
+    # ref: HF PhiDecoderLayer: one LayerNorm feeding attention and MLP in parallel, gelu_new MLP, partial
+    # rotary (rope.dimension_count), biases everywhere, lm_head with bias; llama.cpp phi2.cpp
+    c = _common(meta, "phi2", layer_norm=True)
+    return ArchSpec(**c, rope_neox=True, act="gelu_tanh", gated_ffn=False, layer_norm=True, qkv_bias=True,
+                    o_bias=True, ffn_bias=True, parallel_block=True, output_bias=True)
+
+
 def _smollm3(meta: dict) -> ArchSpec:
     # ref: HF SmolLM3Config.no_rope_layer_interval = 4; llama.cpp n_no_rope_layer_step
     return ArchSpec(**_common(meta, "smollm3"), rope_neox=False, nope_every=4)
@@ -213,7 +223,7 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "smollm3": _smollm3, "starcoder2": _starcoder2, "granite": _granite, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
+BUILDERS = {"llama": _llama, "smollm3": _smollm3, "starcoder2": _starcoder2, "phi2": _phi2, "granite": _granite, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
             "gemma2": _gemma2, "gemma3": _gemma3}
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"

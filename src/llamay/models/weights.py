@@ -30,10 +30,11 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
          "up": ("ffn_up.weight", _mat(d, ff)), "down": ("ffn_down.weight", _mat(ff, d))}
     if s.gated_ffn:
         t["gate"] = ("ffn_gate.weight", _mat(d, ff))
-    if s.pre_norm:
-        t.update(attn_norm=("attn_norm.weight", _vec(d)), ffn_norm=("ffn_norm.weight", _vec(d)))
-    if s.pre_norm and s.layer_norm:
-        t.update(attn_norm_b=("attn_norm.bias", _vec(d)), ffn_norm_b=("ffn_norm.bias", _vec(d)))
+    norms = ("attn_norm",) if s.parallel_block else ("attn_norm", "ffn_norm")  # a parallel block has one
+    for n in norms if s.pre_norm else ():
+        t[n] = (f"{n}.weight", _vec(d))
+        if s.layer_norm:
+            t[n + "_b"] = (f"{n}.bias", _vec(d))
     if s.o_bias:
         t["o_bias"] = ("attn_output.bias", _vec(d))
     if s.ffn_bias:
@@ -59,6 +60,8 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     if s.layer_norm:
         table["output_norm.bias"] = _vec(s.n_embd)
     table["output.weight"] = Expect((s.n_embd, s.n_vocab), MATRIX, required=False)
+    if s.output_bias:
+        table["output.bias"] = _vec(s.n_vocab)
     if s.rope_freqs:
         table["rope_freqs.weight"] = Expect((s.n_rot // 2,), VECTOR, required=False)
     return table
@@ -102,8 +105,9 @@ class Embedding:
 
 
 def load_weights(reader: GGUFReader, spec: ArchSpec):
-    """(layers, embedding, output norm (weight, bias or None), output projection, RoPE frequency factors or
-    None), after every tensor is checked against tensor_table (ModelFileError otherwise)."""
+    """(layers, embedding, output norm (weight, bias or None), output projection (weight, bias or None),
+    RoPE frequency factors or None), after every tensor is checked against tensor_table (ModelFileError
+    otherwise)."""
     check_block_count(reader.tensors, spec.n_layer, f"{spec.arch}.block_count")
     tied = "output.weight" not in reader.tensors
     check_tensors(reader.tensors, tensor_table(spec, tied), reader.path, spec.arch)
@@ -121,4 +125,5 @@ def load_weights(reader: GGUFReader, spec: ArchSpec):
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
     factors = vec("rope_freqs.weight").astype(np.float32) if "rope_freqs.weight" in reader.tensors else None
     norm_b = vec("output_norm.bias") if spec.layer_norm else None
-    return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), output, factors
+    out_b = vec("output.bias") if spec.output_bias else None
+    return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b), factors
