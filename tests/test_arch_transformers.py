@@ -30,7 +30,7 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 import hf_to_gguf
 import llamay
 from llamay.gguf import GGUFWriter
-from llamay.models import UnsupportedModel
+from llamay.models import ModelFileError, UnsupportedModel
 
 TIGHT, LOOSE = 1e-3, 5e-3
 N_TOKENS = 24
@@ -101,6 +101,10 @@ CASES = {
     "gemma2": Case("gemma2", Gemma2ForCausalLM, Gemma2Config,
                    dict(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
                         attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
+    # Gemma 2 scales every layer, sliding ones too (unlike Gemma 3)
+    "gemma2-linear": Case("gemma2", Gemma2ForCausalLM, Gemma2Config,
+                          dict(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                               rope_parameters=dict(rope_type="linear", factor=4.0, rope_theta=10000.0))),
     "gemma3-softcap": Case("gemma3", Gemma3ForCausalLM, Gemma3TextConfig,
                            dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
                                 final_logit_softcapping=3.0)),
@@ -236,7 +240,7 @@ def test_family_features_are_exercised(name, change):
     assert rel_diff(hf_logits(build(case, **change), ids), hf_logits(build(case), ids)) > 10 * LOOSE
 
 
-@pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear"])
+@pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear", "gemma2-linear"])
 def test_rope_scaling_is_exercised(name):
     """Each RoPE scaling case moves the reference by far more than the tolerance the engine meets, and
     the band factors of Llama 3 are neither all 1 nor all `factor`."""
@@ -246,6 +250,15 @@ def test_rope_scaling_is_exercised(name):
     assert rel_diff(hf_logits(build(case), ids), hf_logits(build(unscaled), ids)) > 10 * LOOSE
     factors = hf_to_gguf.llama3_factors(build(CASES["llama3-rope"]).config)
     assert factors.min() == 1.0 and factors.max() == 8.0 and ((factors > 1) & (factors < 8)).any()
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_rope_factors_out_of_range_refused(tmp_path, bad):
+    def spoil(meta, tensors):
+        tensors["rope_freqs.weight"][3] = bad
+    path = write_gguf(tmp_path, "llama", build(CASES["llama3-rope"]), spoil)
+    with pytest.raises(ModelFileError, match="rope_freqs.weight must hold finite factors > 0"):
+        llamay.load(path)
 
 
 @pytest.mark.parametrize("arch", ["mamba", "rwkv6", "deepseek2", "qwen35", "qwen3next", "lfm2", "falcon-h1",

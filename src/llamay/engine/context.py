@@ -50,7 +50,7 @@ class Context:
     def extend(self, more: str | list[int]) -> np.ndarray:
         """Append text (tokenized without BOS, special tokens parsed) or ids -> the new last logits."""
         ids = self.llm.tokenize(more, add_special=False, parse_special=True) if isinstance(more, str) else list(more)
-        self.llm.check_ids(ids, extra=len(self.tokens))
+        self.llm.check_ids(ids, extra=self._do(lambda runner: runner.n_tokens(self.id)))
 
         def run(runner):
             runner.record(self.id).matcher = None  # text from outside: a cut-off grammar no longer applies
@@ -69,7 +69,7 @@ class Context:
 
     def fork(self, n: int = 1) -> list["Context"]:
         """n contexts sharing this one's pages (zero pages allocated; copy-on-write on divergence)."""
-        n_tokens = len(self.tokens)
+        n_tokens = self._do(lambda runner: runner.n_tokens(self.id))
         return [Context(self.llm, c, n_tokens) for c in self._do(lambda runner: runner.fork(self.id, n))]
 
     def save(self, path: str):

@@ -59,9 +59,14 @@ class Runner:
         rec = self.records.get(ctx)
         return self.state.tokens(ctx) + (rec.pending if rec else [])
 
+    def n_tokens(self, ctx: int) -> int:
+        """len(tokens(ctx)) without building the list (checked on every extend)."""
+        rec = self.records.get(ctx)
+        return self.state.n_tokens(ctx) + (len(rec.pending) if rec else 0)
+
     def describe(self, ctx: int) -> dict:
         """The context's size: tokens (a pending sampled one included) and pages held."""
-        return {"tokens": len(self.tokens(ctx)), "pages": len(self.state.page_table(ctx))}
+        return {"tokens": self.n_tokens(ctx), "pages": len(self.state.page_table(ctx))}
 
     def extend(self, ctx: int, tokens: list[int], all_logits: bool = False) -> np.ndarray:
         """Compute pending tokens and then tokens after the context's end -> logits of the last one

@@ -145,7 +145,7 @@ class Scheduler:
         Without a thread it steps the scheduler here, a step per event batch; closing the iterator early
         cancels the job and finishes it (its context freed or kept as a finished job's would be)."""
         events: deque = deque()
-        done = [0]
+        done = 0
         if self.thread is None:
             job.sink = events.append
         else:
@@ -158,7 +158,7 @@ class Scheduler:
             job.sink = sink
         self.submit(job)
         try:
-            while done[0] < job.n:
+            while done < job.n:
                 if self.thread is None:
                     self._step()
                 else:
@@ -166,14 +166,14 @@ class Scheduler:
                         ready.wait_for(lambda: events)
                 while events:
                     ev = events.popleft()
-                    done[0] += isinstance(ev, Done)
+                    done += isinstance(ev, Done)
                     yield ev
         finally:
-            if done[0] < job.n:
-                job.cancel()
-                while self.thread is None and done[0] < job.n and (self.running or self.queue):
+            if done < job.n:
+                job.cancel()  # a thread finishes it at its next step; here, step until it has
+                while self.thread is None and done < job.n and (self.running or self.queue):
                     self._step()
-                    done[0] += sum(isinstance(ev, Done) for ev in events)
+                    done += sum(isinstance(ev, Done) for ev in events)
                     events.clear()
 
     def call(self, fn: Callable[[Runner], object]) -> Future:

@@ -42,7 +42,8 @@ class ArchSpec:
     sliding_window: int = 0  # 0: every layer attends to the full context
     sliding_pattern: int = 0  # n > 0: every n-th layer is global, the others slide; 0: all slide
     rope_base_local: float = 0.0  # RoPE base of sliding layers (0: rope_base)
-    rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it (layers with rope_base_local: not)
+    rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it
+    rope_linear_local: bool = True  # False: sliding layers are not scaled (Gemma 3, as transformers)
     rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
     nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3)
     attn_logit_softcap: float = 0.0
@@ -67,17 +68,13 @@ class ArchSpec:
         return self.sliding_window
 
     def layer_rope_base(self, il: int) -> float:
-        return self.rope_base_local if self._local_rope(il) else self.rope_base
+        return self.rope_base_local if self.rope_base_local and self.layer_window(il) else self.rope_base
 
     def layer_rope_linear(self, il: int) -> float:
-        """Gemma 3's scaling applies to its global layers only; sliding ones keep their own base, unscaled."""
-        return 1.0 if self._local_rope(il) else self.rope_linear
+        return self.rope_linear if self.rope_linear_local or not self.layer_window(il) else 1.0
 
     def layer_rope(self, il: int) -> bool:
         return not (self.nope_every and (il + 1) % self.nope_every == 0)
-
-    def _local_rope(self, il: int) -> bool:
-        return bool(self.rope_base_local and self.layer_window(il))
 
 
 def _heads(m: Meta, n_embd: int) -> tuple[int, int, int]:
@@ -218,7 +215,7 @@ def _gemma3(meta: dict) -> ArchSpec:
         sliding_window=m.int("attention.sliding_window", 0, lo=0),
         sliding_pattern=6,  # ref: Gemma 3 tech report sec. 2: 5 local layers per global layer
         # ref: HF Gemma3TextConfig.rope_local_base_freq (10000); llama.cpp reads rope.freq_base_swa when set
-        rope_base_local=m.float("rope.freq_base_swa", 10000.0),
+        rope_base_local=m.float("rope.freq_base_swa", 10000.0), rope_linear_local=False,
         final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
     )
 

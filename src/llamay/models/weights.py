@@ -9,7 +9,7 @@ import numpy as np
 
 from ..gguf import GGUFReader, dequantize
 from ..kernels.matmul import QWeight
-from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, check_block_count, check_tensors
+from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
 from .spec import ArchSpec
 
 
@@ -124,6 +124,8 @@ def load_weights(reader: GGUFReader, spec: ArchSpec):
               for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
     factors = vec("rope_freqs.weight").astype(np.float32) if "rope_freqs.weight" in reader.tensors else None
+    if factors is not None and not (np.isfinite(factors).all() and (factors > 0).all()):
+        raise ModelFileError(f"{reader.path}: rope_freqs.weight must hold finite factors > 0")
     norm_b = vec("output_norm.bias") if spec.layer_norm else None
     out_b = vec("output.bias") if spec.output_bias else None
     return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b), factors
