@@ -4,9 +4,14 @@ BertModel: the `bert.` prefix dropped, HF names mapped by gguf's TensorNameMap; 
 classification the pooler dense becomes `cls` and the classifier `cls.output` (pooling type rank)."""
 from __future__ import annotations
 
+import os
+
 import gguf
 import numpy as np
-from hf_to_gguf import F32, U32, write  # noqa: F401  (write re-exported for tests)
+
+from llamay.gguf import GGUFWriter
+
+U32, F32 = int(gguf.GGUFValueType.UINT32), int(gguf.GGUFValueType.FLOAT32)
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "fox", "quick", "brown", "runs", "jump", "over", "lazy"]
 LETTERS = [chr(c) for c in range(97, 123)]
@@ -66,3 +71,12 @@ def tensors(model) -> dict[str, np.ndarray]:
 def convert(model, pooling: int) -> tuple[dict[str, tuple], dict[str, np.ndarray]]:
     """pooling: llama.cpp's pooling type id (1 mean, 2 cls, 4 rank)."""
     return {**hparams(model.config, pooling), **bert_vocab(model.config.vocab_size)}, tensors(model)
+
+
+def write(path: str | os.PathLike, metadata: dict[str, tuple], tensors: dict[str, np.ndarray]):
+    w = GGUFWriter()
+    for key, (value, vtype) in metadata.items():
+        w.add(key, value, vtype=vtype)
+    for name, data in tensors.items():
+        w.add_tensor(name, data)
+    w.write(path)

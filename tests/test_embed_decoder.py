@@ -10,7 +10,8 @@ import llamay
 from llamay.engine.embed import Embedder
 
 sys.path.insert(0, str(Path(__file__).parent))
-import hf_to_gguf
+from arch_models import CASES, convert  # noqa: E402
+from conftest import CACHE  # noqa: E402
 
 TEXTS = ["Hello there, how are you?", "The capital of France is Paris.", "short", "def f(x): return x * 2"]
 
@@ -63,8 +64,7 @@ def test_tiny_llama_matches_transformers(tmp_path, pooling):
             p.copy_(torch.rand(p.shape, generator=g) + 0.5 if name.endswith("norm.weight")
                     else torch.randn(p.shape, generator=g) * 0.15)
     model.eval()
-    path = tmp_path / "llama.gguf"
-    hf_to_gguf.write(path, *hf_to_gguf.convert("llama", model))
+    path = convert({"llama": (CASES["llama"], model)}, tmp_path, CACHE)["llama"]  # llama.cpp's converter
     e = Embedder.for_llm(llamay.load(path, threads=1), pooling=pooling)
     rng = np.random.default_rng(3)
     inputs = [rng.integers(0, 300, n).tolist() for n in (5, 17, 40)]

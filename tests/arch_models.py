@@ -1,0 +1,157 @@
+"""Tiny seeded random HF transformers models, one per architecture case, and their GGUF files as llama.cpp's
+own convert_hf_to_gguf.py writes them (llamacpp_tree.py). Shared by the per-architecture tests and by
+scripts/llamacpp_arch_logits.py, which recorded llama.cpp's logits on these very files."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+import transformers as tf
+
+import llamacpp_tree
+import tiny_tokenizers
+from llamay.gguf import GGUFWriter
+
+N_TOKENS = 24
+COMMON = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, attn_implementation="eager")
+NO_SPECIALS = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
+LLAMA3 = dict(rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=64)
+GEMMA3 = dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8)
+GEMMA3_LINEAR = dict(full_attention=dict(rope_type="linear", factor=8.0, rope_theta=1e6),
+                     sliding_attention=dict(rope_type="default", rope_theta=10000.0))
+SPM = ("gemma", "gemma2")  # llama.cpp converts these from a SentencePiece tokenizer.model only
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    arch: str  # general.architecture of the converted file
+    model: str  # transformers class names
+    config: str
+    extra: dict
+    add_meta: dict = dataclasses.field(default_factory=dict)  # keys llama.cpp's converter leaves out, added after
+
+
+CASES = {
+    "llama": Case("llama", "LlamaForCausalLM", "LlamaConfig", dict(num_hidden_layers=3, tie_word_embeddings=False)),
+    "qwen2": Case("qwen2", "Qwen2ForCausalLM", "Qwen2Config", dict(num_hidden_layers=3, tie_word_embeddings=True)),
+    # Qwen3: per-head RMSNorm of q and k before RoPE, no biases; head_dim 32 != hidden / heads (as in Qwen3)
+    "qwen3": Case("qwen3", "Qwen3ForCausalLM", "Qwen3Config",
+                  dict(num_hidden_layers=3, head_dim=32, tie_word_embeddings=True)),
+    # 7 layers: llama.cpp (and llamay) fix Gemma 3's pattern at 5 sliding layers per global one, so layer 5
+    # is global and layer 6 slides again; head_dim 32 != hidden / heads, as in Gemma 3 270M
+    "gemma3": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", GEMMA3),
+    # RoPE scaling: Llama 3.1's per-pair factors (original context 64: the 8 pairs of head_dim 16 fall in
+    # all three of its bands), linear scaling; Gemma 3's linear scaling of its global layers only
+    "llama3-rope": Case("llama", "LlamaForCausalLM", "LlamaConfig", dict(num_hidden_layers=3, rope_parameters=LLAMA3)),
+    "llama-linear": Case("llama", "LlamaForCausalLM", "LlamaConfig",
+                         dict(num_hidden_layers=3, rope_parameters=dict(rope_type="linear", factor=4.0,
+                                                                      rope_theta=10000.0))),
+    # a sliding-layer RoPE base other than Gemma 3's 10000, as rope.freq_base_swa
+    "gemma3-swa-base": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig",
+                            dict(**GEMMA3, rope_parameters=dict(
+                                full_attention=dict(rope_type="default", rope_theta=1e6),
+                                sliding_attention=dict(rope_type="default", rope_theta=100.0)))),
+    "gemma3-linear": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig",
+                          dict(**GEMMA3, rope_parameters=GEMMA3_LINEAR)),
+    # SmolLM3: no RoPE on every fourth layer (5 layers: layer 3 has none)
+    "smollm3": Case("smollm3", "SmolLM3ForCausalLM", "SmolLM3Config",
+                    dict(num_hidden_layers=5, tie_word_embeddings=True, **NO_SPECIALS)),
+    "gemma": Case("gemma", "GemmaForCausalLM", "GemmaConfig", dict(num_hidden_layers=3, head_dim=32)),
+    # Granite's four multipliers, none of them 1
+    "granite": Case("granite", "GraniteForCausalLM", "GraniteConfig",
+                    dict(num_hidden_layers=3, tie_word_embeddings=True, embedding_multiplier=3.0,
+                         attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=2.5)),
+    # StarCoder 2: LayerNorm with bias, biases on every projection, a plain GELU MLP
+    "starcoder2": Case("starcoder2", "Starcoder2ForCausalLM", "Starcoder2Config",
+                       dict(num_hidden_layers=3, **NO_SPECIALS)),
+    # Phi-2: attention and MLP in parallel from one LayerNorm, half the head dims rotated, lm_head bias
+    "phi2": Case("phi2", "PhiForCausalLM", "PhiConfig", dict(num_hidden_layers=3, intermediate_size=256,
+                                                          num_key_value_heads=4, **NO_SPECIALS)),
+    # OLMo 2: norms after each block only, q/k normed over the whole projection; untied, as llama.cpp
+    # requires (and every OLMo 2 is)
+    "olmo2": Case("olmo2", "Olmo2ForCausalLM", "Olmo2Config",
+                  dict(num_hidden_layers=3, tie_word_embeddings=False, **NO_SPECIALS)),
+    # Gemma 2: even layers slide, logits of attention and output softcapped (small caps, so they bite)
+    "gemma2": Case("gemma2", "Gemma2ForCausalLM", "Gemma2Config",
+                   dict(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                        attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
+    # Gemma 2 scales every layer, sliding ones too (unlike Gemma 3). llama.cpp's Gemma2Model writes no RoPE
+    # scaling (no Gemma 2 uses any), but its runtime reads the generic keys, so they are added to the file
+    "gemma2-linear": Case("gemma2", "Gemma2ForCausalLM", "Gemma2Config",
+                          dict(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                               rope_parameters=dict(rope_type="linear", factor=4.0, rope_theta=10000.0)),
+                          add_meta={"gemma2.rope.scaling.type": ("linear", gguf.GGUFValueType.STRING, None),
+                                    "gemma2.rope.scaling.factor": (4.0, gguf.GGUFValueType.FLOAT32, None)}),
+    "gemma3-softcap": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", dict(**GEMMA3, final_logit_softcapping=3.0)),
+}
+
+
+def build(case: Case, **overrides):
+    """A seeded random model. Every parameter is redrawn: HF's init leaves norms at 1 (0 for Gemma) and
+    biases at 0, which would hide a wrong norm or bias; scale 0.15 gives attention far from uniform."""
+    torch.manual_seed(0)
+    config = getattr(tf, case.config)(**{**COMMON, **case.extra, **overrides})
+    model = getattr(tf, case.model)(config)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):  # HF Gemma*RMSNorm scales by (1 + w): same range for all
+                p.copy_(torch.rand(p.shape, generator=g) + (-0.5 if case.arch.startswith("gemma") else 0.5))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * (0.1 if p.ndim == 1 else 0.15))
+    return model.eval()
+
+
+def token_ids(n_vocab: int) -> list[int]:
+    return np.random.default_rng(2).integers(0, n_vocab, N_TOKENS).tolist()
+
+
+def hf_logits(model, ids, attn: str = "eager") -> np.ndarray:
+    model.set_attn_implementation(attn)
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> dict[str, Path]:
+    """name -> GGUF file of each (case, model), every one written by llama.cpp's converter in one process."""
+    jobs, paths = [], {}
+    for name, (case, model) in models.items():
+        d = out / f"{name}-hf"
+        model.save_pretrained(d)
+        (tiny_tokenizers.save_spm if case.arch in SPM else tiny_tokenizers.save_bpe)(d, model.config.vocab_size)
+        paths[name] = out / f"{name}.gguf"
+        jobs.append((d, paths[name]))
+    llamacpp_tree.convert(cache, jobs)
+    for name, (case, _) in models.items():
+        if case.add_meta:
+            rewrite(paths[name], paths[name], lambda meta, tensors: meta.update(case.add_meta))
+    return paths
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def rewrite(src: Path, dst: Path, edit):
+    """Copies a float32 GGUF file through edit(metadata, tensors): metadata key -> (value, GGUF type, array
+    element type), tensors name -> float32 array (numpy shape, rows first); both dicts edited in place."""
+    r = gguf.GGUFReader(src)
+    meta = {}
+    for f in r.fields.values():
+        if not f.name.startswith("GGUF.") and f.name != "general.alignment":
+            meta[f.name] = (f.contents(), int(f.types[0]), int(f.types[1]) if len(f.types) > 1 else None)
+    tensors = {t.name: np.array(t.data, np.float32, copy=True).reshape([int(x) for x in reversed(t.shape)]) for t in r.tensors}
+    del r  # its map closed before dst (which may be src) is written
+    edit(meta, tensors)
+    w = GGUFWriter()
+    for key, (value, vtype, elem) in meta.items():
+        w.add(key, value, vtype=vtype, elem_type=elem)
+    for name, data in tensors.items():
+        w.add_tensor(name, np.ascontiguousarray(data, np.float32))
+    w.write(dst)

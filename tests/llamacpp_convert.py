@@ -1,0 +1,17 @@
+"""Runs llama.cpp's convert_hf_to_gguf.py on several HF model directories in one process (torch imports once).
+argv: TREE OUTTYPE (MODEL_DIR OUT_FILE)...
+
+One lookup is pinned: the converter names a BPE tokenizer's pre-tokenizer by hashing how it splits a fixed
+text, and a tiny made-up tokenizer matches no known model, so the name is 'default' (the tokenizer is not
+under test; the architecture is)."""
+import sys
+
+tree, outtype, *pairs = sys.argv[1:]
+sys.path.insert(0, tree)
+import convert_hf_to_gguf  # noqa: E402  (puts the tree's gguf-py first on sys.path)
+from conversion.base import TextModel  # noqa: E402
+
+TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
+for model_dir, out in zip(pairs[::2], pairs[1::2]):
+    sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", outtype]
+    convert_hf_to_gguf.main()
