@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from pathlib import Path
 
 import gguf
@@ -25,7 +26,8 @@ LLAMA3 = dict(rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_facto
 GEMMA3 = dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, sliding_window=8)
 GEMMA3_LINEAR = dict(full_attention=dict(rope_type="linear", factor=8.0, rope_theta=1e6),
                      sliding_attention=dict(rope_type="default", rope_theta=10000.0))
-SPM = ("gemma", "gemma2")  # llama.cpp converts these from a SentencePiece tokenizer.model only
+SPM_SPECIALS = dict(pad_token_id=0, eos_token_id=1, bos_token_id=2)  # tiny_tokenizers.save_spm's ids
+SPM = ("gemma", "gemma2", "phi3")  # llama.cpp converts these from a SentencePiece tokenizer.model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Case:
     config: str
     extra: dict
     add_meta: dict = dataclasses.field(default_factory=dict)  # keys llama.cpp's converter leaves out, added after
+    common: bool = True  # COMMON's settings apply (not to GPT2Config, which names them otherwise)
 
 
 CASES = {
@@ -88,6 +91,34 @@ CASES = {
                                rope_parameters=dict(rope_type="linear", factor=4.0, rope_theta=10000.0)),
                           add_meta={"gemma2.rope.scaling.type": ("linear", gguf.GGUFValueType.STRING, None),
                                     "gemma2.rope.scaling.factor": (4.0, gguf.GGUFValueType.FLOAT32, None)}),
+    # Phi-3: fused q/k/v and gate/up; LongRoPE (the long factors: 24 tokens and every context run are past
+    # the original 16, and its attention factor sqrt(1 + ln 16 / ln 16) on cos and sin); no sliding
+    # window, as llama.cpp
+    "phi3": Case("phi3", "Phi3ForCausalLM", "Phi3Config",
+                 dict(num_hidden_layers=3, sliding_window=None, tie_word_embeddings=False, original_max_position_embeddings=16,
+                      rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                           original_max_position_embeddings=16,
+                                           short_factor=[1.0 + 0.25 * i for i in range(8)],
+                                           long_factor=[2.0 + i for i in range(8)]), **SPM_SPECIALS)),
+    # Phi-4-mini: 3/4 of each head rotated, tied embeddings
+    "phi3-partial": Case("phi3", "Phi3ForCausalLM", "Phi3Config",
+                         dict(num_hidden_layers=3, sliding_window=None, tie_word_embeddings=True, original_max_position_embeddings=16,
+                              rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                                   partial_rotary_factor=0.75, original_max_position_embeddings=16,
+                                                   short_factor=[1.0 + 0.25 * i for i in range(6)],
+                                                   long_factor=[2.0 + i for i in range(6)]), **SPM_SPECIALS)),
+    # GPT-2: learned positions, LayerNorm, fused q/k/v with bias, plain GELU MLP
+    "gpt2": Case("gpt2", "GPT2LMHeadModel", "GPT2Config",
+                 dict(n_layer=3, n_embd=64, n_head=4, n_positions=256, n_ctx=256, vocab_size=300, **NO_SPECIALS), common=False),
+    # Qwen3-MoE: 8 experts of 32, 2 per token, weights renormalized over them (norm_topk_prob)
+    "qwen3moe": Case("qwen3moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+                     dict(num_hidden_layers=3, head_dim=32, num_experts=8, num_experts_per_tok=2,
+                          moe_intermediate_size=32, norm_topk_prob=True, tie_word_embeddings=True)),
+    # Granite MoE: softmax over the chosen experts' logits, Granite's four multipliers
+    "granitemoe": Case("granitemoe", "GraniteMoeForCausalLM", "GraniteMoeConfig",
+                       dict(num_hidden_layers=3, tie_word_embeddings=True, num_local_experts=8, num_experts_per_tok=3,
+                            intermediate_size=32, embedding_multiplier=3.0, attention_multiplier=0.2,
+                            residual_multiplier=0.6, logits_scaling=2.5)),
     "gemma3-softcap": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", dict(**GEMMA3, final_logit_softcapping=3.0)),
 }
 
@@ -96,12 +127,13 @@ def build(case: Case, **overrides):
     """A seeded random model. Every parameter is redrawn: HF's init leaves norms at 1 (0 for Gemma) and
     biases at 0, which would hide a wrong norm or bias; scale 0.15 gives attention far from uniform."""
     torch.manual_seed(0)
-    config = getattr(tf, case.config)(**{**COMMON, **case.extra, **overrides})
+    base = COMMON if case.common else dict(attn_implementation="eager")
+    config = getattr(tf, case.config)(**{**base, **case.extra, **overrides})
     model = getattr(tf, case.model)(config)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):  # HF Gemma*RMSNorm scales by (1 + w): same range for all
+            if re.search(r"(norm|\.ln_\w+)\.weight$", name):  # Gemma's RMSNorm scales by (1 + w): same range
                 p.copy_(torch.rand(p.shape, generator=g) + (-0.5 if case.arch.startswith("gemma") else 0.5))
             else:
                 p.copy_(torch.randn(p.shape, generator=g) * (0.1 if p.ndim == 1 else 0.15))

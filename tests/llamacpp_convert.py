@@ -3,7 +3,8 @@ argv: TREE OUTTYPE (MODEL_DIR OUT_FILE)...
 
 One lookup is pinned: the converter names a BPE tokenizer's pre-tokenizer by hashing how it splits a fixed
 text, and a tiny made-up tokenizer matches no known model, so the name is 'default' (the tokenizer is not
-under test; the architecture is)."""
+under test; the architecture is). Every file is named 'tiny': llama.cpp sets some token attributes by
+model name (a name with 'phi3' in it expects Phi-3's own special tokens)."""
 import sys
 
 tree, outtype, *pairs = sys.argv[1:]
@@ -13,5 +14,5 @@ from conversion.base import TextModel  # noqa: E402
 
 TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
 for model_dir, out in zip(pairs[::2], pairs[1::2]):
-    sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", outtype]
+    sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", outtype, "--model-name", "tiny"]
     convert_hf_to_gguf.main()

@@ -49,5 +49,6 @@ def save_spm(directory: Path, n_vocab: int):
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tokenizer.model").write_bytes(m.SerializeToString())
     (directory / "tokenizer_config.json").write_text(json.dumps(
-        {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
+        {"tokenizer_class": "LlamaTokenizer", "pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>",
+         "unk_token": "<unk>",
          "add_bos_token": True, "add_eos_token": False}))

@@ -169,6 +169,6 @@ class DecoderHidden:
         pos = np.concatenate([np.arange(n, dtype=np.int32) for n in lens])
         seq = np.concatenate([np.full(n, i, np.int32) for i, n in enumerate(lens)])
         plan = ForwardGraph(s, d.layers, pool, len(ids), rope_factors=d.rope_factors)
-        plan.x[:] = d.embed(ids)
+        plan.x[:] = d.embed_rows(ids, pos)
         plan.run(BatchMeta(pos, seq, table, ps), self.nthreads)
         return rmsnorm(plan.x, d.output_norm[0], s.norm_eps, self.nthreads)

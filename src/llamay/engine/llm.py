@@ -38,8 +38,8 @@ class LLM:
         self.spec = arch_spec(reader.metadata)
         self.tokenizer = file_tokenizer(reader)
         self.threads = threads or default_threads()
-        self.decoder = Decoder(reader, self.spec, self.threads)
         self.n_ctx = min(n_ctx or LOAD.n_ctx, self.spec.n_ctx_train)
+        self.decoder = Decoder(reader, self.spec, self.threads, self.n_ctx)
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)

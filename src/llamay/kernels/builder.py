@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .graph import Batch, Graph
-from .matmul import QWeight, _ActStruct
+from .matmul import QExperts, QWeight, _ActStruct
 from .ops import ACTS, BatchMeta
 
 _F32 = np.dtype(np.float32)
@@ -62,6 +62,21 @@ class BatchSlot:
             np.maximum.at(last, meta.tok_seq, meta.tok_pos)
             self._ends = BatchMeta(last[meta.tok_seq], meta.tok_seq, meta.page_tables, meta.page_size)
             self._ends.fill(self.both_ways)
+
+
+GATINGS = {"softmax": 0, "softmax_chosen": 1}  # csrc/graph.h MOE_ROUTE
+MAX_EXPERTS_USED = 64  # csrc/moe.c
+
+
+class Route:
+    """One batch's choice of experts (a moe_route node's outputs): weights [n, k] in slot order; order and
+    pos, the gathered batch's rows and their inverse; offs [n_expert + 1], each expert's first row."""
+
+    def __init__(self, n: int, n_expert: int, k: int):
+        self.n, self.n_expert, self.k = n, n_expert, k
+        self.weights = np.zeros((n, k), np.float32)
+        self.order, self.pos = np.zeros(n * k, np.int32), np.zeros(n * k, np.int32)
+        self.offs = np.zeros(n_expert + 1, np.int32)
 
 
 class Builder:
@@ -153,11 +168,7 @@ class Builder:
             _f32(bias, "bias", (w.m,))
         if residual is not None and (_f32(residual, "residual", (n, w.m)) is out or residual is x):
             raise ValueError("a residual must be its own array")
-        act = self._acts.get(id(x))
-        if act is None:
-            act = self._acts[id(x)] = _Act(x)
-        if not w.is_float and act.version != self._written.get(self._key(x), 0):
-            self._quantize(x, act)
+        act = self._act(x, w)
         fused = residual if self.fuse else None
         writes = (out,) if fused is None else (out, fused)
         self._op("matmul", (w.raw, act.struct, out, bias, fused), (w.row_bytes, w.qtype.id, w.m, n),
@@ -166,18 +177,76 @@ class Builder:
             self.add(residual, out)
         return out
 
+    def _act(self, x: np.ndarray, w) -> _Act:
+        """x's activation form for weight w, quantized when x changed since it last was."""
+        act = self._acts.get(id(x))
+        if act is None:
+            act = self._acts[id(x)] = _Act(x)
+        if not w.is_float and act.version != self._written.get(self._key(x), 0):
+            self._quantize(x, act)
+        return act
+
+    def moe_route(self, logits: np.ndarray, k: int, gating: str = "softmax", norm: bool = False,
+                  scale: float = 1.0) -> Route:
+        """Each token's k experts, from its router logits [n, n_expert]: the k largest, weighted by the
+        softmax over all experts ('softmax') or over the k chosen ('softmax_chosen'), divided by their sum
+        when norm, times scale."""
+        _f32(logits, "router logits")
+        n, n_expert = logits.shape
+        if not 1 <= k <= min(n_expert, MAX_EXPERTS_USED):
+            raise ValueError(f"{k} experts used of {n_expert} (at most {MAX_EXPERTS_USED})")
+        r = Route(n, n_expert, k)
+        self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs), (n, n_expert, k, GATINGS[gating], int(norm)),
+                 (scale,), writes=(r.weights, r.order, r.pos, r.offs), reads=(logits,))
+        return r
+
+    def gather(self, x: np.ndarray, route: Route) -> np.ndarray:
+        """[n * k, d]: row r is x's row of the token that row r of the gathered batch belongs to."""
+        _f32(x, "x")
+        if x.ndim != 2 or x.shape[0] != route.n:
+            raise ValueError(f"x of {x.shape} for a route of {route.n} tokens")
+        out = self.tensor(route.n * route.k, x.shape[1])
+        self._op("gather", (x, route.order, out), (route.n * route.k, x.shape[1], route.k), writes=(out,),
+                 reads=(x, route.order))
+        return out
+
+    def matmul_experts(self, x: np.ndarray, w: QExperts, route: Route, bias: np.ndarray | None = None) -> np.ndarray:
+        """[n * k, m]: each gathered row times its expert's matrix (+ that expert's bias [n_expert, m])."""
+        _f32(x, "x", (route.n * route.k, w.k))
+        if w.n_expert != route.n_expert:
+            raise ValueError(f"{w!r} for a route over {route.n_expert} experts")
+        if bias is not None:
+            _f32(bias, "experts' bias", (w.n_expert, w.m))
+        act, out = self._act(x, w), self.tensor(route.n * route.k, w.m)
+        self._op("moe_matmul", (w.raw, act.struct, out, route.offs, bias), (w.row_bytes, w.qtype.id, w.m, w.n_expert,
+                                                                         route.n * route.k),
+                 writes=(out,), keep=(act,), reads=tuple(a for a in (x, act, route.offs, bias) if a is not None))
+        return out
+
+    def moe_combine(self, y: np.ndarray, route: Route) -> np.ndarray:
+        """[n, d]: each token's gathered rows of y [n * k, d] weighted and summed in slot order."""
+        _f32(y, "y")
+        if y.ndim != 2 or y.shape[0] != route.n * route.k:
+            raise ValueError(f"y of {y.shape} for a route of {route.n} x {route.k}")
+        out = self.tensor(route.n, y.shape[1])
+        self._op("moe_combine", (y, route.weights, route.pos, out), (route.n, y.shape[1], route.k), writes=(out,),
+                 reads=(y, route.weights, route.pos))
+        return out
+
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
-             neox: bool, factors: np.ndarray | None = None, linear: float = 1.0) -> np.ndarray:
+             neox: bool, factors: np.ndarray | None = None, linear: float = 1.0, mscale: float = 1.0) -> np.ndarray:
         """In place on x [n, heads * head_dim], at the batch's positions. factors [n_rot / 2]: each pair's
-        frequency divided by its factor (Llama 3's rope_freqs); linear > 0: every frequency divided by it."""
+        frequency divided by its factor (Llama 3's rope_freqs, LongRoPE's); linear > 0: every frequency
+        divided by it; mscale > 0: cos and sin multiplied by it (LongRoPE's attention factor)."""
         _f32(x, "x", (batch.n_tokens, heads * head_dim))
         if n_rot % 2 or not 0 < n_rot <= min(head_dim, 1024):
             raise ValueError(f"rope over {n_rot} of {head_dim} dims")
         if factors is not None:
             _f32(factors, "rope factors", (n_rot // 2,))
-        if not linear > 0:
-            raise ValueError(f"linear RoPE scaling factor {linear} must be > 0")
-        self._op("rope", (x, batch.pos, factors), (batch.n_tokens, heads, head_dim, n_rot, int(neox)), (base, linear),
+        if not (linear > 0 and mscale > 0):
+            raise ValueError(f"RoPE scaling factors {linear}, {mscale} must be > 0")
+        self._op("rope", (x, batch.pos, factors), (batch.n_tokens, heads, head_dim, n_rot, int(neox)),
+                 (base, linear, mscale),
                  writes=(x,), keep=(batch,), reads=(x,) if factors is None else (x, factors))
         return x
 

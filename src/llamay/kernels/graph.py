@@ -9,11 +9,12 @@ import numpy as np
 from ._lib import I32, I64, P, declare
 
 OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attention": 6, "gated": 7,
-       "add": 8, "scale": 9, "softcap": 10, "layernorm": 11}
+       "add": 8, "scale": 9, "softcap": 10, "layernorm": 11, "moe_route": 12, "gather": 13, "moe_matmul": 14,
+       "moe_combine": 15}
 
 
 class NodeStruct(ctypes.Structure):
-    _fields_ = [("op", I64), ("p", P * 5), ("n", I64 * 5), ("f", ctypes.c_float * 2), ("after", I64)]
+    _fields_ = [("op", I64), ("p", P * 5), ("n", I64 * 5), ("f", ctypes.c_float * 3), ("after", I64)]
 
 
 class Batch(ctypes.Structure):

@@ -112,8 +112,37 @@ class QWeight:
             raise ValueError(f"{name} has shape {t.shape}, a matmul weight is 2-D")
         return cls(reader.data(name), t.qtype, t.shape[1], t.shape[0])
 
+    def rows(self, lo: int, hi: int) -> "QWeight":
+        """Rows [lo, hi) as a weight of their own (a view of the same bytes)."""
+        if not 0 <= lo < hi <= self.m:
+            raise ValueError(f"rows [{lo}, {hi}) of {self!r}")
+        return QWeight(self.raw[lo * self.row_bytes:hi * self.row_bytes], self.qtype, hi - lo, self.k)
+
     def __repr__(self):
         return f"QWeight({self.qtype.name}, m={self.m}, k={self.k})"
+
+
+class QExperts:
+    """n_expert weight matrices of m rows of k values each, one after another in one GGML type (a GGUF
+    tensor of shape (k, m, n_expert)), as raw block bytes."""
+
+    def __init__(self, raw: np.ndarray, qtype, n_expert: int, m: int, k: int):
+        self.all = QWeight(raw, qtype, n_expert * m, k)  # checks size, type and support
+        self.raw, self.qtype, self.row_bytes, self.is_float = raw, self.all.qtype, self.all.row_bytes, self.all.is_float
+        self.n_expert, self.m, self.k = int(n_expert), int(m), int(k)
+
+    @classmethod
+    def from_gguf(cls, reader, name: str) -> "QExperts":
+        t = reader.tensors[name]
+        if len(t.shape) != 3:
+            raise ValueError(f"{name} has shape {t.shape}, experts' weights are 3-D")
+        return cls(reader.data(name), t.qtype, t.shape[2], t.shape[1], t.shape[0])
+
+    def expert(self, e: int) -> QWeight:
+        return self.all.rows(e * self.m, (e + 1) * self.m)
+
+    def __repr__(self):
+        return f"QExperts({self.qtype.name}, n_expert={self.n_expert}, m={self.m}, k={self.k})"
 
 
 def supported(qtype: QuantType) -> bool:

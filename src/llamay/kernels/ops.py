@@ -39,7 +39,7 @@ def rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, neox: bool, nt
     f32(x, "x")
     n, h, d = x.shape
     assert pos.dtype == np.int32 and pos.shape == (n,) and n_rot <= d and n_rot % 2 == 0 and n_rot <= 1024
-    _one("rope", (x, pos, None), (n, h, d, n_rot, int(neox)), (base, 1.0), nthreads)
+    _one("rope", (x, pos, None), (n, h, d, n_rot, int(neox)), (base, 1.0, 1.0), nthreads)
 
 
 def gated_act(gate: np.ndarray, up: np.ndarray, act: str, nthreads: int) -> np.ndarray:

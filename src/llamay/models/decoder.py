@@ -18,16 +18,19 @@ from ..kv import PagePool, kv_type
 from ..settings import LOAD
 from .forward import ForwardGraph, Head
 from .spec import ArchSpec
-from .weights import load_weights
+from .weights import Embedding, load_weights
 
 MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, prefill chunks
 
 
 class Decoder:
-    def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int):
+    def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int, n_ctx: int):
+        """n_ctx: the longest context it will run (picks LongRoPE's factors; at most a learned position
+        table's length)."""
         self.spec, self.nthreads = spec, nthreads  # the full count; the governor may run fewer
         self.governor = Governor()
-        self.layers, self.embed, self.output_norm, self.output, self.rope_factors = load_weights(reader, spec)
+        self.layers, self.embed, self.output_norm, self.output, self.rope_factors = load_weights(reader, spec, n_ctx)
+        self.positions = Embedding(reader, "position_embd.weight") if spec.learned_pos else None
         self._plans: OrderedDict = OrderedDict()
 
     def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:
@@ -42,6 +45,13 @@ class Decoder:
         self._plans.move_to_end(key)
         return self._plans[key]
 
+    def embed_rows(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The input rows [n, n_embd]: token embeddings, plus learned position embeddings (GPT-2)."""
+        x = self.embed(tokens)
+        if self.positions is not None:
+            x += self.positions(positions)
+        return x
+
     def forward(self, tokens: np.ndarray, meta: BatchMeta, pool: PagePool,
                 out_rows: np.ndarray | None = None) -> np.ndarray:
         """tokens int32 [n]; returns float32 logits [len(out_rows), n_vocab] (all rows when None).
@@ -49,7 +59,7 @@ class Decoder:
         s, n = self.spec, len(tokens)
         plan = self._cached(("plan", n, id(pool)),
                             lambda: ForwardGraph(s, self.layers, pool, n, rope_factors=self.rope_factors))
-        plan.x[:] = self.embed(tokens)
+        plan.x[:] = self.embed_rows(tokens, meta.tok_pos)
         full = self.nthreads
         threads, start = self.governor.pick(full), time.perf_counter()
         plan.run(meta, threads)

@@ -27,7 +27,7 @@ class ForwardGraph:
                 b.rmsnorm(q, L.q_norm, s.norm_eps, out=q)
                 b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
             rope = dict(base=s.layer_rope_base(il), neox=s.rope_neox, linear=s.layer_rope_linear(il),
-                        factors=rope_factors)
+                        factors=rope_factors, mscale=s.rope_mscale)
             if s.layer_rope(il):
                 b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
                 b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
@@ -40,7 +40,10 @@ class ForwardGraph:
                 continue
             _residual(b, s, x, attn, L.o, L.o_bias, L.post_attn_norm)
             inp = _norm(b, s, x, L.ffn_norm, L.ffn_norm_b, h) if s.pre_norm else x
-            _residual(b, s, x, _ffn(b, s, L, inp), L.down, L.down_bias, L.post_ffn_norm)
+            if s.n_expert:
+                _add_block(b, s, x, _moe(b, s, L, inp), L.post_ffn_norm)
+            else:
+                _residual(b, s, x, _ffn(b, s, L, inp), L.down, L.down_bias, L.post_ffn_norm)
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
@@ -54,6 +57,16 @@ def _ffn(b: Builder, s: ArchSpec, L, inp):
     return b.gated(b.matmul(inp, L.gate), up, s.act) if s.gated_ffn else b.activation(up, s.act)
 
 
+def _moe(b: Builder, s: ArchSpec, L, inp):
+    """The experts' FFN [n, n_embd]: each token's k experts from the router, their rows gathered into one
+    batch per expert, act(gate) * up, down, and the weighted sum of the token's k rows."""
+    route = b.moe_route(b.matmul(inp, L.router), s.n_expert_used, s.moe_gating, s.moe_norm)
+    xg = b.gather(inp, route)
+    up = b.matmul_experts(xg, L.up_exps, route)
+    hg = b.gated(b.matmul_experts(xg, L.gate_exps, route), up, s.act)
+    return b.moe_combine(b.matmul_experts(hg, L.down_exps, route), route)
+
+
 def _norm(b: Builder, s: ArchSpec, x, w, bias, out):
     return b.layernorm(x, w, bias, s.norm_eps, out=out) if s.layer_norm else b.rmsnorm(x, w, s.norm_eps, out=out)
 
@@ -63,7 +76,11 @@ def _residual(b: Builder, s: ArchSpec, x, y, w: QWeight, bias, post_norm):
     if post_norm is None and s.residual_scale == 1.0:
         b.matmul(y, w, bias=bias, residual=x)
         return
-    o = b.matmul(y, w, bias=bias)
+    _add_block(b, s, x, b.matmul(y, w, bias=bias), post_norm)
+
+
+def _add_block(b: Builder, s: ArchSpec, x, o, post_norm):
+    """x += post_norm(o) * residual_scale"""
     if post_norm is not None:
         b.rmsnorm(o, post_norm, s.norm_eps, out=o)
     if s.residual_scale != 1.0:

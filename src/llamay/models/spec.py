@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..kernels.builder import MAX_EXPERTS_USED
 from .checks import MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
 
 
@@ -45,11 +46,23 @@ class ArchSpec:
     rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it
     rope_linear_local: bool = True  # False: sliding layers are not scaled (Gemma 3, as transformers)
     rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
-    nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3)
+    nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3; 1: none does)
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
     residual_scale: float = 1.0  # each block's output scaled before the residual add (Granite)
     logit_scale: float = 1.0  # logits divided by it (Granite)
+    fused_qkv: bool = False  # one attn_qkv matrix (and bias): the q rows, then k, then v (Phi-3, GPT-2)
+    fused_gate_up: bool = False  # ffn_up holds the gate rows, then the up rows (Phi-3)
+    rope_long_short: bool = False  # the file may carry LongRoPE's rope_factors_long / _short (Phi-3); as
+    # llama.cpp, the long ones when the context exceeds n_ctx_orig, else the short (fixed at load: cached
+    # keys stay valid)
+    n_ctx_orig: int = 0  # the context the model was pretrained at (before LongRoPE)
+    rope_mscale: float = 1.0  # cos and sin scaled by it (LongRoPE's attention factor)
+    learned_pos: bool = False  # position_embd rows added to the token embeddings (GPT-2)
+    n_expert: int = 0  # > 0: the FFN is a mixture of n_expert experts of n_ff values each
+    n_expert_used: int = 0  # experts each token takes (the largest router logits)
+    moe_gating: str = "softmax"  # their weights: softmax over all experts, or 'softmax_chosen' (over the k)
+    moe_norm: bool = False  # weights divided by their sum (Qwen3-MoE's norm_topk_prob)
 
     @property
     def kv_dim(self) -> int:
@@ -109,6 +122,7 @@ def _n_rot(m: Meta, head_dim: int) -> int:
 
 def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
     m = Meta(meta, arch)
+    n_ff = m.layer_int("expert_feed_forward_length", None) or m.layer_int("feed_forward_length")
     n_embd = m.int("embedding_length")
     n_head, n_head_kv, head_dim = _heads(m, n_embd)
     scaling, factor = m.str("rope.scaling.type", "none"), m.float("rope.scaling.factor", 1.0, lo_open=True)
@@ -117,7 +131,7 @@ def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
     m.int("pooling_type", 0, lo=0, hi=4)  # a llama_pooling_type (encoder_spec.POOLING); Embedder.for_llm reads it
     return dict(
         arch=arch, n_layer=m.int("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-        head_dim=head_dim, n_ff=m.layer_int("feed_forward_length"), n_vocab=m.n_vocab(),
+        head_dim=head_dim, n_ff=n_ff, n_vocab=m.n_vocab(),
         n_ctx_train=m.int("context_length"),
         norm_eps=m.float("attention.layer_norm_epsilon" if layer_norm else "attention.layer_norm_rms_epsilon",
                          hi=1.0),
@@ -142,13 +156,36 @@ def _qwen3(meta: dict) -> ArchSpec:
     return ArchSpec(**_common(meta, "qwen3"), rope_neox=True, qk_norm=True)
 
 
+def _moe(m: Meta) -> dict:
+    """The router's settings: expert_count experts, expert_used_count of them per token."""
+    n_expert = m.int("expert_count")
+    return dict(n_expert=n_expert, n_expert_used=m.int("expert_used_count", hi=min(n_expert, MAX_EXPERTS_USED)))
+
+
+def _qwen3moe(meta: dict) -> ArchSpec:
+    # ref: HF Qwen3MoeSparseMoeBlock: softmax over all experts, top-k, weights renormalized (llama.cpp
+    # always renormalizes for qwen3moe); experts of expert_feed_forward_length
+    c, m = _common(meta, "qwen3moe"), Meta(meta, "qwen3moe")
+    return ArchSpec(**c, rope_neox=True, qk_norm=True, **_moe(m), moe_norm=True)
+
+
 def _granite(meta: dict) -> ArchSpec:
     # ref: HF GraniteForCausalLM: embedding_multiplier, attention_multiplier (the query scale),
     # residual_multiplier, logits_scaling; llama.cpp's granite.* keys
-    c, m = _common(meta, "granite"), Meta(meta, "granite")
+    return _granite_family(meta, "granite")
+
+
+def _granite_family(meta: dict, arch: str, **moe) -> ArchSpec:
+    c, m = _common(meta, arch), Meta(meta, arch)
     return ArchSpec(**c, rope_neox=False, embed_scale=m.float("embedding_scale", 1.0),
                     attn_scale=m.float("attention.scale", 0.0, lo_open=False),
-                    residual_scale=m.float("residual_scale", 1.0), logit_scale=m.float("logit_scale", 1.0))
+                    residual_scale=m.float("residual_scale", 1.0), logit_scale=m.float("logit_scale", 1.0), **moe)
+
+
+def _granitemoe(meta: dict) -> ArchSpec:
+    # ref: HF GraniteMoeTopKGating: top-k of the router logits, softmax over those k (= softmax over all,
+    # renormalized, as llama.cpp computes it); experts of feed_forward_length
+    return _granite_family(meta, "granitemoe", **_moe(Meta(meta, "granitemoe")), moe_gating="softmax_chosen")
 
 
 def _olmo2(meta: dict) -> ArchSpec:
@@ -172,6 +209,24 @@ def _phi2(meta: dict) -> ArchSpec:
     c = _common(meta, "phi2", layer_norm=True)
     return ArchSpec(**c, rope_neox=True, act="gelu_tanh", gated_ffn=False, layer_norm=True, qkv_bias=True,
                     o_bias=True, ffn_bias=True, parallel_block=True, output_bias=True)
+
+
+def _phi3(meta: dict) -> ArchSpec:
+    # ref: HF Phi3DecoderLayer, llama.cpp phi3.cpp: fused q/k/v and gate/up projections, NeoX RoPE over
+    # rope.dimension_count dims (3/4 of the head in Phi-4-mini), LongRoPE factors and attention factor. The
+    # sliding window is not applied, as llama.cpp does not (its phi3 SWA is disabled)
+    c, m = _common(meta, "phi3"), Meta(meta, "phi3")
+    return ArchSpec(**c, rope_neox=True, fused_qkv=True, fused_gate_up=True, rope_long_short=True,
+                    n_ctx_orig=m.int("rope.scaling.original_context_length", c["n_ctx_train"]),
+                    rope_mscale=m.float("rope.scaling.attn_factor", 1.0, hi=100.0))
+
+
+def _gpt2(meta: dict) -> ArchSpec:
+    # ref: HF GPT2Block, llama.cpp gpt2.cpp: learned positions, LayerNorm with bias, fused q/k/v with bias,
+    # a plain gelu_new MLP, biases everywhere, no RoPE
+    c = _common(meta, "gpt2", layer_norm=True)
+    return ArchSpec(**c, rope_neox=False, act="gelu_tanh", gated_ffn=False, layer_norm=True, qkv_bias=True,
+                    o_bias=True, ffn_bias=True, fused_qkv=True, learned_pos=True, nope_every=1)
 
 
 def _smollm3(meta: dict) -> ArchSpec:
@@ -220,7 +275,7 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "smollm3": _smollm3, "starcoder2": _starcoder2, "phi2": _phi2, "granite": _granite, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
+BUILDERS = {"llama": _llama, "phi3": _phi3, "gpt2": _gpt2, "smollm3": _smollm3, "starcoder2": _starcoder2, "phi2": _phi2, "granite": _granite, "granitemoe": _granitemoe, "qwen3moe": _qwen3moe, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
             "gemma2": _gemma2, "gemma3": _gemma3}
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"

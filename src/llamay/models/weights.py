@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..gguf import GGUFReader, dequantize
-from ..kernels.matmul import QWeight
+from ..kernels.matmul import QExperts, QWeight
 from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
 from .spec import ArchSpec
 
@@ -24,11 +24,19 @@ def _mat(k: int, m: int) -> Expect:
 def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
     """Layer field -> (GGUF name within block i, after 'blk.{i}.'; what that tensor must be)."""
     d, q, kv, ff = s.n_embd, s.n_head * s.head_dim, s.kv_dim, s.n_ff
-    t = {"q": ("attn_q.weight", _mat(d, q)),
-         "k": ("attn_k.weight", _mat(d, kv)), "v": ("attn_v.weight", _mat(d, kv)),
-         "o": ("attn_output.weight", _mat(q, d)),
-         "up": ("ffn_up.weight", _mat(d, ff)), "down": ("ffn_down.weight", _mat(ff, d))}
-    if s.gated_ffn:
+    t = {"o": ("attn_output.weight", _mat(q, d))}
+    if s.n_expert:
+        t.update(router=("ffn_gate_inp.weight", _mat(d, s.n_expert)),
+                 up_exps=("ffn_up_exps.weight", Expect((d, ff, s.n_expert), MATRIX)),
+                 gate_exps=("ffn_gate_exps.weight", Expect((d, ff, s.n_expert), MATRIX)),
+                 down_exps=("ffn_down_exps.weight", Expect((ff, d, s.n_expert), MATRIX)))
+    else:
+        t.update(up=("ffn_up.weight", _mat(d, 2 * ff if s.fused_gate_up else ff)), down=("ffn_down.weight", _mat(ff, d)))
+    if s.fused_qkv:
+        t["qkv"] = ("attn_qkv.weight", _mat(d, q + 2 * kv))
+    else:
+        t.update(q=("attn_q.weight", _mat(d, q)), k=("attn_k.weight", _mat(d, kv)), v=("attn_v.weight", _mat(d, kv)))
+    if s.gated_ffn and not s.fused_gate_up and not s.n_expert:
         t["gate"] = ("ffn_gate.weight", _mat(d, ff))
     norms = ("attn_norm",) if s.parallel_block else ("attn_norm", "ffn_norm")  # a parallel block has one
     for n in norms if s.pre_norm else ():
@@ -39,7 +47,9 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
         t["o_bias"] = ("attn_output.bias", _vec(d))
     if s.ffn_bias:
         t.update(up_bias=("ffn_up.bias", _vec(ff)), down_bias=("ffn_down.bias", _vec(d)))
-    if s.qkv_bias:
+    if s.qkv_bias and s.fused_qkv:
+        t["qkv_bias"] = ("attn_qkv.bias", _vec(q + 2 * kv))
+    elif s.qkv_bias:
         t.update(q_bias=("attn_q.bias", _vec(q)), k_bias=("attn_k.bias", _vec(kv)), v_bias=("attn_v.bias", _vec(kv)))
     if s.qk_norm:
         qn, kn = (q, kv) if s.qk_norm_full else (s.head_dim, s.head_dim)
@@ -64,7 +74,27 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
         table["output.bias"] = _vec(s.n_vocab)
     if s.rope_freqs:
         table["rope_freqs.weight"] = Expect((s.n_rot // 2,), VECTOR, required=False)
+    if s.rope_long_short:
+        for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
+            table[name] = Expect((s.n_rot // 2,), VECTOR, required=False)
+    if s.learned_pos:
+        table["position_embd.weight"] = Expect((s.n_embd, s.n_ctx_train), TABLE)
     return table
+
+
+def _unfuse(s: ArchSpec, f: dict) -> dict:
+    """Fused projections as views of their parts' rows: q, k, v from qkv; gate, up from up."""
+    q, kv = s.n_head * s.head_dim, s.kv_dim
+    parts = ((0, q), (q, q + kv), (q + kv, q + 2 * kv))
+    if "qkv" in f:
+        w = f.pop("qkv")
+        f["q"], f["k"], f["v"] = (w.rows(lo, hi) for lo, hi in parts)
+    if "qkv_bias" in f:
+        b = f.pop("qkv_bias")
+        f["q_bias"], f["k_bias"], f["v_bias"] = (np.ascontiguousarray(b[lo:hi]) for lo, hi in parts)
+    if s.fused_gate_up:
+        f["gate"], f["up"] = f["up"].rows(0, s.n_ff), f["up"].rows(s.n_ff, 2 * s.n_ff)
+    return f
 
 
 @dataclass(frozen=True)
@@ -73,9 +103,13 @@ class Layer:
     k: QWeight
     v: QWeight
     o: QWeight
-    up: QWeight
-    down: QWeight
+    up: QWeight | None = None  # a dense FFN, or
+    down: QWeight | None = None
     gate: QWeight | None = None
+    router: QWeight | None = None  # a mixture of experts
+    up_exps: QExperts | None = None
+    gate_exps: QExperts | None = None
+    down_exps: QExperts | None = None
     attn_norm: np.ndarray | None = None
     ffn_norm: np.ndarray | None = None
     attn_norm_b: np.ndarray | None = None
@@ -104,9 +138,9 @@ class Embedding:
         return dequantize(self.rows[ids], self.qtype, (self.n_embd, len(ids)))  # [n, n_embd]
 
 
-def load_weights(reader: GGUFReader, spec: ArchSpec):
+def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
     """(layers, embedding, output norm (weight, bias or None), output projection (weight, bias or None),
-    RoPE frequency factors or None), after every tensor is checked against tensor_table (ModelFileError
+    RoPE frequency factors for a context of n_ctx tokens or None), after every tensor is checked against tensor_table (ModelFileError
     otherwise)."""
     check_block_count(reader.tensors, spec.n_layer, f"{spec.arch}.block_count")
     tied = "output.weight" not in reader.tensors
@@ -117,15 +151,19 @@ def load_weights(reader: GGUFReader, spec: ArchSpec):
                                                reader.tensors[name].shape))
 
     def load(name, e: Expect):
-        return vec(name) if e.role == VECTOR else QWeight.from_gguf(reader, name)
+        if e.role == VECTOR:
+            return vec(name)
+        return (QExperts if len(e.shape) == 3 else QWeight).from_gguf(reader, name)
 
     fields = layer_tensors(spec)
-    layers = [Layer(**{f: load(f"blk.{i}.{name}", e) for f, (name, e) in fields.items()})
+    layers = [Layer(**_unfuse(spec, {f: load(f"blk.{i}.{name}", e) for f, (name, e) in fields.items()}))
               for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
-    factors = vec("rope_freqs.weight").astype(np.float32) if "rope_freqs.weight" in reader.tensors else None
+    name = ("rope_freqs.weight" if "rope_freqs.weight" in reader.tensors
+            else f"rope_factors_{'long' if n_ctx > spec.n_ctx_orig else 'short'}.weight")
+    factors = vec(name).astype(np.float32) if name in reader.tensors else None
     if factors is not None and not (np.isfinite(factors).all() and (factors > 0).all()):
-        raise ModelFileError(f"{reader.path}: rope_freqs.weight must hold finite factors > 0")
+        raise ModelFileError(f"{reader.path}: {name} must hold finite factors > 0")
     norm_b = vec("output_norm.bias") if spec.layer_norm else None
     out_b = vec("output.bias") if spec.output_bias else None
     return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b), factors

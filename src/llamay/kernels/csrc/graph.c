@@ -24,6 +24,10 @@ static void run_node(const ly_node *nd, int ith, int nth) {
     case LY_OP_SCALE: ly_scale_slice(nd, ith, nth); break;
     case LY_OP_SOFTCAP: ly_softcap_slice(nd, ith, nth); break;
     case LY_OP_LAYERNORM: ly_layernorm_slice(nd, ith, nth); break;
+    case LY_OP_MOE_ROUTE: ly_moe_route_slice(nd, ith, nth); break;
+    case LY_OP_GATHER: ly_gather_slice(nd, ith, nth); break;
+    case LY_OP_MOE_MATMUL: ly_moe_matmul_slice(nd, ith, nth); break;
+    case LY_OP_MOE_COMBINE: ly_moe_combine_slice(nd, ith, nth); break;
     default: break;
     }
 }
@@ -42,6 +46,10 @@ static int64_t node_work(const ly_node *nd) {
     case LY_OP_KV_WRITE: return ((const ly_batch *)nd->p[2])->n_tokens * nd->n[0] * nd->n[1];
     case LY_OP_GATED: case LY_OP_SOFTCAP: return nd->n[0] * 8;
     case LY_OP_ADD: case LY_OP_SCALE: return nd->n[0];
+    case LY_OP_MOE_ROUTE: return 0; /* one chunk: it groups every token */
+    case LY_OP_GATHER: return nd->n[0] * nd->n[1];
+    case LY_OP_MOE_MATMUL: return nd->n[0] * nd->n[2] * (nd->n[3] < nd->n[4] ? nd->n[3] : nd->n[4]); /* experts' bytes */
+    case LY_OP_MOE_COMBINE: return nd->n[0] * nd->n[1] * nd->n[2];
     default: return INT64_MAX; /* attention: its positions are not known here; always split */
     }
 }

@@ -9,7 +9,8 @@
 
 enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_OP_KV_WRITE = 5,
        LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_SCALE = 9, LY_OP_SOFTCAP = 10,
-       LY_OP_LAYERNORM = 11, LY_OP_LAST = LY_OP_LAYERNORM };
+       LY_OP_LAYERNORM = 11, LY_OP_MOE_ROUTE = 12, LY_OP_GATHER = 13, LY_OP_MOE_MATMUL = 14,
+       LY_OP_MOE_COMBINE = 15, LY_OP_LAST = LY_OP_MOE_COMBINE };
 
 /* Chunks per thread of a node that is worth splitting (attention always is): a thread the OS deschedules
  * mid-node holds back at most one small chunk, the running threads take the rest. Results never depend
@@ -30,7 +31,7 @@ typedef struct {
  * MATMUL    p: w, ly_act*, y, bias [m] or NULL (y += bias), res [tokens, m] or NULL (res += y)
  *           n: row_bytes, type, m, tokens
  * ROPE      p: x, pos, freq factors [n_rot/2] or NULL   n: tokens, heads, head_dim, n_rot, neox
- *           f: base, linear scaling factor (1: none)
+ *           f: base, linear scaling factor (1: none), scale of cos and sin (1: none; LongRoPE's attention factor)
  * KV_WRITE  p: pool, x, ly_batch*  n: n_kv_head, head_dim, element type (kvtypes.h)
  * ATTENTION p: q, out, k_pool, v_pool, ly_batch*  n: n_head, n_kv_head, head_dim, window, k | v << 8
  *           element types            f: scale, softcap
@@ -39,14 +40,24 @@ typedef struct {
  * ADD       p: x (x += y), y      n: count
  * SCALE     p: x (x *= s)         n: count                  f: s
  * SOFTCAP   p: x (cap tanh(x / cap))  n: count              f: cap
- * LAYERNORM p: x, w, b, y         n: rows, d                f: eps */
+ * LAYERNORM p: x, w, b, y         n: rows, d                f: eps
+ * MOE_ROUTE p: router logits [tokens, E], weights [tokens, K] out, order [tokens K] out (slot t K + j of
+ *           each row of the gathered batch, expert by expert, tokens ascending), pos [tokens K] out (its
+ *           inverse), offs [E + 1] out (each expert's first gathered row)
+ *           n: tokens, E, K, gating (0: softmax over all E; 1: softmax over the K chosen), norm (weights
+ *           divided by their sum)   f: scale of the weights
+ * GATHER    p: x [tokens, d], order, y [tokens K, d]   n: tokens K, d, K   (y[r] = x[order[r] / K])
+ * MOE_MATMUL p: w (E matrices of m rows), ly_act* over gathered rows, y [tokens K, m], offs, bias [E, m]
+ *           or NULL   n: row_bytes, type, m, E, tokens K
+ * MOE_COMBINE p: y [tokens K, d], weights, pos, out [tokens, d]   n: tokens, d, K
+ *           (out[t] = sum over slots j in order of weight[t, j] y[pos[t K + j]]) */
 /* after: the latest earlier node whose work this one reads or overwrites; a thread starts it once every
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
     int64_t op;
     void *p[5];
     int64_t n[5];
-    float f[2];
+    float f[3];
     int64_t after;
 } ly_node;
 
@@ -68,4 +79,8 @@ void ly_quant_slice(const ly_node *nd, int ith, int nth);
 void ly_matmul_slice(const ly_node *nd, int ith, int nth);
 void ly_kv_write_slice(const ly_node *nd, int ith, int nth);
 void ly_attention_slice(const ly_node *nd, int ith, int nth);
+void ly_moe_route_slice(const ly_node *nd, int ith, int nth);
+void ly_gather_slice(const ly_node *nd, int ith, int nth);
+void ly_moe_matmul_slice(const ly_node *nd, int ith, int nth);
+void ly_moe_combine_slice(const ly_node *nd, int ith, int nth);
 #endif

@@ -67,3 +67,26 @@ void ly_matmul_slice(const ly_node *nd, int ith, int nth) {
             if (res) res[t * m + r] = res[t * m + r] + v;
         }
 }
+
+/* Experts' matmuls over a gathered batch (MOE_MATMUL): expert e's rows of the batch, offs[e] .. offs[e + 1],
+ * times its matrix, through the same tiles as one matmul, so a token's result does not depend on which
+ * other tokens chose the same expert. Chunk ith takes its share of 16-row groups for every expert. */
+void ly_moe_matmul_slice(const ly_node *nd, int ith, int nth) {
+    const ly_act *a = nd->p[1];
+    const int32_t *offs = nd->p[3];
+    const float *bias = nd->p[4];
+    int64_t row_bytes = nd->n[0], m = nd->n[2], n_expert = nd->n[3], groups = (m + ROW_GROUP - 1) / ROW_GROUP, ga, gb;
+    ly_tile_fn tile = ly_tile_q32((int)nd->n[1]);
+    if (!tile && ly_tile_qk) tile = ly_tile_qk((int)nd->n[1]);
+    if (!tile) return;
+    ly_share(groups, ith, nth, &ga, &gb);
+    int64_t ra = ga * ROW_GROUP, rb = gb * ROW_GROUP < m ? gb * ROW_GROUP : m, tt = token_tile(a->k, nd->n[4]);
+    float *y = nd->p[2];
+    for (int64_t e = 0; e < n_expert && ra < rb; e++) {
+        const uint8_t *w = (const uint8_t *)nd->p[0] + (size_t)e * (size_t)m * (size_t)row_bytes;
+        for (int64_t t0 = offs[e]; t0 < offs[e + 1]; t0 += tt)
+            tile(w, (size_t)row_bytes, ra, rb, a, t0, t0 + tt < offs[e + 1] ? t0 + tt : offs[e + 1], y, m);
+        for (int64_t t = offs[e]; bias && t < offs[e + 1]; t++)
+            for (int64_t r = ra; r < rb; r++) y[t * m + r] += bias[e * m + r];
+    }
+}

@@ -45,8 +45,8 @@ void ly_layernorm_slice(const ly_node *nd, int ith, int nth) {
 
 /* In place on x [tokens, heads, head_dim], first n_rot dims of each head. neox = 0: pairs (2i, 2i+1)
  * (llama); 1: pairs (i, i + n_rot/2) (gemma, qwen2). theta_i = pos * base^(-2i / n_rot) / (ff_i * linear)
- * in double (ff: Llama 3's per-pair frequency factors, or none; linear: linear RoPE scaling, 1 = none),
- * cos/sin rounded to float. Shares: (token, head) pairs. */
+ * in double (ff: Llama 3's or LongRoPE's per-pair frequency factors, or none; linear: linear RoPE scaling,
+ * 1 = none), cos/sin times mscale (1 = none) rounded to float. Shares: (token, head) pairs. */
 void ly_rope_slice(const ly_node *nd, int ith, int nth) {
     float *x = nd->p[0];
     const int32_t *pos = nd->p[1];
@@ -56,6 +56,7 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
     float cs[512], sn[512];
     double inv_freq[512]; /* base^(-2i / n_rot), the same for every token */
     const float *ff = nd->p[2];
+    const double mscale = (double)nd->f[2];
     for (int64_t i = 0; i < half && lo < hi; i++)
         inv_freq[i] = pow((double)nd->f[0], -2.0 * (double)i / (double)n_rot)
                       / ((ff ? (double)ff[i] : 1.0) * (double)nd->f[1]);
@@ -65,8 +66,8 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
         if (t != cached_t) {
             for (int64_t i = 0; i < half; i++) {
                 double theta = (double)pos[t] * inv_freq[i];
-                cs[i] = (float)cos(theta);
-                sn[i] = (float)sin(theta);
+                cs[i] = (float)(cos(theta) * mscale);
+                sn[i] = (float)(sin(theta) * mscale);
             }
             cached_t = t;
         }

@@ -1,0 +1,96 @@
+"""Mixture-of-experts ops (kernels/builder.py moe_route, gather, matmul_experts, moe_combine): each token's
+result equals, with ==, the same token run alone, on every kernel path and thread count; and it is the
+float64 mixture within float32 rounding."""
+import numpy as np
+import pytest
+
+from llamay.kernels import _lib
+from llamay.kernels.builder import Builder
+from llamay.kernels.matmul import QExperts
+
+rng = np.random.default_rng(5)
+E, K, D, FF = 8, 3, 64, 96
+
+
+def experts(m: int, k: int, qtype: str) -> QExperts:
+    if qtype == "F32":
+        return QExperts(rng.standard_normal((E, m, k)).astype(np.float32).view(np.uint8).reshape(-1), "F32", E, m, k)
+    raw = rng.integers(0, 256, (E * m, k // 32, 34), dtype=np.uint8)  # Q8_0 blocks: f16 scale, 32 int8
+    raw[..., :2] = rng.uniform(-0.05, 0.05, (E * m, k // 32, 1)).astype(np.float16).view(np.uint8)
+    return QExperts(raw.reshape(-1), "Q8_0", E, m, k)
+
+
+WEIGHTS = {q: (experts(FF, D, q), experts(FF, D, q), experts(D, FF, q)) for q in ("F32", "Q8_0")}
+
+
+def moe(x0: np.ndarray, logits0: np.ndarray, qtype: str, gating: str, nthreads: int = 2):
+    up_w, gate_w, down_w = WEIGHTS[qtype]
+    b = Builder()
+    x, logits = b.tensor(*x0.shape), b.tensor(*logits0.shape)
+    route = b.moe_route(logits, K, gating, norm=gating == "softmax")
+    xg = b.gather(x, route)
+    up = b.matmul_experts(xg, up_w, route)
+    h = b.gated(b.matmul_experts(xg, gate_w, route), up, "silu")
+    out = b.moe_combine(b.matmul_experts(h, down_w, route), route)
+    x[:], logits[:] = x0, logits0
+    b.run(nthreads)
+    return out.copy(), route
+
+
+def dense(w: QExperts, e: int) -> np.ndarray:
+    return w.raw.view(np.float32).reshape(E, w.m, w.k)[e].astype(np.float64)
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
+@pytest.mark.parametrize("gating", ["softmax", "softmax_chosen"])
+def test_a_token_gets_the_bits_it_gets_alone(qtype, gating):
+    x0 = rng.standard_normal((13, D)).astype(np.float32)
+    logits0 = rng.standard_normal((13, E)).astype(np.float32)
+    results = _lib.each_path(lambda: moe(x0, logits0, qtype, gating)[0])
+    batched = results["portable"]
+    assert all(np.array_equal(r, batched) for r in results.values())
+    assert np.array_equal(moe(x0, logits0, qtype, gating, nthreads=1)[0], batched)
+    for t in (0, 6, 12):
+        assert np.array_equal(moe(x0[t:t + 1], logits0[t:t + 1], qtype, gating)[0][0], batched[t])
+    reordered = moe(x0[::-1].copy(), logits0[::-1].copy(), qtype, gating)[0]
+    assert np.array_equal(reordered[::-1], batched)
+
+
+@pytest.mark.parametrize("gating", ["softmax", "softmax_chosen"])
+def test_the_mixture_is_the_float64_one(gating):
+    x0 = rng.standard_normal((9, D)).astype(np.float32)
+    logits0 = rng.standard_normal((9, E)).astype(np.float32)
+    got, route = moe(x0, logits0, "F32", gating)
+    up_w, gate_w, down_w = WEIGHTS["F32"]
+    for t in range(9):
+        chosen = np.argsort(-logits0[t].astype(np.float64), kind="stable")[:K]
+        p = np.exp(logits0[t].astype(np.float64) - logits0[t].max())
+        w = p[chosen] / (p.sum() if gating == "softmax" else p[chosen].sum())
+        w = w / w.sum() if gating == "softmax" else w  # norm=True for softmax in moe()
+        want = np.zeros(D)
+        for e, we in zip(chosen, w):
+            g, u = dense(gate_w, e) @ x0[t], dense(up_w, e) @ x0[t]
+            want += we * (dense(down_w, e) @ (g / (1 + np.exp(-g)) * u))
+        np.testing.assert_allclose(got[t], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        np.testing.assert_allclose(route.weights[t], w, rtol=1e-5)
+
+
+def test_ties_go_to_the_lower_expert_and_groups_are_in_token_order():
+    logits0 = np.zeros((4, E), np.float32)
+    logits0[:, 5] = 1.0  # expert 5 first; then the tie among the rest: experts 0 and 1
+    _, route = moe(rng.standard_normal((4, D)).astype(np.float32), logits0, "F32", "softmax")
+    order = route.order.reshape(-1)
+    assert list(route.offs) == [0, 4, 8, 8, 8, 8, 12, 12, 12]
+    assert [s // K for s in order[:4]] == [0, 1, 2, 3]  # expert 0's rows: tokens ascending
+    assert all(order[route.pos[s]] == s for s in range(4 * K))
+
+
+def test_bad_route_operands_fail_when_built():
+    b = Builder()
+    with pytest.raises(ValueError, match="experts used"):
+        b.moe_route(b.tensor(2, E), E + 1)
+    route = b.moe_route(b.tensor(2, E), K)
+    with pytest.raises(ValueError, match="route"):
+        b.gather(b.tensor(3, D), route)
+    with pytest.raises(ValueError, match="shape"):
+        b.matmul_experts(b.tensor(2 * K, D + 32), WEIGHTS["F32"][0], route)
