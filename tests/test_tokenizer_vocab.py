@@ -63,3 +63,20 @@ def test_decode_roundtrip_on_vectors(vocab_dir, name):
         if name == "llama-spm":  # the space prefix SPM adds in front of the first word
             decoded = decoded[1:] if text and decoded.startswith(" ") else decoded
         assert decoded == text, (name, text)
+
+
+def test_bpe_without_merges_is_refused_by_name(tmp_path):
+    """An empty merges array (it reads back as an empty numpy array) is the missing-merges error."""
+    import numpy as np
+
+    from llamay.gguf import GGUFWriter
+    from llamay.tokenizer.vocab import VocabError
+    w = GGUFWriter()
+    w.add("general.architecture", "llama")
+    w.add("tokenizer.ggml.model", "gpt2")
+    w.add("tokenizer.ggml.tokens", ["a", "b", "<|endoftext|>"])
+    w.add("tokenizer.ggml.token_type", np.array([1, 1, 3], np.int32))
+    w.add("tokenizer.ggml.merges", [])
+    w.write(tmp_path / "v.gguf")
+    with pytest.raises(VocabError, match="needs tokenizer.ggml.merges"):
+        Tokenizer.from_gguf(GGUFReader(tmp_path / "v.gguf"))

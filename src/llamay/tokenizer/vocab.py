@@ -218,7 +218,8 @@ def load_vocab(md: dict) -> Vocab:
     for key, arr in (("scores", scores), ("token_type", types)):
         if arr is not None and len(arr) < len(tokens):
             raise ValueError(f"tokenizer.ggml.{key} has {len(arr)} entries for {len(tokens)} tokens")
-    merges = _get(md, "merges") or []
+    merges = _get(md, "merges")
+    merges = [] if merges is None else list(merges)  # an empty array reads back as a numpy array
     if model in ("gpt2", "gemma4") and not merges:
         raise ValueError(f"tokenizer model {model!r} needs tokenizer.ggml.merges")
     v = Vocab(model=model, pre=str(_get(md, "pre") or "default"), tokens=tokens,

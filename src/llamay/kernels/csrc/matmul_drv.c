@@ -70,19 +70,28 @@ void ly_matmul_slice(const ly_node *nd, int ith, int nth) {
 
 /* Experts' matmuls over a gathered batch (MOE_MATMUL): expert e's rows of the batch, offs[e] .. offs[e + 1],
  * times its matrix, through the same tiles as one matmul, so a token's result does not depend on which
- * other tokens chose the same expert. Chunk ith takes its share of 16-row groups for every expert. */
+ * other tokens chose the same expert. The work items are (expert in use, 16-row group) pairs, expert by
+ * expert; chunk ith takes a contiguous range of them, so each thread streams long runs of one matrix. */
 void ly_moe_matmul_slice(const ly_node *nd, int ith, int nth) {
     const ly_act *a = nd->p[1];
     const int32_t *offs = nd->p[3];
     const float *bias = nd->p[4];
-    int64_t row_bytes = nd->n[0], m = nd->n[2], n_expert = nd->n[3], groups = (m + ROW_GROUP - 1) / ROW_GROUP, ga, gb;
+    int64_t row_bytes = nd->n[0], m = nd->n[2], n_expert = nd->n[3], groups = (m + ROW_GROUP - 1) / ROW_GROUP;
     ly_tile_fn tile = ly_tile_q32((int)nd->n[1]);
     if (!tile && ly_tile_qk) tile = ly_tile_qk((int)nd->n[1]);
     if (!tile) return;
-    ly_share(groups, ith, nth, &ga, &gb);
-    int64_t ra = ga * ROW_GROUP, rb = gb * ROW_GROUP < m ? gb * ROW_GROUP : m, tt = token_tile(a->k, nd->n[4]);
+    int64_t used = 0, lo, hi, tt = token_tile(a->k, nd->n[4]);
+    for (int64_t e = 0; e < n_expert; e++) used += offs[e + 1] > offs[e];
+    ly_share(used * groups, ith, nth, &lo, &hi);
     float *y = nd->p[2];
-    for (int64_t e = 0; e < n_expert && ra < rb; e++) {
+    for (int64_t e = 0, u = 0; e < n_expert && u * groups < hi; e++) {
+        if (offs[e + 1] <= offs[e]) continue;
+        int64_t ga = lo - u * groups, gb = hi - u * groups;
+        u++;
+        ga = ga < 0 ? 0 : ga;
+        gb = gb > groups ? groups : gb;
+        if (ga >= gb) continue;
+        int64_t ra = ga * ROW_GROUP, rb = gb * ROW_GROUP < m ? gb * ROW_GROUP : m;
         const uint8_t *w = (const uint8_t *)nd->p[0] + (size_t)e * (size_t)m * (size_t)row_bytes;
         for (int64_t t0 = offs[e]; t0 < offs[e + 1]; t0 += tt)
             tile(w, (size_t)row_bytes, ra, rb, a, t0, t0 + tt < offs[e + 1] ? t0 + tt : offs[e + 1], y, m);
