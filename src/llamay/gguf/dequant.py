@@ -124,8 +124,36 @@ def _q6_k(b):  # ql[128] | qh[64] | scales int8[16] | d f16
     return _scaled(_f16(b[:, 208:210]), b[:, 192:208].view(np.int8), q)
 
 
+_KV_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+_KV_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)  # e2m1 values doubled
+
+
+def _lut(qs: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """qs [n, 16 m] -> table values [n, 32 m] as float32: per 16 bytes, 16 low nibbles then 16 high."""
+    return kv[_bits(qs.reshape(len(qs), -1, 16), 4, 2).reshape(len(qs), -1)].astype(np.float32)
+
+
+def _iq4_nl(b):  # d f16 | qs[16], values from the IQ4_NL table
+    return _f16(b[:, 0:2]) * _lut(b[:, 2:], _KV_IQ4NL)
+
+
+def _iq4_xs(b):  # d f16 | scales_h u16 | scales_l[4] | qs[128]: 8 blocks of 32 with 6-bit scales - 32
+    lo = _bits(b[:, 4:8], 4, 2).transpose(0, 2, 1).reshape(-1, 8)
+    hi = (b[:, 2:4].view("<u2").astype(np.uint16) >> np.arange(0, 16, 2, dtype=np.uint16)) & np.uint16(3)
+    ls = (lo | (hi.astype(np.uint8) << np.uint8(4))).astype(np.int8) - np.int8(32)
+    dl = _f16(b[:, 0:2]) * ls.astype(np.float32)  # [n, 8]
+    return (dl[..., None] * _lut(b[:, 8:], _KV_IQ4NL).reshape(-1, 8, 32)).reshape(len(b), -1)
+
+
+def _mxfp4(b):  # e u8 (2^(e - 128), ggml's e8m0 "half") | qs[16], values from the e2m1 table doubled
+    e = b[:, 0:1].astype(np.uint32)
+    d = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23)).view(np.float32)
+    return d * _lut(b[:, 1:], _KV_MXFP4)
+
+
 _BLOCK_FORMATS = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0,
-                  "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+                  "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+                  "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs, "MXFP4": _mxfp4}
 _FLOAT_FORMATS = {
     "F32": lambda raw: raw.view("<f4").copy(),
     "F16": lambda raw: raw.view("<f2").astype(np.float32),

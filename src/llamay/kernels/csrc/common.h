@@ -24,6 +24,8 @@
 enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVXVNNI = 2, LY_PATH_AVX512 = 3 };
 /* Set by ly_init: ly_avx2 for every path but portable, ly_avxvnni and ly_avx512 for their own. */
 extern int ly_avx2, ly_avxvnni, ly_avx512;
+/* the 256-bit VNNI tiles may run: the AVX-VNNI path, or the AVX-512 one on a CPU with AVX-VNNI too */
+extern int ly_vnni256;
 
 static inline float ly_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;

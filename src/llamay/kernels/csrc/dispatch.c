@@ -1,6 +1,6 @@
 #include "common.h"
 
-int ly_avx2 = 0, ly_avxvnni = 0, ly_avx512 = 0;
+int ly_avx2 = 0, ly_avxvnni = 0, ly_avx512 = 0, ly_vnni256 = 0;
 
 /* 1 when this CPU runs kernel path `path` (LY_PATH_*), else 0. */
 LY_API int ly_can_run(int path) {
@@ -32,5 +32,6 @@ LY_API int ly_init(int path) {
     ly_avx2 = path >= LY_PATH_AVX2;
     ly_avxvnni = path == LY_PATH_AVXVNNI;
     ly_avx512 = path == LY_PATH_AVX512;
+    ly_vnni256 = path >= LY_PATH_AVXVNNI && ly_can_run(LY_PATH_AVXVNNI);
     return path;
 }

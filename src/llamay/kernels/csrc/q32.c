@@ -1,11 +1,13 @@
-/* Tiles for the 32-block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: the portable path and the dispatch.
+/* Tiles for the 32-block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the lookup formats IQ4_NL, IQ4_XS, MXFP4:
+ * the portable path and the dispatch.
  * The canonical formulas are in q32.h; the AVX2 path (q32_avx2.c) and reference.py follow them exactly. */
 #include "q32.h"
 #include <stdlib.h>
 
 static const ly_q32_fmt FORMATS[] = {
     {LY_Q4_0, 18, -1, 2, 0, 8}, {LY_Q4_1, 20, -1, 4, 1, 0}, {LY_Q5_0, 22, 2, 6, 0, 16},
-    {LY_Q5_1, 24, 4, 8, 1, 0}, {LY_Q8_0, 34, -1, 2, 0, 0},
+    {LY_Q5_1, 24, 4, 8, 1, 0}, {LY_Q8_0, 34, -1, 2, 0, 0}, {LY_IQ4_NL, 18, -1, 2, 0, 0},
+    {LY_MXFP4, 17, -1, 1, 0, 0}, {LY_IQ4_XS, 136, -1, 8, 0, 0}, /* IQ4_XS: per superblock of 8 blocks */
 };
 
 const ly_q32_fmt *ly_q32_format(int type) {
@@ -22,6 +24,14 @@ static void decode_block(const ly_q32_fmt *f, const uint8_t *blk, int32_t v[32])
         for (int j = 0; j < 32; j++) v[j] = (int8_t)blk[2 + j];
         return;
     }
+    if (f->type == LY_IQ4_NL || f->type == LY_MXFP4 || f->type == LY_IQ4_XS) { /* blk: the block's qs */
+        const int8_t *kv = f->type == LY_MXFP4 ? LY_KV_MXFP4 : LY_KV_IQ4NL;
+        for (int j = 0; j < 16; j++) {
+            v[j] = kv[blk[j] & 15];
+            v[j + 16] = kv[blk[j] >> 4];
+        }
+        return;
+    }
     uint32_t qh = 0;
     if (f->qh >= 0) memcpy(&qh, blk + f->qh, 4); /* little-endian host */
     for (int j = 0; j < 16; j++) {
@@ -34,10 +44,18 @@ static void decode_block(const ly_q32_fmt *f, const uint8_t *blk, int32_t v[32])
 /* Weight row -> integer values [k] and float scales dw, mw [k / 32]. */
 static void decode_row(const ly_q32_fmt *f, const uint8_t *row, int64_t nb, int32_t *v, float *dw, float *mw) {
     for (int64_t b = 0; b < nb; b++) {
+        mw[b] = 0.0f;
+        if (f->type == LY_IQ4_XS) {
+            const uint8_t *sb = row + b / 8 * f->size;
+            decode_block(f, sb + f->qs + 16 * (b % 8), v + b * 32);
+            dw[b] = ly_iq4xs_scale(sb, (int)(b % 8));
+            continue;
+        }
         const uint8_t *blk = row + b * f->size;
-        decode_block(f, blk, v + b * 32);
-        dw[b] = ly_f16_to_f32(rd16(blk));
-        mw[b] = f->has_min ? ly_f16_to_f32(rd16(blk + 2)) : 0.0f;
+        int lut = f->type == LY_IQ4_NL || f->type == LY_MXFP4;
+        decode_block(f, lut ? blk + f->qs : blk, v + b * 32);
+        dw[b] = f->type == LY_MXFP4 ? ly_e8m0_half(blk[0]) : ly_f16_to_f32(rd16(blk));
+        if (f->has_min) mw[b] = ly_f16_to_f32(rd16(blk + 2));
     }
 }
 
@@ -72,7 +90,7 @@ static void tile_portable(const ly_q32_fmt *f, const uint8_t *w, size_t row_byte
     free(dw);
 }
 
-#define TILES(NAME, TYPE)                                                                                   \
+#define TILES256(NAME, TYPE)                                                                                \
     static void NAME##_portable(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,        \
                                 int64_t t0, int64_t t1, float *y, int64_t ldy) {                             \
         tile_portable(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                               \
@@ -84,7 +102,9 @@ static void tile_portable(const ly_q32_fmt *f, const uint8_t *w, size_t row_byte
     static void NAME##_avxvnni(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,         \
                                int64_t t0, int64_t t1, float *y, int64_t ldy) {                              \
         ly_tile_q32_avxvnni(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                         \
-    }                                                                                                        \
+    }
+#define TILES(NAME, TYPE)                                                                                   \
+    TILES256(NAME, TYPE)                                                                                     \
     static void NAME##_avx512(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,          \
                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                               \
         ly_tile_q32_avx512(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                          \
@@ -94,8 +114,14 @@ TILES(q4_1, LY_Q4_1)
 TILES(q5_0, LY_Q5_0)
 TILES(q5_1, LY_Q5_1)
 TILES(q8_0, LY_Q8_0)
+TILES256(iq4_nl, LY_IQ4_NL)
+TILES256(iq4_xs, LY_IQ4_XS)
+TILES256(mxfp4, LY_MXFP4)
 
 #define PICK(name) (ly_avx512 ? name##_avx512 : ly_avxvnni ? name##_avxvnni : ly_avx2 ? name##_avx2 : name##_portable)
+/* The lookup formats have 256-bit tiles only: the AVX-512 path runs the AVX-VNNI one (the AVX2 one on a CPU
+ * without AVX-VNNI). */
+#define PICK256(name) (ly_vnni256 ? name##_avxvnni : ly_avx2 ? name##_avx2 : name##_portable)
 
 ly_tile_fn ly_tile_q32(int type) {
     switch (type) {
@@ -104,6 +130,9 @@ ly_tile_fn ly_tile_q32(int type) {
     case LY_Q5_0: return PICK(q5_0);
     case LY_Q5_1: return PICK(q5_1);
     case LY_Q8_0: return PICK(q8_0);
+    case LY_IQ4_NL: return PICK256(iq4_nl);
+    case LY_IQ4_XS: return PICK256(iq4_xs);
+    case LY_MXFP4: return PICK256(mxfp4);
     default: return ly_tile_float(type);
     }
 }

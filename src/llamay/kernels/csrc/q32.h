@@ -8,12 +8,37 @@
  *                    acc = acc + ((dw * dx) * (float)isum + (mw * dx) * (float)sx)
  * Integer values: Q4_0 v = nibble - 8; Q5_0 v = (nibble | hbit << 4) - 16; Q8_0 v = int8; Q4_1 u = nibble;
  * Q5_1 u = nibble | hbit << 4. Element j < 16 of a 4/5-bit block is the low nibble of qs[j], element j + 16
- * the high nibble; hbit of element j is bit j of the little-endian uint32 qh. */
+ * the high nibble; hbit of element j is bit j of the little-endian uint32 qh.
+ * Lookup formats (signed v = table[nibble], nibbles laid out as Q4_0's), acc as Q4_0's:
+ *   IQ4_NL: d f16 | qs[16]; dw = d.   MXFP4: e u8 | qs[16]; dw = 2^(e - 128) (ggml's e8m0 "half"; e < 2:
+ *   the denormals 2^-127, 2^-126 halved), table = the e2m1 values doubled.
+ *   IQ4_XS, 256-element superblocks of 8 such 32-blocks: d f16 | scales_h u16 | scales_l[4] | qs[128];
+ *   block ib's 6-bit scale ls = nibble ib % 2 of scales_l[ib / 2] | bits 2 ib, 2 ib + 1 of scales_h << 4,
+ *   dw = d * (float)(ls - 32) (exact in float), its qs at 8 + 16 ib, table = IQ4_NL's. */
 #ifndef LLAMAY_Q32_H
 #define LLAMAY_Q32_H
 #include "matmul.h"
+#include <string.h>
 
-enum { LY_F32 = 0, LY_F16 = 1, LY_Q4_0 = 2, LY_Q4_1 = 3, LY_Q5_0 = 6, LY_Q5_1 = 7, LY_Q8_0 = 8, LY_BF16 = 30 };
+enum { LY_F32 = 0, LY_F16 = 1, LY_Q4_0 = 2, LY_Q4_1 = 3, LY_Q5_0 = 6, LY_Q5_1 = 7, LY_Q8_0 = 8, LY_IQ4_NL = 20,
+       LY_IQ4_XS = 23, LY_BF16 = 30, LY_MXFP4 = 39 };
+
+static const int8_t LY_KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const int8_t LY_KV_MXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* MXFP4's block scale: 2^(e - 128) as ggml's e8m0-to-float "half" (bit patterns, no rounding). */
+static inline float ly_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* IQ4_XS: the scale of 32-block ib (0..7) of a superblock at sb, as float. */
+static inline float ly_iq4xs_scale(const uint8_t *sb, int ib) {
+    int ls = ((sb[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sb[2] | sb[3] << 8) >> (2 * ib)) & 3) << 4;
+    return ly_f16_to_f32((uint16_t)(sb[0] | sb[1] << 8)) * (float)(ls - 32);
+}
 
 /* Block geometry: bytes per block, offset of qh (or -1), offset of qs, whether a min follows d. */
 typedef struct { int type, size, qh, qs, has_min, offset; } ly_q32_fmt;

@@ -1,4 +1,4 @@
-/* 256-bit tiles for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (formulas in q32.h, bit-identical to the portable path),
+/* 256-bit tiles for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, MXFP4 (formulas in q32.h, bit-identical to the portable path),
  * built twice: AVX2 (q32_avx2.c) and AVX-VNNI (q32_avxvnni.c). The includer defines X8_TARGET (a target
  * attribute), X8_VNNI (1: vpdpbusd sums 4 products into int32 in one step; 0: maddubs + madd) and X8_ENTRY
  * (the entry's name).
@@ -95,6 +95,30 @@ LY_INLINE void scales8(const uint8_t *const p[8], __m256 *dw, __m256 *mw) {
     *mw = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
 }
 
+/* A lookup format's nibbles of 8 rows (p[i] + qs_at: each row's 16 bytes of qs) -> its table's values:
+ * signed int8 (the Q8 dot), or with VNNI the values + LUT_OFFSET as unsigned bytes, whose unsaturated u8 x s8
+ * dot minus LUT_OFFSET * sx is the same exact integer. */
+#define LUT_OFFSET (X8_VNNI ? 128 : 0)
+#define LUT_KIND (X8_VNNI ? K_Q4 : K_Q8)
+LY_INLINE void unpack_lut8(const uint8_t *const p[8], int qs_at, const int8_t kv[16], __m256i v[8]) {
+    unpack_q4x8(p, qs_at, v);
+    __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kv));
+    if (LUT_OFFSET) table = _mm256_add_epi8(table, _mm256_set1_epi8((char)LUT_OFFSET));
+    for (int j = 0; j < 8; j++) v[j] = _mm256_shuffle_epi8(table, v[j]);
+}
+
+/* IQ4_XS: the scales of block ib of 8 rows' superblocks, d * (float)(ls - 32) as in ly_iq4xs_scale. */
+LY_INLINE __m256 iq4xs_scales8(const uint8_t *const p[8], int ib) {
+    int32_t ls[8];
+    uint16_t d[8];
+    for (int i = 0; i < 8; i++) {
+        ls[i] = (((p[i][4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((p[i][2] | p[i][3] << 8) >> (2 * ib)) & 3) << 4) - 32;
+        d[i] = (uint16_t)(p[i][0] | p[i][1] << 8);
+    }
+    __m256 df = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+    return _mm256_mul_ps(df, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)ls)));
+}
+
 /* Rows r .. r+nrows-1 (nrows <= 8; missing rows repeat the last one, their lanes are never stored). */
 LY_INLINE void unpack_group(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r, int nrows, int64_t nb,
                             group_buf *g) {
@@ -105,9 +129,27 @@ LY_INLINE void unpack_group(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t
         __m256i v[8];
         for (int i = 0; i < 8; i++) /* the same block two groups ahead */
             _mm_prefetch((const char *)(p[i] + 16 * row_bytes), _MM_HINT_T0);
+        if (type == LY_IQ4_XS) { /* p[i]: the superblock; block b % 8 of it */
+            const int ib = (int)(b % 8);
+            unpack_lut8(p, 8 + 16 * ib, LY_KV_IQ4NL, v);
+            for (int j = 0; j < 8; j++) _mm256_store_si256(g->v + b * 8 + j, v[j]);
+            _mm256_store_ps(g->dw + b * 8, iq4xs_scales8(p, ib));
+            if (ib == 7)
+                for (int i = 0; i < 8; i++) p[i] += f.size;
+            continue;
+        }
+        if (type == LY_MXFP4) {
+            unpack_lut8(p, 1, LY_KV_MXFP4, v);
+            for (int j = 0; j < 8; j++) _mm256_store_si256(g->v + b * 8 + j, v[j]);
+            for (int i = 0; i < 8; i++) g->dw[b * 8 + i] = ly_e8m0_half(p[i][0]);
+            for (int i = 0; i < 8; i++) p[i] += f.size;
+            continue;
+        }
         if (type == LY_Q8_0) {
             for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_si256((const __m256i *)(p[i] + 2));
             transpose8(v);
+        } else if (type == LY_IQ4_NL) {
+            unpack_lut8(p, 2, LY_KV_IQ4NL, v);
         } else if (type == LY_Q5_0 || type == LY_Q5_1) {
             unpack_q5x8(p, type == LY_Q5_0 ? 2 : 4, v);
         } else {
@@ -255,5 +297,8 @@ X8_TARGET void X8_ENTRY(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes,
     case LY_Q5_0: tile((q_fmt){LY_Q5_0, K_Q5, 0, 16, 22}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
     case LY_Q5_1: tile((q_fmt){LY_Q5_1, K_Q5, 1, 0, 24}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
     case LY_Q8_0: tile((q_fmt){LY_Q8_0, K_Q8, 0, 0, 34}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_IQ4_NL: tile((q_fmt){LY_IQ4_NL, LUT_KIND, 0, LUT_OFFSET, 18}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_IQ4_XS: tile((q_fmt){LY_IQ4_XS, LUT_KIND, 0, LUT_OFFSET, 136}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+    case LY_MXFP4: tile((q_fmt){LY_MXFP4, LUT_KIND, 0, LUT_OFFSET, 17}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
     }
 }
