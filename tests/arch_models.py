@@ -110,6 +110,11 @@ CASES = {
     # GPT-2: learned positions, LayerNorm, fused q/k/v with bias, plain GELU MLP
     "gpt2": Case("gpt2", "GPT2LMHeadModel", "GPT2Config",
                  dict(n_layer=3, n_embd=64, n_head=4, n_positions=256, n_ctx=256, vocab_size=300, **NO_SPECIALS), common=False),
+    # YaRN as Qwen3 uses it for long contexts (factor 4 over an original 64; the ramp's ends truncated)
+    "qwen3-yarn": Case("qwen3", "Qwen3ForCausalLM", "Qwen3Config",
+                       dict(num_hidden_layers=3, head_dim=32, tie_word_embeddings=True,
+                            rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
+                                                 original_max_position_embeddings=64))),
     # Qwen3-MoE: 8 experts of 32, 2 per token, weights renormalized over them (norm_topk_prob)
     "qwen3moe": Case("qwen3moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
                      dict(num_hidden_layers=3, head_dim=32, num_experts=8, num_experts_per_tok=2,
@@ -119,6 +124,15 @@ CASES = {
                        dict(num_hidden_layers=3, tie_word_embeddings=True, num_local_experts=8, num_experts_per_tok=3,
                             intermediate_size=32, embedding_multiplier=3.0, attention_multiplier=0.2,
                             residual_multiplier=0.6, logits_scaling=2.5)),
+    # gpt-oss: attention sinks, even layers slide (window 8), YaRN (factor 8 over an original 64, not
+    # truncated: llama.cpp truncates, which moves pair 2's ramp from 0.99 to 0.67), 8 experts of 32 with biases, 2 per token by a softmax over their logits, clamped SwiGLU
+    "gpt-oss": Case("gpt-oss", "GptOssForCausalLM", "GptOssConfig",
+                    dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, sliding_window=8,
+                         tie_word_embeddings=False, swiglu_limit=7.0,
+                         rope_parameters=dict(rope_type="yarn", factor=8.0, rope_theta=10000.0, beta_fast=32.0,
+                                              beta_slow=1.0, truncate=False, original_max_position_embeddings=64),
+                         **NO_SPECIALS)),
     "gemma3-softcap": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", dict(**GEMMA3, final_logit_softcapping=3.0)),
 }
 

@@ -22,6 +22,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as softcap_eager
+from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sinks_eager
 
 import llamay
 from arch_models import CASES, COMMON, build, convert, hf_logits, rewrite, sha256, token_ids
@@ -51,7 +52,14 @@ def _f16_kv_eager(module, query, key, value, *args, **kwargs):
 
 AttentionInterface.register("llamay_f16_kv", _f16_kv_sdpa)
 AttentionMaskInterface.register("llamay_f16_kv", sdpa_mask)
+def _f16_kv_sinks(module, query, key, value, *args, **kwargs):
+    """gpt-oss's eager attention (SDPA has no sinks) on K/V rounded to float16."""
+    return sinks_eager(module, query, key.half().float(), value.half().float(), *args, **kwargs)
+
+
 AttentionInterface.register("llamay_f16_kv_softcap", _f16_kv_eager)
+AttentionInterface.register("llamay_f16_kv_sinks", _f16_kv_sinks)
+AttentionMaskInterface.register("llamay_f16_kv_sinks", eager_mask)
 AttentionMaskInterface.register("llamay_f16_kv_softcap", eager_mask)
 
 
@@ -80,8 +88,9 @@ def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
 
 def test_logits_match_transformers_with_f16_kv(converted):
     name, model, got, ids, _ = converted
-    softcap = getattr(model.config, "attn_logit_softcapping", None)
-    diff = rel_diff(got, hf_logits(model, ids, "llamay_f16_kv_softcap" if softcap else "llamay_f16_kv"))
+    eager = ("llamay_f16_kv_softcap" if getattr(model.config, "attn_logit_softcapping", None)
+             else "llamay_f16_kv_sinks" if model.config.model_type == "gpt_oss" else None)
+    diff = rel_diff(got, hf_logits(model, ids, eager or "llamay_f16_kv"))
     assert diff < TIGHT, f"{name}: max |diff| / max |logit| = {diff:.2e}"
 
 
@@ -161,7 +170,11 @@ def test_gemma3_features_are_exercised(change):
                                           ("granite", dict(logits_scaling=1.0)),
                                           ("qwen3moe", dict(num_experts_per_tok=1)),
                                           ("qwen3moe", dict(norm_topk_prob=False)),
-                                          ("granitemoe", dict(num_experts_per_tok=2))])
+                                          ("granitemoe", dict(num_experts_per_tok=2)),
+                                          ("gpt-oss", dict(sliding_window=1000)),
+                                          ("gpt-oss", dict(num_experts_per_tok=3)),
+                                          ("gpt-oss", dict(rope_parameters={**CASES["gpt-oss"].extra["rope_parameters"],
+                                                                            "truncate": True}))])
 def test_family_features_are_exercised(name, change):
     """Gemma 2's softcaps and window and SmolLM3's layers without RoPE each move the reference by far
     more than the tolerance the engine meets."""
@@ -169,7 +182,8 @@ def test_family_features_are_exercised(name, change):
     assert rel_diff(hf_logits(build(case, **change), ids), hf_logits(build(case), ids)) > MOVES
 
 
-@pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear", "gemma2-linear", "phi3"])
+@pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear", "gemma2-linear", "phi3", "gpt-oss",
+                                  "qwen3-yarn"])
 def test_rope_scaling_is_exercised(name):
     """Each RoPE scaling case moves the reference by far more than the tolerance the engine meets, and
     the band factors of Llama 3 are neither all 1 nor all `factor`."""
@@ -177,6 +191,17 @@ def test_rope_scaling_is_exercised(name):
     case = CASES[name]
     unscaled = dataclasses.replace(case, extra={k: v for k, v in case.extra.items() if k != "rope_parameters"})
     assert rel_diff(hf_logits(build(case), ids), hf_logits(build(unscaled), ids)) > MOVES
+
+
+def test_attention_sinks_are_exercised():
+    """gpt-oss's sinks take a share of every softmax: sinks at -1e4 (no share) move the reference far."""
+    case, ids = CASES["gpt-oss"], token_ids(COMMON["vocab_size"])
+    model = build(case)
+    ref = hf_logits(model, ids)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.fill_(-1e4)
+    assert rel_diff(hf_logits(model, ids), ref) > MOVES
 
 
 def test_longrope_short_factors_within_the_original_context(files):

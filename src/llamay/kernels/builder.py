@@ -260,11 +260,15 @@ class Builder:
                      keep=(batch,), reads=(x,))
 
     def attention(self, q: np.ndarray, pool, layer: int, batch: BatchSlot, n_head: int, scale: float,
-                  window: int = 0, softcap: float = 0.0, causal: bool = True) -> np.ndarray:
+                  window: int = 0, softcap: float = 0.0, causal: bool = True,
+                  sinks: np.ndarray | None = None) -> np.ndarray:
         """Attention of q [n, n_head * head_dim] over each token's sequence in the pool's layer: causal, or
         (causal=False) over the whole sequence as this batch holds it; window > 0: the last `window`
-        positions only; softcap > 0: cap * tanh(score / cap)."""
+        positions only; softcap > 0: cap * tanh(score / cap); sinks [n_head]: each head's logit that joins
+        its softmax's denominator (and takes its share of the weight, to no value)."""
         _f32(q, "q", (batch.n_tokens, n_head * pool.head_dim))
+        if sinks is not None:
+            _f32(sinks, "sinks", (n_head,))
         if n_head % pool.n_kv_head:
             raise ValueError(f"{n_head} heads over {pool.n_kv_head} KV heads")
         if not causal and window:
@@ -272,9 +276,10 @@ class Builder:
         if not causal and batch.both_ways is None:
             batch.both_ways = Batch()
         out = self.tensor(*q.shape)
-        self._op("attention", (q, out, pool.k[layer], pool.v[layer], batch.struct if causal else batch.both_ways),
+        self._op("attention", (q, out, pool.k[layer], pool.v[layer], batch.struct if causal else batch.both_ways, sinks),
                  (n_head, pool.n_kv_head, pool.head_dim, window, pool.kv.codes), (scale, softcap),
-                 writes=(out,), keep=(batch, pool), reads=(q, pool.k[layer], pool.v[layer]))
+                 writes=(out,), keep=(batch, pool),
+                 reads=(q, pool.k[layer], pool.v[layer]) + (() if sinks is None else (sinks,)))
         return out
 
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
@@ -287,6 +292,8 @@ class Builder:
 
     def activation(self, x: np.ndarray, act: str) -> np.ndarray:
         """x = act(x) (a non-gated FFN)."""
+        if act == "swiglu_oai":
+            raise ValueError("swiglu_oai is a gated activation")
         n = self._op("gated", (_f32(x, "x"), None), (x.size, ACTS[act]), writes=(x,), reads=(x,))
         if self.fuse and x.ndim == 2:
             self._fusable = (n, x, [x, None])

@@ -32,7 +32,8 @@ class ForwardGraph:
                 b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
                 b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
             b.kv_write(pool, il, k, v, self.batch)
-            attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap)
+            attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap,
+                               sinks=L.sinks)
             if s.parallel_block:  # x + (attn + ffn), the FFN reading the same normed input
                 o = b.matmul(attn, L.o, bias=L.o_bias)
                 b.matmul(_ffn(b, s, L, inp), L.down, bias=L.down_bias, residual=o)
@@ -60,11 +61,11 @@ def _ffn(b: Builder, s: ArchSpec, L, inp):
 def _moe(b: Builder, s: ArchSpec, L, inp):
     """The experts' FFN [n, n_embd]: each token's k experts from the router, their rows gathered into one
     batch per expert, act(gate) * up, down, and the weighted sum of the token's k rows."""
-    route = b.moe_route(b.matmul(inp, L.router), s.n_expert_used, s.moe_gating, s.moe_norm)
+    route = b.moe_route(b.matmul(inp, L.router, bias=L.router_bias), s.n_expert_used, s.moe_gating, s.moe_norm)
     xg = b.gather(inp, route)
-    up = b.matmul_experts(xg, L.up_exps, route)
-    hg = b.gated(b.matmul_experts(xg, L.gate_exps, route), up, s.act)
-    return b.moe_combine(b.matmul_experts(hg, L.down_exps, route), route)
+    up = b.matmul_experts(xg, L.up_exps, route, bias=L.up_exps_bias)
+    hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, s.act)
+    return b.moe_combine(b.matmul_experts(hg, L.down_exps, route, bias=L.down_exps_bias), route)
 
 
 def _norm(b: Builder, s: ArchSpec, x, w, bias, out):

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ..kernels.builder import MAX_EXPERTS_USED
+from .rope import yarn_mscale
 from .checks import MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
 
 
@@ -25,7 +26,7 @@ class ArchSpec:
     rope_base: float
     n_rot: int
     rope_neox: bool  # pairs (i, i + n_rot/2) instead of (2i, 2i+1)
-    act: str = "silu"  # FFN activation: "silu" | "gelu_tanh"
+    act: str = "silu"  # FFN activation: "silu" | "gelu_tanh" | "swiglu_oai" (gpt-oss: clamped, x sigmoid(1.702 x) (up + 1))
     gated_ffn: bool = True  # down(act(gate) * up); False: down(act(up)) (StarCoder 2, GPT-2)
     layer_norm: bool = False  # LayerNorm with bias instead of RMSNorm, every norm
     o_bias: bool = False  # bias on the attention output projection
@@ -63,6 +64,13 @@ class ArchSpec:
     n_expert_used: int = 0  # experts each token takes (the largest router logits)
     moe_gating: str = "softmax"  # their weights: softmax over all experts, or 'softmax_chosen' (over the k)
     moe_norm: bool = False  # weights divided by their sum (Qwen3-MoE's norm_topk_prob)
+    moe_bias: bool = False  # biases on the router and on every expert's projections (gpt-oss)
+    attn_sinks: bool = False  # a learned logit per head joins each softmax's denominator (gpt-oss)
+    ffn_norm_name: str = "ffn_norm"  # the FFN input norm's GGUF name (gpt-oss: post_attention_norm)
+    rope_yarn: float = 0.0  # > 0: YaRN scaling by this factor over an original context of n_ctx_orig
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_truncate: bool = True  # the ramp's ends rounded to whole pairs (llama.cpp; not gpt-oss)
 
     @property
     def kv_dim(self) -> int:
@@ -126,8 +134,14 @@ def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
     n_embd = m.int("embedding_length")
     n_head, n_head_kv, head_dim = _heads(m, n_embd)
     scaling, factor = m.str("rope.scaling.type", "none"), m.float("rope.scaling.factor", 1.0, lo_open=True)
-    if scaling not in ("none", "linear") and factor != 1.0:
+    if scaling not in ("none", "linear", "yarn") and factor != 1.0:
         raise UnsupportedModel(f"{arch}: RoPE scaling '{scaling}' is not supported yet")
+    yarn = {}
+    if scaling == "yarn" and factor > 1.0:  # ref: llama.cpp's rope.scaling.* keys; YaRN's attention factor
+        yarn = dict(rope_yarn=factor, n_ctx_orig=m.int("rope.scaling.original_context_length"),
+                    yarn_beta_fast=m.float("rope.scaling.yarn_beta_fast", 32.0, hi=1e4),
+                    yarn_beta_slow=m.float("rope.scaling.yarn_beta_slow", 1.0, hi=1e4),
+                    rope_mscale=m.float("rope.scaling.yarn_attn_factor", yarn_mscale(factor), hi=100.0))
     m.int("pooling_type", 0, lo=0, hi=4)  # a llama_pooling_type (encoder_spec.POOLING); Embedder.for_llm reads it
     return dict(
         arch=arch, n_layer=m.int("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
@@ -136,7 +150,7 @@ def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
         norm_eps=m.float("attention.layer_norm_epsilon" if layer_norm else "attention.layer_norm_rms_epsilon",
                          hi=1.0),
         rope_base=m.float("rope.freq_base", 10000.0), n_rot=_n_rot(m, head_dim),
-        rope_linear=factor if scaling == "linear" else 1.0,
+        rope_linear=factor if scaling == "linear" else 1.0, **yarn,
     )
 
 
@@ -167,6 +181,18 @@ def _qwen3moe(meta: dict) -> ArchSpec:
     # always renormalizes for qwen3moe); experts of expert_feed_forward_length
     c, m = _common(meta, "qwen3moe"), Meta(meta, "qwen3moe")
     return ArchSpec(**c, rope_neox=True, qk_norm=True, **_moe(m), moe_norm=True)
+
+
+def _gpt_oss(meta: dict) -> ArchSpec:
+    # ref: HF GptOssDecoderLayer, llama.cpp openai-moe.cpp: biases on q/k/v/o, attention sinks, even layers
+    # slide, YaRN without truncation (GptOssConfig rope_parameters.truncate = False; llama.cpp truncates),
+    # top-k of the router logits with a softmax over the k, experts with biases and the clamped SwiGLU
+    c, m = _common(meta, "gpt-oss"), Meta(meta, "gpt-oss")
+    return ArchSpec(**{**c, "yarn_truncate": False}, rope_neox=True, act="swiglu_oai", qkv_bias=True, o_bias=True,
+                    attn_sinks=True, ffn_norm_name="post_attention_norm",
+                    sliding_window=m.int("attention.sliding_window", 0, lo=0), sliding_pattern=2,
+                    rope_base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False),
+                    **_moe(m), moe_gating="softmax_chosen", moe_bias=True)
 
 
 def _granite(meta: dict) -> ArchSpec:
@@ -216,6 +242,8 @@ def _phi3(meta: dict) -> ArchSpec:
     # rope.dimension_count dims (3/4 of the head in Phi-4-mini), LongRoPE factors and attention factor. The
     # sliding window is not applied, as llama.cpp does not (its phi3 SWA is disabled)
     c, m = _common(meta, "phi3"), Meta(meta, "phi3")
+    if c.get("rope_yarn"):
+        raise UnsupportedModel("phi3: YaRN RoPE scaling is not supported (its LongRoPE is)")
     return ArchSpec(**c, rope_neox=True, fused_qkv=True, fused_gate_up=True, rope_long_short=True,
                     n_ctx_orig=m.int("rope.scaling.original_context_length", c["n_ctx_train"]),
                     rope_mscale=m.float("rope.scaling.attn_factor", 1.0, hi=100.0))
@@ -275,7 +303,7 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "phi3": _phi3, "gpt2": _gpt2, "smollm3": _smollm3, "starcoder2": _starcoder2, "phi2": _phi2, "granite": _granite, "granitemoe": _granitemoe, "qwen3moe": _qwen3moe, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
+BUILDERS = {"llama": _llama, "phi3": _phi3, "gpt2": _gpt2, "smollm3": _smollm3, "starcoder2": _starcoder2, "phi2": _phi2, "granite": _granite, "granitemoe": _granitemoe, "qwen3moe": _qwen3moe, "gpt-oss": _gpt_oss, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
             "gemma2": _gemma2, "gemma3": _gemma3}
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"

@@ -10,6 +10,7 @@ import numpy as np
 from ..gguf import GGUFReader, dequantize
 from ..kernels.matmul import QExperts, QWeight
 from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
+from .rope import yarn_factors
 from .spec import ArchSpec
 
 
@@ -38,11 +39,18 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
         t.update(q=("attn_q.weight", _mat(d, q)), k=("attn_k.weight", _mat(d, kv)), v=("attn_v.weight", _mat(d, kv)))
     if s.gated_ffn and not s.fused_gate_up and not s.n_expert:
         t["gate"] = ("ffn_gate.weight", _mat(d, ff))
-    norms = ("attn_norm",) if s.parallel_block else ("attn_norm", "ffn_norm")  # a parallel block has one
-    for n in norms if s.pre_norm else ():
-        t[n] = (f"{n}.weight", _vec(d))
+    norms = {"attn_norm": "attn_norm"} if s.parallel_block else {"attn_norm": "attn_norm", "ffn_norm": s.ffn_norm_name}
+    for n, gguf_name in norms.items() if s.pre_norm else ():  # a parallel block has one
+        t[n] = (f"{gguf_name}.weight", _vec(d))
         if s.layer_norm:
-            t[n + "_b"] = (f"{n}.bias", _vec(d))
+            t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
+    if s.attn_sinks:
+        t["sinks"] = ("attn_sinks.weight", _vec(s.n_head))
+    if s.moe_bias:
+        t.update(router_bias=("ffn_gate_inp.bias", _vec(s.n_expert)),
+                 up_exps_bias=("ffn_up_exps.bias", Expect((ff, s.n_expert), VECTOR)),
+                 gate_exps_bias=("ffn_gate_exps.bias", Expect((ff, s.n_expert), VECTOR)),
+                 down_exps_bias=("ffn_down_exps.bias", Expect((d, s.n_expert), VECTOR)))
     if s.o_bias:
         t["o_bias"] = ("attn_output.bias", _vec(d))
     if s.ffn_bias:
@@ -110,6 +118,11 @@ class Layer:
     up_exps: QExperts | None = None
     gate_exps: QExperts | None = None
     down_exps: QExperts | None = None
+    router_bias: np.ndarray | None = None
+    up_exps_bias: np.ndarray | None = None  # [n_expert, n_ff]
+    gate_exps_bias: np.ndarray | None = None
+    down_exps_bias: np.ndarray | None = None  # [n_expert, n_embd]
+    sinks: np.ndarray | None = None  # [n_head]
     attn_norm: np.ndarray | None = None
     ffn_norm: np.ndarray | None = None
     attn_norm_b: np.ndarray | None = None
@@ -164,6 +177,11 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
     factors = vec(name).astype(np.float32) if name in reader.tensors else None
     if factors is not None and not (np.isfinite(factors).all() and (factors > 0).all()):
         raise ModelFileError(f"{reader.path}: {name} must hold finite factors > 0")
+    if spec.rope_yarn:
+        if factors is not None:
+            raise ModelFileError(f"{reader.path}: YaRN RoPE scaling and {name} together")
+        factors = yarn_factors(spec.n_rot, spec.rope_base, spec.rope_yarn, spec.n_ctx_orig, spec.yarn_beta_fast,
+                               spec.yarn_beta_slow, spec.yarn_truncate)
     norm_b = vec("output_norm.bias") if spec.layer_norm else None
     out_b = vec("output.bias") if spec.output_bias else None
     return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b), factors

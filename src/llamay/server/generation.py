@@ -14,6 +14,7 @@ from ..chat.gotemplate import GoTemplateError, render_go
 from ..chat.reasoning import ReasoningSplitter
 from ..engine import ContextOverflow, Done, GrammarError, Job, OutOfPages, Overloaded, Piece, SamplingParams
 from ..toolcall.formats import CallFormat
+from ..toolcall.harmony import HarmonyReader, is_harmony
 from ..toolcall.parser import CallParser
 from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
@@ -222,7 +223,7 @@ class Generation:
     async def events(self) -> AsyncIterator[Delta | Finish]:
         req, tokenizer = self.req, self.loaded.llm.tokenizer
         template = self.loaded.llm.metadata.get("tokenizer.chat_template", "")
-        splitters = [_Reader(template, self.calls) for _ in range(req.n)]
+        splitters = [HarmonyReader() if is_harmony(template) else _Reader(template, self.calls) for _ in range(req.n)]
         try:
             while len(self.dones) < req.n:
                 ev = await self.queue.get()

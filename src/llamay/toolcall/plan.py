@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from ..chat.reasoning import OPEN as THINK
 from .formats import GENERIC, CallFormat, detect
+from .harmony import is_harmony
 from .grammar import tool_grammar
 from .polyfill import adapt, caps
 
@@ -37,6 +38,8 @@ def plan(source: str, messages: list[dict], tools: list[dict] | None, options: d
     if isinstance(choice, dict) and choice["name"] not in names:
         raise ValueError(f"tool_choice names {choice['name']!r}, which is not among the tools offered "
                          f"({', '.join(names)})")
+    if is_harmony(source):  # gpt-oss: its template renders the tools; calls are read as harmony messages
+        return ToolPlan(adapt(found, messages, tools), tools, None, None)  # (tool_choice is not enforced)
     fmt = detect(source, found.supports_tools)
     if fmt is GENERIC:  # a format llamay cannot read: the tools are described the generic way instead
         found = replace(found, supports_tools=False)

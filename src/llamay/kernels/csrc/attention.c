@@ -7,7 +7,8 @@
  * n: n_head, n_kv_head, head_dim, window, k_type | v_type << 8.
  * Canonical order per (token, head): s_j = dot(q, k_j) * scale (lanes.h order), optional softcap,
  * m = max s_j, p_j = ly_att_weight(s_j - m) (exp, or 0 below LY_ATT_DROP: attention.h), sum = sum of p_j in key order, o = sum of p_j * v_j in key order,
- * then o / sum. Keys in position order whatever the page layout. */
+ * then o / sum. Keys in position order whatever the page layout. With a sink logit z for the head
+ * (gpt-oss): m = max(m, z) and sum = sum + ly_att_weight(z - m) after the keys. */
 #include "graph.h"
 #include "attention.h"
 #include "kvtypes.h"
@@ -42,6 +43,7 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     if (lo < 0) lo = 0;
     const float *q = (const float *)nd->p[0] + (t * n_head + h) * d;
     float *o = (float *)nd->p[1] + (t * n_head + h) * d;
+    const float *sinks = nd->p[5];
     float m = -INFINITY;
     FOR_KEYS(b, seq, lo, p, k_pool, kvh * kb, n_kv_head * kb, j, k, {
         float sj = ly_kv_dot(kt, q, k, d) * scale;
@@ -49,6 +51,7 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
         s[j - lo] = sj;
         if (sj > m) m = sj;
     })
+    if (sinks && sinks[h] > m) m = sinks[h];
     float sum = 0.0f;
     memset(o, 0, d * sizeof(float));
     FOR_KEYS(b, seq, lo, p, v_pool, kvh * vb, n_kv_head * vb, j, v, {
@@ -56,6 +59,7 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
         sum = sum + pj;
         if (ly_avx2) ly_acc_avx2(vt, o, pj, v, d); else ly_acc_portable(vt, o, pj, v, d);
     })
+    if (sinks) sum = sum + ly_att_weight(sinks[h] - m);
     for (int64_t i = 0; i < d; i++) o[i] = o[i] / sum;
 }
 
@@ -73,8 +77,9 @@ static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, int64_t 
     FOR_KEYS(b, seq, lo, p, k_pool, kvh * hb, n_kv_head * hb, j, k, { kp[j - lo] = (const uint16_t *)k; })
     FOR_KEYS(b, seq, lo, p, v_pool, kvh * hb, n_kv_head * hb, j, v, { vp[j - lo] = (const uint16_t *)v; })
     int64_t h0 = t * n_head + kvh * G + g0;
+    const float *sinks = nd->p[5];
     ly_att at = {(const float *)nd->p[0] + h0 * d, (float *)nd->p[1] + h0 * d, kp, vp, p - lo + 1, d, gs,
-                 nd->f[0], nd->f[1]};
+                 nd->f[0], nd->f[1], sinks ? sinks + (h0 - t * n_head) : NULL};
     if (ly_avx512) ly_attend_group_f16_avx512(&at, s);
     else ly_attend_group_f16_avx2(&at, s);
 }

@@ -18,6 +18,7 @@ typedef struct {
     const uint16_t **k, **v; /* [n_keys] each key's and value's head, in position order */
     int64_t n_keys, d, G;
     float scale, softcap;
+    const float *sinks;      /* [G] the heads' sink logits, or NULL */
 } ly_att;
 
 /* s: scratch of G * n_keys floats */

@@ -10,7 +10,8 @@
 #include "mathfn.h"
 
 /* s[g * n + j] holds the raw dot of head g with key j: -> p_j, and sum[g] (key order) */
-LY_AVX2 static void weights(float *s, int64_t n, int64_t G, float scale, float softcap, float *sum) {
+LY_AVX2 static void weights(float *s, int64_t n, int64_t G, float scale, float softcap, const float *sinks,
+                            float *sum) {
     for (int64_t g = 0; g < G; g++) {
         float *sg = s + g * n, m = -INFINITY;
         for (int64_t j = 0; j < n; j++) {
@@ -19,6 +20,7 @@ LY_AVX2 static void weights(float *s, int64_t n, int64_t G, float scale, float s
             sg[j] = sj;
             if (sj > m) m = sj;
         }
+        if (sinks && sinks[g] > m) m = sinks[g];
         int64_t j = 0;
         for (; j + 8 <= n; j += 8) {
             __m256 x = _mm256_sub_ps(_mm256_loadu_ps(sg + j), _mm256_set1_ps(m));
@@ -28,7 +30,7 @@ LY_AVX2 static void weights(float *s, int64_t n, int64_t G, float scale, float s
         for (; j < n; j++) sg[j] = ly_att_weight(sg[j] - m);
         float total = 0.0f;
         for (j = 0; j < n; j++) total = total + sg[j];
-        sum[g] = total;
+        sum[g] = sinks ? total + ly_att_weight(sinks[g] - m) : total;
     }
 }
 
@@ -52,7 +54,7 @@ BODY void group_avx2(const ly_att *at, float *s, const int64_t G) {
         }
         for (int64_t g = 0; g < G; g++) s[g * n + j] = ly_lanes_reduce_avx2(acc[g]);
     }
-    weights(s, n, G, at->scale, at->softcap, sum);
+    weights(s, n, G, at->scale, at->softcap, at->sinks, sum);
     for (int64_t i = 0; i < d; i += 8) {
         __m256 o[LY_MAX_GROUP];
         for (int64_t g = 0; g < G; g++) o[g] = _mm256_setzero_ps();
@@ -131,7 +133,7 @@ BODY512 void group_avx512(const ly_att *at, float *s, const int64_t G) {
         }
         for (int64_t g = 0; g < G; g++) s[g * n + j] = ly_lanes_reduce_avx2(acc[g]);
     }
-    weights(s, n, G, at->scale, at->softcap, sum);
+    weights(s, n, G, at->scale, at->softcap, at->sinks, sum);
     /* B blocks of 16 dims per pass over the keys (G * B independent accumulators hide the add latency),
      * then single blocks for the rest */
     const int64_t B = G >= 4 ? 2 : 4;

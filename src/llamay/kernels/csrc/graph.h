@@ -33,8 +33,8 @@ typedef struct {
  * ROPE      p: x, pos, freq factors [n_rot/2] or NULL   n: tokens, heads, head_dim, n_rot, neox
  *           f: base, linear scaling factor (1: none), scale of cos and sin (1: none; LongRoPE's attention factor)
  * KV_WRITE  p: pool, x, ly_batch*  n: n_kv_head, head_dim, element type (kvtypes.h)
- * ATTENTION p: q, out, k_pool, v_pool, ly_batch*  n: n_head, n_kv_head, head_dim, window, k | v << 8
- *           element types            f: scale, softcap
+ * ATTENTION p: q, out, k_pool, v_pool, ly_batch*, sinks [n_head] or NULL
+ *           n: n_head, n_kv_head, head_dim, window, k | v << 8 element types   f: scale, softcap
  * GATED     p: gate (out), up (NULL: act(gate) alone), ly_act* over gate or NULL (quantize each row
  *           of act->k once done; shares are then rows)   n: count, act
  * ADD       p: x (x += y), y      n: count
@@ -55,7 +55,7 @@ typedef struct {
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
     int64_t op;
-    void *p[5];
+    void *p[6];
     int64_t n[5];
     float f[3];
     int64_t after;

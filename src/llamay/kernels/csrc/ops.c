@@ -83,10 +83,17 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
 
 /* gate = act(gate) * up (up NULL: gate = act(gate)). act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
  * 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), with 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) and u
- * clamped to [-10, 10] (tanh is +-1 in float beyond). exp is mathfn.h's, so both paths agree. */
+ * clamped to [-10, 10] (tanh is +-1 in float beyond); 2: gpt-oss's clamped SwiGLU (gated only). exp is
+ * mathfn.h's, so both paths agree. */
 static inline float gated_one(float g, float up, int act) {
     const float c = 0.7978845608028654f;
     float a;
+    if (act == 2) { /* gpt-oss: g = min(g, 7), a = g / (1 + exp(-1.702 g)), times clamp(up, -7, 7) + 1 */
+        g = 7.0f < g ? 7.0f : g;
+        up = 7.0f < up ? 7.0f : up;
+        up = -7.0f > up ? -7.0f : up;
+        return (g / (1.0f + ly_exp(-1.702f * g))) * (up + 1.0f);
+    }
     if (act == 0) {
         a = g / (1.0f + ly_exp(-g));
     } else {
@@ -104,6 +111,14 @@ LY_AVX2 static void gated_avx2(float *gate, const float *up, int64_t lo, int64_t
     int64_t i = lo;
     for (; i + 8 <= hi; i += 8) {
         __m256 g = _mm256_loadu_ps(gate + i), a;
+        if (act == 2) { /* as gated_one: min_ps(7, x) is 7 < x ? 7 : x, max_ps(-7, x) is -7 > x ? -7 : x */
+            const __m256 seven = _mm256_set1_ps(7.0f);
+            g = _mm256_min_ps(seven, g);
+            __m256 u = _mm256_max_ps(_mm256_set1_ps(-7.0f), _mm256_min_ps(seven, _mm256_loadu_ps(up + i)));
+            a = _mm256_div_ps(g, _mm256_add_ps(one, ly_exp_avx2(_mm256_mul_ps(_mm256_set1_ps(-1.702f), g))));
+            _mm256_storeu_ps(gate + i, _mm256_mul_ps(a, _mm256_add_ps(u, one)));
+            continue;
+        }
         if (act == 0) {
             a = _mm256_div_ps(g, _mm256_add_ps(one, ly_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g))));
         } else {
