@@ -80,6 +80,20 @@ CASES = {
     # requires (and every OLMo 2 is)
     "olmo2": Case("olmo2", "Olmo2ForCausalLM", "Olmo2Config",
                   dict(num_hidden_layers=3, tie_word_embeddings=False, **NO_SPECIALS)),
+    # OLMo 3 (GGUF architecture olmo2): 3 of every 4 layers slide (window 8), as its sliding_window_pattern
+    # array says; with YaRN on the full layers only
+    "olmo3": Case("olmo2", "Olmo3ForCausalLM", "Olmo3Config",
+                  dict(num_hidden_layers=5, sliding_window=8, tie_word_embeddings=False, **NO_SPECIALS)),
+    "olmo3-yarn": Case("olmo2", "Olmo3ForCausalLM", "Olmo3Config",
+                       dict(num_hidden_layers=5, sliding_window=8, tie_word_embeddings=False, **NO_SPECIALS,
+                            rope_parameters=dict(
+                                full_attention=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
+                                                    original_max_position_embeddings=64),
+                                sliding_attention=dict(rope_type="default", rope_theta=10000.0)))),
+    # Seed-OSS: llama's blocks with q/k/v biases
+    "seed_oss": Case("seed_oss", "SeedOssForCausalLM", "SeedOssConfig",
+                     dict(num_hidden_layers=3, attention_bias=True, attention_out_bias=False,
+                          tie_word_embeddings=False, **NO_SPECIALS)),
     # Gemma 2: even layers slide, logits of attention and output softcapped (small caps, so they bite)
     "gemma2": Case("gemma2", "Gemma2ForCausalLM", "Gemma2Config",
                    dict(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,

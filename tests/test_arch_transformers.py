@@ -172,6 +172,7 @@ def test_gemma3_features_are_exercised(change):
                                           ("qwen3moe", dict(norm_topk_prob=False)),
                                           ("granitemoe", dict(num_experts_per_tok=2)),
                                           ("gpt-oss", dict(sliding_window=1000)),
+                                          ("olmo3", dict(sliding_window=1000)),
                                           ("gpt-oss", dict(num_experts_per_tok=3)),
                                           ("gpt-oss", dict(rope_parameters={**CASES["gpt-oss"].extra["rope_parameters"],
                                                                             "truncate": True}))])
@@ -183,7 +184,7 @@ def test_family_features_are_exercised(name, change):
 
 
 @pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear", "gemma2-linear", "phi3", "gpt-oss",
-                                  "qwen3-yarn"])
+                                  "qwen3-yarn", "olmo3-yarn"])
 def test_rope_scaling_is_exercised(name):
     """Each RoPE scaling case moves the reference by far more than the tolerance the engine meets, and
     the band factors of Llama 3 are neither all 1 nor all `factor`."""
@@ -257,3 +258,16 @@ def test_unexpected_tensor_refused(files, tmp_path, arch, name):
         tensors[name] = np.ones(64, np.float32)
     with pytest.raises(UnsupportedModel, match=f"unexpected tensors.*'{re.escape(name)}'"):
         llamay.load(_edited(files, tmp_path, f"{arch}-2l", add))
+
+
+ONE_PER_ARCH = sorted({case.arch: name for name, case in reversed(list(CASES.items()))}.values())
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCH)
+def test_llamay_verify_passes(files, name, capsys):
+    """`llamay verify` on each architecture's tiny file: every determinism check and KV type check ok."""
+    from llamay.cli.main import main
+    code = main(["verify", "-m", str(files[name]), "--tokens", "16"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count("  ok  ") >= 8 and "FAIL" not in out, out

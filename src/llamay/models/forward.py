@@ -26,8 +26,9 @@ class ForwardGraph:
             if s.qk_norm:
                 b.rmsnorm(q, L.q_norm, s.norm_eps, out=q)
                 b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
+            scaled = s.layer_rope_scaled(il)
             rope = dict(base=s.layer_rope_base(il), neox=s.rope_neox, linear=s.layer_rope_linear(il),
-                        factors=rope_factors, mscale=s.rope_mscale)
+                        factors=rope_factors if scaled else None, mscale=s.rope_mscale if scaled else 1.0)
             if s.layer_rope(il):
                 b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
                 b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..kernels.builder import MAX_EXPERTS_USED
 from .rope import yarn_mscale
 from .checks import MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
@@ -43,9 +45,10 @@ class ArchSpec:
     embed_scale: float = 1.0
     sliding_window: int = 0  # 0: every layer attends to the full context
     sliding_pattern: int = 0  # n > 0: every n-th layer is global, the others slide; 0: all slide
+    swa_layers: tuple = ()  # per layer, whether it slides (the file's sliding_window_pattern array); wins
     rope_base_local: float = 0.0  # RoPE base of sliding layers (0: rope_base)
     rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it
-    rope_linear_local: bool = True  # False: sliding layers are not scaled (Gemma 3, as transformers)
+    rope_linear_local: bool = True  # False: sliding layers take no RoPE scaling (Gemma 3, OLMo 3, as transformers)
     rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
     nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3; 1: none does)
     attn_logit_softcap: float = 0.0
@@ -84,6 +87,8 @@ class ArchSpec:
         """Sliding window of layer il in tokens (0 = full context)."""
         if not self.sliding_window:
             return 0
+        if self.swa_layers:
+            return self.sliding_window if self.swa_layers[il] else 0
         if self.sliding_pattern and il % self.sliding_pattern == self.sliding_pattern - 1:
             return 0
         return self.sliding_window
@@ -91,8 +96,12 @@ class ArchSpec:
     def layer_rope_base(self, il: int) -> float:
         return self.rope_base_local if self.rope_base_local and self.layer_window(il) else self.rope_base
 
+    def layer_rope_scaled(self, il: int) -> bool:
+        """Whether layer il takes the RoPE scaling (linear, YaRN, frequency factors)."""
+        return self.rope_linear_local or not self.layer_window(il)
+
     def layer_rope_linear(self, il: int) -> float:
-        return self.rope_linear if self.rope_linear_local or not self.layer_window(il) else 1.0
+        return self.rope_linear if self.layer_rope_scaled(il) else 1.0
 
     def layer_rope(self, il: int) -> bool:
         return not (self.nope_every and (il + 1) % self.nope_every == 0)
@@ -214,11 +223,38 @@ def _granitemoe(meta: dict) -> ArchSpec:
     return _granite_family(meta, "granitemoe", **_moe(Meta(meta, "granitemoe")), moe_gating="softmax_chosen")
 
 
+def _swa(m: Meta, n_layer: int, every: int) -> dict:
+    """attention.sliding_window, and which layers slide: the sliding_window_pattern array (one bool per
+    layer), or its integer n (every n-th layer full), else `every` (as llama.cpp's load_swa_pattern)."""
+    window = m.int("attention.sliding_window", 0, lo=0)
+    if not window:
+        return {}
+    pattern = m.meta.get(m.key("attention.sliding_window_pattern"))
+    if isinstance(pattern, np.ndarray) or isinstance(pattern, (list, tuple)):
+        layers = tuple(bool(x) for x in pattern)
+        if len(layers) != n_layer:
+            raise ModelFileError(f"{m.key('attention.sliding_window_pattern')} has {len(layers)} entries for "
+                                 f"{n_layer} layers")
+        return dict(sliding_window=window, swa_layers=layers)
+    return dict(sliding_window=window, sliding_pattern=m.int("attention.sliding_window_pattern", every))
+
+
 def _olmo2(meta: dict) -> ArchSpec:
     # ref: HF Olmo2DecoderLayer: no input norms, RMSNorm of each block's output before the residual add;
-    # q and k normed over the whole projection before RoPE
-    return ArchSpec(**_common(meta, "olmo2"), rope_neox=True, pre_norm=False, qk_norm=True, qk_norm_full=True,
-                    post_attn_norm=True, post_ffn_norm=True)
+    # q and k normed over the whole projection before RoPE. OLMo 3 (the same GGUF architecture): sliding
+    # layers (3 of every 4 by default), unscaled RoPE on them (llama.cpp: rope_freq_scale_train_swa = 1)
+    c, m = _common(meta, "olmo2"), Meta(meta, "olmo2")
+    return ArchSpec(**c, rope_neox=True, pre_norm=False, qk_norm=True, qk_norm_full=True,
+                    post_attn_norm=True, post_ffn_norm=True, **_swa(m, c["n_layer"], 4), rope_linear_local=False,
+                    rope_base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False))
+
+
+def _seed_oss(meta: dict) -> ArchSpec:
+    # ref: HF SeedOssDecoderLayer, llama.cpp seed-oss.cpp: llama's blocks with q/k/v biases, NeoX RoPE, the
+    # FFN norm named post_attention_norm
+    c, m = _common(meta, "seed_oss"), Meta(meta, "seed_oss")
+    return ArchSpec(**c, rope_neox=True, qkv_bias=True, ffn_norm_name="post_attention_norm",
+                    attn_scale=m.float("attention.scale", 0.0, lo_open=False))
 
 
 def _starcoder2(meta: dict) -> ArchSpec:
@@ -303,8 +339,25 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-BUILDERS = {"llama": _llama, "phi3": _phi3, "gpt2": _gpt2, "smollm3": _smollm3, "starcoder2": _starcoder2, "phi2": _phi2, "granite": _granite, "granitemoe": _granitemoe, "qwen3moe": _qwen3moe, "gpt-oss": _gpt_oss, "olmo2": _olmo2, "qwen2": _qwen2, "qwen3": _qwen3, "gemma": _gemma,
-            "gemma2": _gemma2, "gemma3": _gemma3}
+BUILDERS = {
+    "llama": _llama,
+    "smollm3": _smollm3,
+    "granite": _granite,
+    "granitemoe": _granitemoe,
+    "olmo2": _olmo2,
+    "seed_oss": _seed_oss,
+    "starcoder2": _starcoder2,
+    "phi2": _phi2,
+    "phi3": _phi3,
+    "gpt2": _gpt2,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "qwen3moe": _qwen3moe,
+    "gpt-oss": _gpt_oss,
+    "gemma": _gemma,
+    "gemma2": _gemma2,
+    "gemma3": _gemma3,
+}
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"
 DECLINED = {
