@@ -200,7 +200,8 @@ def sha256(path: Path) -> str:
 
 def rewrite(src: Path, dst: Path, edit):
     """Copies a float32 GGUF file through edit(metadata, tensors): metadata key -> (value, GGUF type, array
-    element type), tensors name -> float32 array (numpy shape, rows first); both dicts edited in place."""
+    element type), tensors name -> float32 array (numpy shape, rows first) or, to write a block format,
+    (raw uint8 bytes, type name, GGUF shape); both dicts edited in place."""
     r = gguf.GGUFReader(src)
     meta = {}
     for f in r.fields.values():
@@ -213,5 +214,8 @@ def rewrite(src: Path, dst: Path, edit):
     for key, (value, vtype, elem) in meta.items():
         w.add(key, value, vtype=vtype, elem_type=elem)
     for name, data in tensors.items():
-        w.add_tensor(name, np.ascontiguousarray(data, np.float32))
+        if isinstance(data, tuple):
+            w.add_tensor(name, data[0], data[1], data[2])
+        else:
+            w.add_tensor(name, np.ascontiguousarray(data, np.float32))
     w.write(dst)

@@ -205,6 +205,38 @@ def test_attention_sinks_are_exercised():
     assert rel_diff(hf_logits(model, ids), ref) > MOVES
 
 
+def test_gpt_oss_with_mxfp4_experts(files, tmp_path):
+    """gpt-oss's experts in MXFP4 (gguf-py's quantizer, as the released files hold them) against
+    transformers given the same, dequantized, expert weights."""
+    from gguf import GGMLQuantizationType, quants
+    model, deq = build(CASES["gpt-oss"]), {}
+
+    def to_mxfp4(meta, tensors):
+        for name in [n for n in tensors if n.endswith("_exps.weight")]:
+            w = tensors[name]  # [n_expert, rows, k]
+            raw = quants.quantize(w.reshape(-1, w.shape[-1]), GGMLQuantizationType.MXFP4)
+            deq[name] = quants.dequantize(raw, GGMLQuantizationType.MXFP4).reshape(w.shape)
+            tensors[name] = (raw.reshape(-1), "MXFP4", tuple(reversed(w.shape)))
+    rewrite(files["gpt-oss"], tmp_path / "mxfp4.gguf", to_mxfp4)
+    with torch.no_grad():  # the HF layout: gate_up_proj [E, d, 2 ff] with gate and up interleaved, down [E, ff, d]
+        for i, layer in enumerate(model.model.layers):
+            ex = layer.mlp.experts
+            ex.gate_up_proj[..., ::2] = torch.from_numpy(deq[f"blk.{i}.ffn_gate_exps.weight"]).transpose(1, 2)
+            ex.gate_up_proj[..., 1::2] = torch.from_numpy(deq[f"blk.{i}.ffn_up_exps.weight"]).transpose(1, 2)
+            ex.down_proj[:] = torch.from_numpy(deq[f"blk.{i}.ffn_down_exps.weight"]).transpose(1, 2)
+    ids = token_ids(300)
+    llm = llamay.load(tmp_path / "mxfp4.gguf", threads=1, kv="f32", n_ctx=N_CTX)
+    assert llm.decoder.layers[0].up_exps.qtype.name == "MXFP4"
+    got, want = llm.logits(ids), hf_logits(model, ids)
+    # The MXFP4 matmuls read 8-bit activations (as llama.cpp's do): ~1% per position on this model, and
+    # where that flips a router's choice (position 1 here) far more, so the median is the measure
+    per_position = np.abs(got - want).max(1) / np.abs(want).max()
+    assert np.median(per_position) < 2e-2, np.round(per_position, 4)
+    assert np.array_equal(llamay.load(tmp_path / "mxfp4.gguf", threads=2, kv="f32", n_ctx=N_CTX).logits(ids), got)
+    ctx = llm.create_context(ids[:1])
+    assert np.array_equal(np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]]), got)
+
+
 def test_longrope_short_factors_within_the_original_context(files):
     """A context no longer than the original 16 takes LongRoPE's short factors, as transformers does for a
     sequence no longer than that; the long ones (the case's 24 tokens) would be far off there."""

@@ -13,6 +13,10 @@ E, K, D, FF = 8, 3, 64, 96
 
 
 def experts(m: int, k: int, qtype: str) -> QExperts:
+    if qtype == "MXFP4":  # e8m0 scale byte, 16 bytes of e2m1 nibbles
+        raw = rng.integers(0, 256, (E * m, k // 32, 17), dtype=np.uint8)
+        raw[..., 0] = rng.integers(118, 126, (E * m, k // 32))
+        return QExperts(raw.reshape(-1), "MXFP4", E, m, k)
     if qtype == "F32":
         return QExperts(rng.standard_normal((E, m, k)).astype(np.float32).view(np.uint8).reshape(-1), "F32", E, m, k)
     raw = rng.integers(0, 256, (E * m, k // 32, 34), dtype=np.uint8)  # Q8_0 blocks: f16 scale, 32 int8
@@ -20,7 +24,7 @@ def experts(m: int, k: int, qtype: str) -> QExperts:
     return QExperts(raw.reshape(-1), "Q8_0", E, m, k)
 
 
-WEIGHTS = {q: (experts(FF, D, q), experts(FF, D, q), experts(D, FF, q)) for q in ("F32", "Q8_0")}
+WEIGHTS = {q: (experts(FF, D, q), experts(FF, D, q), experts(D, FF, q)) for q in ("F32", "Q8_0", "MXFP4")}
 
 
 def moe(x0: np.ndarray, logits0: np.ndarray, qtype: str, gating: str, nthreads: int = 2):
@@ -41,7 +45,7 @@ def dense(w: QExperts, e: int) -> np.ndarray:
     return w.raw.view(np.float32).reshape(E, w.m, w.k)[e].astype(np.float64)
 
 
-@pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0", "MXFP4"])
 @pytest.mark.parametrize("gating", ["softmax", "softmax_chosen"])
 def test_a_token_gets_the_bits_it_gets_alone(qtype, gating):
     x0 = rng.standard_normal((13, D)).astype(np.float32)
