@@ -129,6 +129,13 @@ CASES = {
                        dict(num_hidden_layers=3, head_dim=32, tie_word_embeddings=True,
                             rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
                                                  original_max_position_embeddings=64))),
+    # Ministral 3: llama's blocks, YaRN with mscale_all_dim, and Llama 4's attention temperature on the
+    # queries at positions past the original 8 (24 tokens: two steps of it)
+    "mistral3": Case("mistral3", "Ministral3ForCausalLM", "Ministral3Config",
+                     dict(num_hidden_layers=3, tie_word_embeddings=False, **NO_SPECIALS,
+                          rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0, beta_fast=32.0,
+                                               beta_slow=1.0, mscale=1.0, mscale_all_dim=0.5,
+                                               original_max_position_embeddings=8, llama_4_scaling_beta=0.3))),
     # Qwen3-MoE: 8 experts of 32, 2 per token, weights renormalized over them (norm_topk_prob)
     "qwen3moe": Case("qwen3moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
                      dict(num_hidden_layers=3, head_dim=32, num_experts=8, num_experts_per_tok=2,

@@ -173,6 +173,10 @@ def test_gemma3_features_are_exercised(change):
                                           ("granitemoe", dict(num_experts_per_tok=2)),
                                           ("gpt-oss", dict(sliding_window=1000)),
                                           ("olmo3", dict(sliding_window=1000)),
+                                          ("mistral3", dict(rope_parameters={
+                                              **CASES["mistral3"].extra["rope_parameters"], "llama_4_scaling_beta": 0.0})),
+                                          ("mistral3", dict(rope_parameters={
+                                              **CASES["mistral3"].extra["rope_parameters"], "mscale_all_dim": 1.0})),
                                           ("gpt-oss", dict(num_experts_per_tok=3)),
                                           ("gpt-oss", dict(rope_parameters={**CASES["gpt-oss"].extra["rope_parameters"],
                                                                             "truncate": True}))])
@@ -184,7 +188,7 @@ def test_family_features_are_exercised(name, change):
 
 
 @pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear", "gemma2-linear", "phi3", "gpt-oss",
-                                  "qwen3-yarn", "olmo3-yarn"])
+                                  "qwen3-yarn", "olmo3-yarn", "mistral3"])
 def test_rope_scaling_is_exercised(name):
     """Each RoPE scaling case moves the reference by far more than the tolerance the engine meets, and
     the band factors of Llama 3 are neither all 1 nor all `factor`."""

@@ -1,6 +1,6 @@
-"""The lookup formats IQ4_NL, IQ4_XS and MXFP4 (csrc/q32.h): numpy dequantization == gguf-py's bit for bit;
-matmul equal on every kernel path, for any thread count and batch, and equal to the canonical per-block
-sum computed in float64 from gguf-py's dequantized weights."""
+"""The lookup formats IQ4_NL, IQ4_XS, MXFP4 and the ternary TQ1_0, TQ2_0 (csrc/q32.h): numpy dequantization
+== gguf-py's bit for bit; matmul equal on every kernel path, for any thread count and batch, and equal to
+the canonical per-block sum computed in float64 from gguf-py's dequantized weights."""
 import numpy as np
 import pytest
 
@@ -11,7 +11,7 @@ from llamay.kernels.matmul import QWeight, matmul, quantize_act
 gquants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
 
-LUT = ["IQ4_NL", "IQ4_XS", "MXFP4"]
+LUT = ["IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"]
 rng = np.random.default_rng(9)
 
 
@@ -19,10 +19,13 @@ def random_blocks(name: str, n_blocks: int) -> np.ndarray:
     """Random blocks [n_blocks, type_size] with scales in a sane range."""
     qt = BY_NAME[name]
     raw = rng.integers(0, 256, (n_blocks, qt.type_size), dtype=np.uint8)
+    scale = rng.uniform(-0.02, 0.02, (n_blocks, 1)).astype(np.float16).view(np.uint8)
     if name == "MXFP4":
         raw[:, 0] = rng.integers(118, 128, n_blocks)  # 2^-10 .. 2^-1
+    elif name.startswith("TQ"):
+        raw[:, -2:] = scale  # d last
     else:
-        raw[:, 0:2] = rng.uniform(-0.02, 0.02, (n_blocks, 1)).astype(np.float16).view(np.uint8)
+        raw[:, 0:2] = scale
     if name == "MXFP4":
         raw[:3, 0] = [0, 1, 255]  # the denormal scales and the largest
     return raw

@@ -151,9 +151,22 @@ def _mxfp4(b):  # e u8 (2^(e - 128), ggml's e8m0 "half") | qs[16], values from t
     return d * _lut(b[:, 1:], _KV_MXFP4)
 
 
+def _tq1_0(b):  # qs[48] (5 trits per byte: 32 bytes x 5, then 16 x 5) | qh[4] (4 trits each) | d f16
+    def trits(x: np.ndarray, n: int) -> np.ndarray:  # byte * 3^i (mod 256), its top trit: (q * 3) >> 8
+        q = x[:, None, :] * (np.uint8(3) ** np.arange(n, dtype=np.uint8)).reshape(1, n, 1)
+        return ((q.astype(np.uint16) * 3) >> 8).reshape(len(x), -1)
+    t = np.concatenate([trits(b[:, 0:32], 5), trits(b[:, 32:48], 5), trits(b[:, 48:52], 4)], axis=1)
+    return _f16(b[:, 52:54]) * (t.astype(np.int8) - np.int8(1)).astype(np.float32)
+
+
+def _tq2_0(b):  # qs[64]: element 128 g + 32 l + m is bits 2l, 2l + 1 of byte 32 g + m, minus 1 | d f16
+    q = _bits(b[:, 0:64].reshape(-1, 2, 32), 2, 4).reshape(len(b), -1)
+    return _f16(b[:, 64:66]) * (q.astype(np.int8) - np.int8(1)).astype(np.float32)
+
+
 _BLOCK_FORMATS = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0,
                   "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
-                  "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs, "MXFP4": _mxfp4}
+                  "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs, "MXFP4": _mxfp4, "TQ1_0": _tq1_0, "TQ2_0": _tq2_0}
 _FLOAT_FORMATS = {
     "F32": lambda raw: raw.view("<f4").copy(),
     "F16": lambda raw: raw.view("<f2").astype(np.float32),

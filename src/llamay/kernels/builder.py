@@ -250,6 +250,16 @@ class Builder:
                  writes=(x,), keep=(batch,), reads=(x,) if factors is None else (x, factors))
         return x
 
+    def position_scale(self, x: np.ndarray, batch: BatchSlot, beta: float, floor: int) -> np.ndarray:
+        """In place: token t's row of x times 1 + beta * ln(1 + floor(pos_t / floor)) (Llama 4's attention
+        temperature; 1 exactly below `floor`)."""
+        _f32(x, "x")
+        if x.ndim != 2 or x.shape[0] != batch.n_tokens or floor < 1:
+            raise ValueError(f"position scale of x {x.shape} over {batch.n_tokens} tokens, floor {floor}")
+        self._op("pos_scale", (x, batch.pos), (batch.n_tokens, x.shape[1], floor), (beta,), writes=(x,),
+                 keep=(batch,), reads=(x,))
+        return x
+
     def kv_write(self, pool, layer: int, k: np.ndarray, v: np.ndarray, batch: BatchSlot):
         """K and V [n, n_kv_head * head_dim] of the batch's tokens into the pool's layer, at their slots."""
         shape = (batch.n_tokens, pool.n_kv_head * pool.head_dim)

@@ -32,6 +32,8 @@ class ForwardGraph:
             if s.layer_rope(il):
                 b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
                 b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
+            if s.attn_temp_scale:
+                b.position_scale(q, self.batch, s.attn_temp_scale, s.attn_temp_floor)
             b.kv_write(pool, il, k, v, self.batch)
             attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap,
                                sinks=L.sinks)

@@ -29,6 +29,10 @@ def yarn_factors(n_rot: int, base: float, factor: float, n_ctx_orig: int, beta_f
     return (1.0 / ((1.0 - extrapolate) / factor + extrapolate)).astype(np.float32)
 
 
-def yarn_mscale(factor: float) -> float:
-    """YaRN's default attention factor: 0.1 ln(factor) + 1 (1 for factor <= 1)."""
-    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+def yarn_mscale(factor: float, mscale_all_dim: float = 0.0) -> float:
+    """YaRN's default attention factor: get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1), or with
+    mscale_all_dim (GGUF rope.scaling.yarn_log_multiplier) get_mscale(factor, 1) / get_mscale(factor,
+    mscale_all_dim), as transformers (mscale 1) and llama.cpp compute it."""
+    def get(m: float) -> float:
+        return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return get(1.0) / get(mscale_all_dim) if mscale_all_dim else get(1.0)

@@ -74,6 +74,8 @@ class ArchSpec:
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
     yarn_truncate: bool = True  # the ramp's ends rounded to whole pairs (llama.cpp; not gpt-oss)
+    attn_temp_scale: float = 0.0  # > 0: queries times 1 + it * ln(1 + floor(pos / attn_temp_floor)) (Ministral 3)
+    attn_temp_floor: int = 0
 
     @property
     def kv_dim(self) -> int:
@@ -150,7 +152,8 @@ def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
         yarn = dict(rope_yarn=factor, n_ctx_orig=m.int("rope.scaling.original_context_length"),
                     yarn_beta_fast=m.float("rope.scaling.yarn_beta_fast", 32.0, hi=1e4),
                     yarn_beta_slow=m.float("rope.scaling.yarn_beta_slow", 1.0, hi=1e4),
-                    rope_mscale=m.float("rope.scaling.yarn_attn_factor", yarn_mscale(factor), hi=100.0))
+                    rope_mscale=m.float("rope.scaling.yarn_attn_factor", yarn_mscale(
+                        factor, m.float("rope.scaling.yarn_log_multiplier", 0.0, lo_open=False, hi=100.0)), hi=100.0))
     m.int("pooling_type", 0, lo=0, hi=4)  # a llama_pooling_type (encoder_spec.POOLING); Embedder.for_llm reads it
     return dict(
         arch=arch, n_layer=m.int("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
@@ -167,6 +170,18 @@ def _llama(meta: dict) -> ArchSpec:
     c = _common(meta, "llama")
     window = Meta(meta, "llama").int("attention.sliding_window", 0, lo=0)
     return ArchSpec(**c, rope_neox=False, sliding_window=window, rope_freqs=True)
+
+
+def _mistral3(meta: dict) -> ArchSpec:
+    # ref: HF Ministral3Attention, llama.cpp mistral3.cpp: llama's blocks (q/k permuted as llama's), YaRN with
+    # mscale_all_dim (rope.scaling.yarn_log_multiplier), and Llama 4's attention temperature on the queries
+    # past the original context (attention.temperature_scale; the floor is the original context)
+    c, m = _common(meta, "mistral3"), Meta(meta, "mistral3")
+    temp = m.float("attention.temperature_scale", 0.0, lo_open=False, hi=100.0)
+    if temp and not c.get("n_ctx_orig"):
+        raise ModelFileError("mistral3: attention.temperature_scale needs rope.scaling.original_context_length")
+    return ArchSpec(**c, rope_neox=False, attn_temp_scale=temp, attn_temp_floor=c.get("n_ctx_orig", 0),
+                    attn_scale=m.float("attention.scale", 0.0, lo_open=False))
 
 
 def _qwen2(meta: dict) -> ArchSpec:
@@ -350,6 +365,7 @@ BUILDERS = {
     "phi2": _phi2,
     "phi3": _phi3,
     "gpt2": _gpt2,
+    "mistral3": _mistral3,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
     "qwen3moe": _qwen3moe,

@@ -202,3 +202,15 @@ void ly_softcap_slice(const ly_node *nd, int ith, int nth) {
     if (ly_avx2) { softcap_avx2(x, lo, hi, nd->f[0]); return; }
     for (int64_t i = lo; i < hi; i++) x[i] = softcap_one(x[i], nd->f[0]);
 }
+
+/* Llama 4's attention temperature on the queries (POS_SCALE). Shares: tokens. */
+void ly_pos_scale_slice(const ly_node *nd, int ith, int nth) {
+    float *x = nd->p[0];
+    const int32_t *pos = nd->p[1];
+    int64_t d = nd->n[1], lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float s = (float)(1.0 + (double)nd->f[0] * log(1.0 + floor((double)pos[t] / (double)nd->n[2])));
+        for (int64_t i = 0; i < d; i++) x[t * d + i] = x[t * d + i] * s;
+    }
+}

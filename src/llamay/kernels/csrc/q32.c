@@ -7,8 +7,26 @@
 static const ly_q32_fmt FORMATS[] = {
     {LY_Q4_0, 18, -1, 2, 0, 8}, {LY_Q4_1, 20, -1, 4, 1, 0}, {LY_Q5_0, 22, 2, 6, 0, 16},
     {LY_Q5_1, 24, 4, 8, 1, 0}, {LY_Q8_0, 34, -1, 2, 0, 0}, {LY_IQ4_NL, 18, -1, 2, 0, 0},
-    {LY_MXFP4, 17, -1, 1, 0, 0}, {LY_IQ4_XS, 136, -1, 8, 0, 0}, /* IQ4_XS: per superblock of 8 blocks */
+    {LY_MXFP4, 17, -1, 1, 0, 0}, {LY_IQ4_XS, 136, -1, 8, 0, 0}, /* IQ4_XS, TQ*: per superblock of 8 blocks */
+    {LY_TQ1_0, 54, -1, 0, 0, 0}, {LY_TQ2_0, 66, -1, 0, 0, 0},
 };
+
+/* A ternary superblock -> its 256 values (q32.h). */
+static void decode_ternary(int type, const uint8_t *sb, int32_t v[256]) {
+    if (type == LY_TQ2_0) {
+        for (int g = 0; g < 2; g++)
+            for (int l = 0; l < 4; l++)
+                for (int m = 0; m < 32; m++) v[128 * g + 32 * l + m] = ((sb[32 * g + m] >> (2 * l)) & 3) - 1;
+        return;
+    }
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    for (int i = 0; i < 5; i++) {
+        for (int m = 0; m < 32; m++) v[32 * i + m] = (((uint8_t)(sb[m] * pow3[i]) * 3) >> 8) - 1;
+        for (int m = 0; m < 16; m++) v[160 + 16 * i + m] = (((uint8_t)(sb[32 + m] * pow3[i]) * 3) >> 8) - 1;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int m = 0; m < 4; m++) v[240 + 4 * i + m] = (((uint8_t)(sb[48 + m] * pow3[i]) * 3) >> 8) - 1;
+}
 
 const ly_q32_fmt *ly_q32_format(int type) {
     for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++)
@@ -45,6 +63,12 @@ static void decode_block(const ly_q32_fmt *f, const uint8_t *blk, int32_t v[32])
 static void decode_row(const ly_q32_fmt *f, const uint8_t *row, int64_t nb, int32_t *v, float *dw, float *mw) {
     for (int64_t b = 0; b < nb; b++) {
         mw[b] = 0.0f;
+        if (f->type == LY_TQ1_0 || f->type == LY_TQ2_0) {
+            const uint8_t *sb = row + b / 8 * f->size;
+            if (b % 8 == 0) decode_ternary(f->type, sb, v + b * 32);
+            dw[b] = ly_f16_to_f32(rd16(sb + f->size - 2));
+            continue;
+        }
         if (f->type == LY_IQ4_XS) {
             const uint8_t *sb = row + b / 8 * f->size;
             decode_block(f, sb + f->qs + 16 * (b % 8), v + b * 32);
@@ -90,6 +114,11 @@ static void tile_portable(const ly_q32_fmt *f, const uint8_t *w, size_t row_byte
     free(dw);
 }
 
+#define TILE_PORTABLE(NAME, TYPE)                                                                           \
+    static void NAME##_portable(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,        \
+                                int64_t t0, int64_t t1, float *y, int64_t ldy) {                             \
+        tile_portable(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                               \
+    }
 #define TILES256(NAME, TYPE)                                                                                \
     static void NAME##_portable(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,        \
                                 int64_t t0, int64_t t1, float *y, int64_t ldy) {                             \
@@ -117,6 +146,8 @@ TILES(q8_0, LY_Q8_0)
 TILES256(iq4_nl, LY_IQ4_NL)
 TILES256(iq4_xs, LY_IQ4_XS)
 TILES256(mxfp4, LY_MXFP4)
+TILE_PORTABLE(tq1_0, LY_TQ1_0)
+TILE_PORTABLE(tq2_0, LY_TQ2_0)
 
 #define PICK(name) (ly_avx512 ? name##_avx512 : ly_avxvnni ? name##_avxvnni : ly_avx2 ? name##_avx2 : name##_portable)
 /* The lookup formats have 256-bit tiles only: the AVX-512 path runs the AVX-VNNI one (the AVX2 one on a CPU
@@ -133,6 +164,8 @@ ly_tile_fn ly_tile_q32(int type) {
     case LY_IQ4_NL: return PICK256(iq4_nl);
     case LY_IQ4_XS: return PICK256(iq4_xs);
     case LY_MXFP4: return PICK256(mxfp4);
+    case LY_TQ1_0: return tq1_0_portable; /* every path: no SIMD tile */
+    case LY_TQ2_0: return tq2_0_portable;
     default: return ly_tile_float(type);
     }
 }

@@ -14,14 +14,18 @@
  *   the denormals 2^-127, 2^-126 halved), table = the e2m1 values doubled.
  *   IQ4_XS, 256-element superblocks of 8 such 32-blocks: d f16 | scales_h u16 | scales_l[4] | qs[128];
  *   block ib's 6-bit scale ls = nibble ib % 2 of scales_l[ib / 2] | bits 2 ib, 2 ib + 1 of scales_h << 4,
- *   dw = d * (float)(ls - 32) (exact in float), its qs at 8 + 16 ib, table = IQ4_NL's. */
+ *   dw = d * (float)(ls - 32) (exact in float), its qs at 8 + 16 ib, table = IQ4_NL's.
+ * Ternary formats, 256-element superblocks, v in {-1, 0, 1}, dw = d for each of the 8 32-blocks (portable only):
+ *   TQ2_0: qs[64] | d f16; element 128 g + 32 l + m = bits 2l, 2l + 1 of qs[32 g + m], minus 1.
+ *   TQ1_0: qs[48] | qh[4] | d f16; a byte holds 5 (qh: 4) trits, the i-th = ((uint8)(byte * 3^i) * 3) >> 8;
+ *   elements 32 i + m from qs[m] (m < 32), 160 + 16 i + m from qs[32 + m], 240 + 4 i + m from qh[m]; minus 1. */
 #ifndef LLAMAY_Q32_H
 #define LLAMAY_Q32_H
 #include "matmul.h"
 #include <string.h>
 
 enum { LY_F32 = 0, LY_F16 = 1, LY_Q4_0 = 2, LY_Q4_1 = 3, LY_Q5_0 = 6, LY_Q5_1 = 7, LY_Q8_0 = 8, LY_IQ4_NL = 20,
-       LY_IQ4_XS = 23, LY_BF16 = 30, LY_MXFP4 = 39 };
+       LY_IQ4_XS = 23, LY_BF16 = 30, LY_TQ1_0 = 34, LY_TQ2_0 = 35, LY_MXFP4 = 39 };
 
 static const int8_t LY_KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 static const int8_t LY_KV_MXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
