@@ -136,6 +136,12 @@ CASES = {
                           rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0, beta_fast=32.0,
                                                beta_slow=1.0, mscale=1.0, mscale_all_dim=0.5,
                                                original_max_position_embeddings=8, llama_4_scaling_beta=0.3))),
+    # Qwen2-MoE: 8 experts of 32, 2 per token, not renormalized, and a shared expert of 48 behind a
+    # sigmoid gate
+    "qwen2moe": Case("qwen2moe", "Qwen2MoeForCausalLM", "Qwen2MoeConfig",
+                     dict(num_hidden_layers=3, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                          shared_expert_intermediate_size=48, norm_topk_prob=False, tie_word_embeddings=False,
+                          decoder_sparse_step=1, mlp_only_layers=[], **NO_SPECIALS)),
     # Qwen3-MoE: 8 experts of 32, 2 per token, weights renormalized over them (norm_topk_prob)
     "qwen3moe": Case("qwen3moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
                      dict(num_hidden_layers=3, head_dim=32, num_experts=8, num_experts_per_tok=2,

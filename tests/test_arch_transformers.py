@@ -173,6 +173,7 @@ def test_gemma3_features_are_exercised(change):
                                           ("granitemoe", dict(num_experts_per_tok=2)),
                                           ("gpt-oss", dict(sliding_window=1000)),
                                           ("olmo3", dict(sliding_window=1000)),
+                                          ("qwen2moe", dict(shared_expert_intermediate_size=16)),
                                           ("mistral3", dict(rope_parameters={
                                               **CASES["mistral3"].extra["rope_parameters"], "llama_4_scaling_beta": 0.0})),
                                           ("mistral3", dict(rope_parameters={
@@ -307,3 +308,20 @@ def test_llamay_verify_passes(files, name, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.count("  ok  ") >= 8 and "FAIL" not in out, out
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("qwen3moe.expert_used_count", 9, "expert_used_count"),  # more than the 8 experts
+    ("qwen3moe.expert_used_count", 0, "expert_used_count"),
+    ("qwen3moe.expert_count", 4, "shape"),  # the tensors hold 8
+    ("qwen3moe.rope.scaling.yarn_beta_fast", -1.0, "yarn_beta_fast"),
+])
+def test_hostile_moe_and_rope_metadata_refused(files, tmp_path, key, value, match):
+    def spoil(meta, tensors):
+        if key.endswith("yarn_beta_fast"):
+            meta["qwen3moe.rope.scaling.type"] = ("yarn", 8, None)
+            meta["qwen3moe.rope.scaling.factor"] = (4.0, 6, None)
+            meta["qwen3moe.rope.scaling.original_context_length"] = (64, 4, None)
+        meta[key] = (value, 6 if isinstance(value, float) else 4, None)
+    with pytest.raises(ModelFileError, match=match):
+        llamay.load(_edited(files, tmp_path, "qwen3moe", spoil))

@@ -78,7 +78,7 @@ def test_output_is_row_major_and_owned():
     assert np.array_equal(out[1].view(np.uint32), ref[1].view(np.uint32))
 
 
-@pytest.mark.parametrize("name", ["IQ2_XXS", "Q8_K", "TQ1_0", "I32"])
+@pytest.mark.parametrize("name", ["IQ2_XXS", "Q8_K", "IQ1_S", "I32"])
 def test_unsupported_type_names_the_type(name):
     qt = BY_NAME[name]
     with pytest.raises(GGUFError, match=name):

@@ -98,3 +98,14 @@ def test_bad_route_operands_fail_when_built():
         b.gather(b.tensor(3, D), route)
     with pytest.raises(ValueError, match="shape"):
         b.matmul_experts(b.tensor(2 * K, D + 32), WEIGHTS["F32"][0], route)
+
+
+def test_sigmoid_scale_is_the_float_math():
+    y0 = rng.standard_normal((5, 40)).astype(np.float32)
+    g0 = (rng.standard_normal((5, 1)) * 4).astype(np.float32)
+    b = Builder()
+    y, g = b.tensor(5, 40), b.tensor(5, 1)
+    b.sigmoid_scale(y, g)
+    y[:], g[:] = y0, g0
+    b.run(2)
+    np.testing.assert_allclose(y, y0 / (1 + np.exp(-g0.astype(np.float64))), rtol=1e-6)

@@ -233,6 +233,15 @@ class Builder:
                  reads=(y, route.weights, route.pos))
         return out
 
+    def sigmoid_scale(self, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """In place: row t of y [n, d] times sigmoid(g[t]), g [n, 1] (a shared expert's gate)."""
+        _f32(y, "y")
+        if y.ndim != 2:
+            raise ValueError(f"y of {y.shape} must be [n, d]")
+        _f32(g, "g", (y.shape[0], 1))
+        self._op("sigmoid_scale", (y, g), (y.shape[0], y.shape[1]), writes=(y,), reads=(y, g))
+        return y
+
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
              neox: bool, factors: np.ndarray | None = None, linear: float = 1.0, mscale: float = 1.0) -> np.ndarray:
         """In place on x [n, heads * head_dim], at the batch's positions. factors [n_rot / 2]: each pair's

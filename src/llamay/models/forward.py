@@ -68,7 +68,11 @@ def _moe(b: Builder, s: ArchSpec, L, inp):
     xg = b.gather(inp, route)
     up = b.matmul_experts(xg, L.up_exps, route, bias=L.up_exps_bias)
     hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, s.act)
-    return b.moe_combine(b.matmul_experts(hg, L.down_exps, route, bias=L.down_exps_bias), route)
+    out = b.moe_combine(b.matmul_experts(hg, L.down_exps, route, bias=L.down_exps_bias), route)
+    if L.up_shexp is not None:  # + sigmoid(inp . g) * the shared expert's FFN
+        shared = b.gated(b.matmul(inp, L.gate_shexp), b.matmul(inp, L.up_shexp), s.act)
+        b.add(out, b.sigmoid_scale(b.matmul(shared, L.down_shexp), b.matmul(inp, L.shexp_gate_inp)))
+    return out
 
 
 def _norm(b: Builder, s: ArchSpec, x, w, bias, out):

@@ -68,6 +68,7 @@ class ArchSpec:
     moe_gating: str = "softmax"  # their weights: softmax over all experts, or 'softmax_chosen' (over the k)
     moe_norm: bool = False  # weights divided by their sum (Qwen3-MoE's norm_topk_prob)
     moe_bias: bool = False  # biases on the router and on every expert's projections (gpt-oss)
+    n_ff_shared: int = 0  # > 0: a shared expert of this width beside the routed ones, gated by sigmoid(x . g)
     attn_sinks: bool = False  # a learned logit per head joins each softmax's denominator (gpt-oss)
     ffn_norm_name: str = "ffn_norm"  # the FFN input norm's GGUF name (gpt-oss: post_attention_norm)
     rope_yarn: float = 0.0  # > 0: YaRN scaling by this factor over an original context of n_ctx_orig
@@ -198,6 +199,14 @@ def _moe(m: Meta) -> dict:
     """The router's settings: expert_count experts, expert_used_count of them per token."""
     n_expert = m.int("expert_count")
     return dict(n_expert=n_expert, n_expert_used=m.int("expert_used_count", hi=min(n_expert, MAX_EXPERTS_USED)))
+
+
+def _qwen2moe(meta: dict) -> ArchSpec:
+    # ref: HF Qwen2MoeSparseMoeBlock, llama.cpp qwen2moe.cpp: softmax over all experts, top-k, not
+    # renormalized; a shared expert of expert_shared_feed_forward_length scaled by sigmoid(x . gate) added
+    c, m = _common(meta, "qwen2moe"), Meta(meta, "qwen2moe")
+    return ArchSpec(**c, rope_neox=True, qkv_bias=True, **_moe(m),
+                    n_ff_shared=m.int("expert_shared_feed_forward_length", c["n_ff"]))
 
 
 def _qwen3moe(meta: dict) -> ArchSpec:
@@ -368,6 +377,7 @@ BUILDERS = {
     "mistral3": _mistral3,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
+    "qwen2moe": _qwen2moe,
     "qwen3moe": _qwen3moe,
     "gpt-oss": _gpt_oss,
     "gemma": _gemma,

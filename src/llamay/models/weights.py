@@ -46,6 +46,11 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
             t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
     if s.attn_sinks:
         t["sinks"] = ("attn_sinks.weight", _vec(s.n_head))
+    if s.n_ff_shared:
+        sh = s.n_ff_shared
+        t.update(shexp_gate_inp=("ffn_gate_inp_shexp.weight", _mat(d, 1)),  # as llama.cpp's converter writes it
+                 gate_shexp=("ffn_gate_shexp.weight", _mat(d, sh)), up_shexp=("ffn_up_shexp.weight", _mat(d, sh)),
+                 down_shexp=("ffn_down_shexp.weight", _mat(sh, d)))
     if s.moe_bias:
         t.update(router_bias=("ffn_gate_inp.bias", _vec(s.n_expert)),
                  up_exps_bias=("ffn_up_exps.bias", Expect((ff, s.n_expert), VECTOR)),
@@ -123,6 +128,10 @@ class Layer:
     gate_exps_bias: np.ndarray | None = None
     down_exps_bias: np.ndarray | None = None  # [n_expert, n_embd]
     sinks: np.ndarray | None = None  # [n_head]
+    shexp_gate_inp: QWeight | None = None  # a shared expert: its gate's logit (a matrix of one row), its FFN
+    gate_shexp: QWeight | None = None
+    up_shexp: QWeight | None = None
+    down_shexp: QWeight | None = None
     attn_norm: np.ndarray | None = None
     ffn_norm: np.ndarray | None = None
     attn_norm_b: np.ndarray | None = None

@@ -214,3 +214,15 @@ void ly_pos_scale_slice(const ly_node *nd, int ith, int nth) {
         for (int64_t i = 0; i < d; i++) x[t * d + i] = x[t * d + i] * s;
     }
 }
+
+/* A shared expert's gate (SIGMOID_SCALE): exp is mathfn.h's. Shares: rows. */
+void ly_sigmoid_scale_slice(const ly_node *nd, int ith, int nth) {
+    float *y = nd->p[0];
+    const float *g = nd->p[1];
+    int64_t d = nd->n[1], lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float s = 1.0f / (1.0f + ly_exp(-g[t]));
+        for (int64_t i = 0; i < d; i++) y[t * d + i] = y[t * d + i] * s;
+    }
+}
