@@ -252,6 +252,16 @@ def test_longrope_short_factors_within_the_original_context(files):
     assert rel_diff(hf_logits(model, ids)[:16], want) > MOVES
 
 
+def test_a_snapshot_keeps_its_longrope_factors(files, tmp_path):
+    """Keys rotated with LongRoPE's short factors are refused by a model running the long ones."""
+    short = llamay.load(files["phi3"], threads=1, n_ctx=16)
+    short.create_context(token_ids(300)[:8]).save(tmp_path / "s.llamayctx")
+    assert np.array_equal(short.restore_context(tmp_path / "s.llamayctx").extend([5]),
+                          short.create_context(token_ids(300)[:8] + [5]).logits)
+    with pytest.raises(llamay.engine.SnapshotError, match="LongRoPE's short factors"):
+        llamay.load(files["phi3"], threads=1, n_ctx=64).restore_context(tmp_path / "s.llamayctx")
+
+
 def test_llama3_band_factors_are_exercised(files):
     """llama.cpp's converter wrote Llama 3's per-pair factors: neither all 1 nor all `factor`."""
     factors = GGUFReader(files["llama3-rope"]).array("rope_freqs.weight")

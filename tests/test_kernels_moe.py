@@ -109,3 +109,11 @@ def test_sigmoid_scale_is_the_float_math():
     y[:], g[:] = y0, g0
     b.run(2)
     np.testing.assert_allclose(y, y0 / (1 + np.exp(-g0.astype(np.float64))), rtol=1e-6)
+
+
+def test_nan_router_logits_still_route_every_row_once():
+    """NaN logits (a hostile file's weights) choose the first k experts and never index out of range."""
+    logits0 = np.full((3, E), np.nan, np.float32)
+    _, route = moe(rng.standard_normal((3, D)).astype(np.float32), logits0, "F32", "softmax")
+    assert list(route.offs[:K + 1]) == [0, 3, 6, 9] and route.offs[-1] == 3 * K
+    assert sorted(route.order.tolist()) == list(range(3 * K))

@@ -28,6 +28,8 @@ def save(llm, ctx_id: int, path: str):
     layers = [[pool.page_view(a)[pages].reshape(len(pages), -1) for a in arrs] for arrs in (pool.k, pool.v)]
     matcher = runner.record(ctx_id).matcher
     meta = {"grammar": matcher.state()} if matcher is not None else {}
+    if llm.decoder.rope_variant:
+        meta["rope_factors"] = llm.decoder.rope_variant
     header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32), meta)
     write_snapshot(path, header, layers[0], layers[1], logits=logits)
 
@@ -67,6 +69,11 @@ def restore(llm, path: str, matcher=None) -> int:
     runner = llm.runner
     with SnapshotFile(path) as f:
         check_compatible(f.header, weights_digest(llm.path), geometry(llm))
+        made = f.header.meta.get("rope_factors")
+        if made != llm.decoder.rope_variant:  # LongRoPE: its keys were rotated with the other factor set
+            raise SnapshotError(f"snapshot's keys were rotated with LongRoPE's {made or 'no'} factors, this "
+                                f"model runs its {llm.decoder.rope_variant or 'no'} ones (the context size "
+                                "picks them): load it with the context the snapshot was made with")
         tokens = [int(t) for t in f.header.token_ids]
         if len(tokens) > llm.n_ctx:
             raise SnapshotError(f"snapshot holds {len(tokens)} tokens, the context is {llm.n_ctx}")

@@ -31,6 +31,8 @@ class Decoder:
         self.governor = Governor()
         self.layers, self.embed, self.output_norm, self.output, self.rope_factors = load_weights(reader, spec, n_ctx)
         self.positions = Embedding(reader, "position_embd.weight") if spec.learned_pos else None
+        # which LongRoPE factors rotated the cached keys: a snapshot must be restored under the same
+        self.rope_variant = spec.long_short(n_ctx) if spec.rope_long_short and self.rope_factors is not None else None
         self._plans: OrderedDict = OrderedDict()
 
     def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.builder import MAX_EXPERTS_USED
-from .rope import yarn_mscale
 from .checks import MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
+from .rope import yarn_mscale
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ArchSpec:
     rope_base: float
     n_rot: int
     rope_neox: bool  # pairs (i, i + n_rot/2) instead of (2i, 2i+1)
-    act: str = "silu"  # FFN activation: "silu" | "gelu_tanh" | "swiglu_oai" (gpt-oss: clamped, x sigmoid(1.702 x) (up + 1))
+    act: str = "silu"  # FFN activation: "silu" | "gelu_tanh" | "swiglu_oai" (gpt-oss's clamped SwiGLU)
     gated_ffn: bool = True  # down(act(gate) * up); False: down(act(up)) (StarCoder 2, GPT-2)
     layer_norm: bool = False  # LayerNorm with bias instead of RMSNorm, every norm
     o_bias: bool = False  # bias on the attention output projection
@@ -105,6 +105,10 @@ class ArchSpec:
 
     def layer_rope_linear(self, il: int) -> float:
         return self.rope_linear if self.layer_rope_scaled(il) else 1.0
+
+    def long_short(self, n_ctx: int) -> str:
+        """Which of LongRoPE's factor sets a context of n_ctx tokens takes: 'long' or 'short'."""
+        return "long" if n_ctx > self.n_ctx_orig else "short"
 
     def layer_rope(self, il: int) -> bool:
         return not (self.nope_every and (il + 1) % self.nope_every == 0)

@@ -182,7 +182,7 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
               for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
     name = ("rope_freqs.weight" if "rope_freqs.weight" in reader.tensors
-            else f"rope_factors_{'long' if n_ctx > spec.n_ctx_orig else 'short'}.weight")
+            else f"rope_factors_{spec.long_short(n_ctx)}.weight")
     factors = vec(name).astype(np.float32) if name in reader.tensors else None
     if factors is not None and not (np.isfinite(factors).all() and (factors > 0).all()):
         raise ModelFileError(f"{reader.path}: {name} must hold finite factors > 0")

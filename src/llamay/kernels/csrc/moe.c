@@ -3,7 +3,6 @@
  * its experts' rows in slot order, so it does not depend on the batch it shares. */
 #include "graph.h"
 #include "mathfn.h"
-#include <stdlib.h>
 
 #define MAX_EXPERTS_USED 64
 
@@ -55,13 +54,11 @@ void ly_moe_route_slice(const ly_node *nd, int ith, int nth) {
             offs[idx[j] + 1]++;
         }
     }
-    for (int64_t e = 0; e < E; e++) offs[e + 1] += offs[e];
-    int32_t *fill = malloc(sizeof(int32_t) * (size_t)(E ? E : 1));
-    if (!fill) return; /* leaves offs describing no rows: the experts compute nothing */
-    for (int64_t e = 0; e < E; e++) fill[e] = offs[e];
-    for (int64_t s = 0; s < n * K; s++) pos[s] = fill[order[s]]++;
+    for (int64_t e = 0; e < E; e++) offs[e + 1] += offs[e]; /* offs[e]: expert e's first row */
+    for (int64_t s = 0; s < n * K; s++) pos[s] = offs[order[s]]++; /* offs[e] ends at expert e + 1's first */
+    for (int64_t e = E; e > 0; e--) offs[e] = offs[e - 1];
+    offs[0] = 0;
     for (int64_t s = 0; s < n * K; s++) order[pos[s]] = (int32_t)s;
-    free(fill);
 }
 
 void ly_gather_slice(const ly_node *nd, int ith, int nth) {
