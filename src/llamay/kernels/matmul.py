@@ -145,6 +145,23 @@ class QExperts:
         return f"QExperts({self.qtype.name}, n_expert={self.n_expert}, m={self.m}, k={self.k})"
 
 
+_lib.declare("ly_iq_dequantize", _lib.I32, _lib.P, _lib.I64, _lib.P, restype=_lib.I32)
+
+
+IQ_TYPES = frozenset(("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"))  # csrc/iq.c
+
+
+def iq_dequantize(raw: np.ndarray, qtype: QuantType) -> np.ndarray:
+    """The IQ2 / IQ3 / IQ1 formats' weights as the C tiles decode them: raw uint8 superblocks -> float32 [n].
+    (Their matmul reads these exact values; tests compare them with gguf-py's dequantization.)"""
+    raw = np.ascontiguousarray(raw, np.uint8)
+    n_blocks = raw.size // qtype.type_size
+    out = np.empty(n_blocks * qtype.block_size, np.float32)
+    if _lib.lib.ly_iq_dequantize(qtype.id, addr(raw), n_blocks, addr(out)):
+        raise ValueError(f"{qtype.name} is not an IQ2/IQ3/IQ1 format")
+    return out
+
+
 def supported(qtype: QuantType) -> bool:
     """Whether the C library has a tile for this type (probed with an empty matmul)."""
     if qtype.id not in _SUPPORTED:

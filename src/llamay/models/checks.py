@@ -12,7 +12,7 @@ import numpy as np
 
 from ..gguf import QUANT_TYPES, TensorInfo
 from ..gguf.dequant import SUPPORTED as DEQUANT_TYPES
-from ..kernels.matmul import supported
+from ..kernels.matmul import IQ_TYPES, supported
 
 MAX_SIZE = 2**31 - 1  # any count or length read from metadata (int32-safe in every kernel's indexing)
 MAX_ROPE_DIMS = 1024  # kernels/csrc/ops.c ly_rope_slice: cs[512], sn[512] per token
@@ -142,10 +142,11 @@ TIED = "tied embedding and output weight"  # token_embd without output.weight: b
 def allowed_types(role: str) -> frozenset[str]:
     if role == VECTOR:
         return frozenset(("F32", "F16", "BF16"))
+    tables = frozenset(DEQUANT_TYPES) | IQ_TYPES  # the IQ formats' rows through the C decoder (weights.py)
     if role == TABLE:
-        return frozenset(DEQUANT_TYPES)
+        return tables
     matmul = frozenset(t.name for t in QUANT_TYPES.values() if supported(t))
-    return matmul if role == MATRIX else matmul & frozenset(DEQUANT_TYPES)
+    return matmul if role == MATRIX else matmul & tables
 
 
 @dataclass(frozen=True)

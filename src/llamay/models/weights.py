@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..gguf import GGUFReader, dequantize
-from ..kernels.matmul import QExperts, QWeight
+from ..kernels.matmul import IQ_TYPES, QExperts, QWeight, iq_dequantize
 from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
 from .rope import yarn_factors
 from .spec import ArchSpec
@@ -157,6 +157,8 @@ class Embedding:
         self.rows = reader.data(name).reshape(t.shape[1], -1)  # [n_vocab, row_bytes]
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
+        if self.qtype.name in IQ_TYPES:  # the codebook formats decode in C (bit-equal to gguf-py)
+            return iq_dequantize(self.rows[ids], self.qtype).reshape(len(ids), self.n_embd)
         return dequantize(self.rows[ids], self.qtype, (self.n_embd, len(ids)))  # [n, n_embd]
 
 

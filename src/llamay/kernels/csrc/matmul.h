@@ -28,4 +28,5 @@ typedef void (*ly_tile_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64
 /* Returns the tile function for a GGML type id in the current path (portable or AVX2), or NULL. */
 ly_tile_fn ly_tile_q32(int type);  /* F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (q32.c) */
 ly_tile_fn ly_tile_qk(int type);   /* Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (qk.c) */
+ly_tile_fn ly_tile_iq(int type);   /* IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (iq.c), or NULL */
 #endif
