@@ -178,7 +178,7 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError):
         QWeight(raw, "Q8_0", 8, 48)  # k not a multiple of 32
     with pytest.raises(ValueError):
-        QWeight(np.zeros(8 * 66, np.uint8), "IQ2_XXS", 8, 256)  # a type without a kernel
+        QWeight(np.zeros(8 * 292, np.uint8), "Q8_K", 8, 256)  # a type without a kernel
 
 
 @pytest.mark.model
