@@ -27,7 +27,7 @@ GEMMA3 = dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, slidin
 GEMMA3_LINEAR = dict(full_attention=dict(rope_type="linear", factor=8.0, rope_theta=1e6),
                      sliding_attention=dict(rope_type="default", rope_theta=10000.0))
 SPM_SPECIALS = dict(pad_token_id=0, eos_token_id=1, bos_token_id=2)  # tiny_tokenizers.save_spm's ids
-SPM = ("gemma", "gemma2", "phi3")  # llama.cpp converts these from a SentencePiece tokenizer.model
+SPM = ("gemma", "gemma2", "phi3", "ernie4_5")  # llama.cpp converts these from a SentencePiece tokenizer.model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +90,19 @@ CASES = {
                                 full_attention=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
                                                     original_max_position_embeddings=64),
                                 sliding_attention=dict(rope_type="default", rope_theta=10000.0)))),
+    # ERNIE 4.5 (dense): llama's blocks, RoPE over interleaved pairs in the model's own layout
+    "ernie4_5": Case("ernie4_5", "Ernie4_5ForCausalLM", "Ernie4_5Config",
+                     dict(num_hidden_layers=3, tie_word_embeddings=True, use_bias=False, **SPM_SPECIALS)),
+    # EXAONE 4: norms after each block only, per-head q/k norms (no sliding window: llama.cpp applies one
+    # only to 64-layer files)
+    "exaone4": Case("exaone4", "Exaone4ForCausalLM", "Exaone4Config",
+                    dict(num_hidden_layers=3, sliding_window=None, layer_types=["full_attention"] * 3,
+                         tie_word_embeddings=False, **NO_SPECIALS)),
+    # EXAONE 4 with its sliding window (3 of 4 layers slide; the full layer has no RoPE), as transformers runs
+    # it (llama.cpp would not apply the window to a 5-layer file)
+    "exaone4-swa": Case("exaone4", "Exaone4ForCausalLM", "Exaone4Config",
+                        dict(num_hidden_layers=5, sliding_window=8, sliding_window_pattern=4,
+                             tie_word_embeddings=False, **NO_SPECIALS)),
     # Seed-OSS: llama's blocks with q/k/v biases
     "seed_oss": Case("seed_oss", "SeedOssForCausalLM", "SeedOssConfig",
                      dict(num_hidden_layers=3, attention_bias=True, attention_out_bias=False,

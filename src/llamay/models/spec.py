@@ -51,6 +51,7 @@ class ArchSpec:
     rope_linear_local: bool = True  # False: sliding layers take no RoPE scaling (Gemma 3, OLMo 3, as transformers)
     rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
     nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3; 1: none does)
+    nope_global: bool = False  # with a sliding window, only the sliding layers apply RoPE (EXAONE 4)
     attn_logit_softcap: float = 0.0
     final_logit_softcap: float = 0.0
     residual_scale: float = 1.0  # each block's output scaled before the residual add (Granite)
@@ -111,6 +112,8 @@ class ArchSpec:
         return "long" if n_ctx > self.n_ctx_orig else "short"
 
     def layer_rope(self, il: int) -> bool:
+        if self.nope_global and self.sliding_window and not self.layer_window(il):
+            return False
         return not (self.nope_every and (il + 1) % self.nope_every == 0)
 
 
@@ -187,6 +190,12 @@ def _mistral3(meta: dict) -> ArchSpec:
         raise ModelFileError("mistral3: attention.temperature_scale needs rope.scaling.original_context_length")
     return ArchSpec(**c, rope_neox=False, attn_temp_scale=temp, attn_temp_floor=c.get("n_ctx_orig", 0),
                     attn_scale=m.float("attention.scale", 0.0, lo_open=False))
+
+
+def _ernie4_5(meta: dict) -> ArchSpec:
+    # ref: HF Ernie4_5Attention, llama.cpp ernie4-5.cpp: llama's blocks, RoPE over interleaved pairs (not
+    # permuted by the converter: the model's own layout)
+    return ArchSpec(**_common(meta, "ernie4_5"), rope_neox=False)
 
 
 def _qwen2(meta: dict) -> ArchSpec:
@@ -275,6 +284,16 @@ def _olmo2(meta: dict) -> ArchSpec:
     return ArchSpec(**c, rope_neox=True, pre_norm=False, qk_norm=True, qk_norm_full=True,
                     post_attn_norm=True, post_ffn_norm=True, **_swa(m, c["n_layer"], 4), rope_linear_local=False,
                     rope_base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False))
+
+
+def _exaone4(meta: dict) -> ArchSpec:
+    # ref: HF Exaone4DecoderLayer, llama.cpp exaone4.cpp: no input norms, RMSNorm of each block's output,
+    # per-head q/k norms; with a sliding window (3 of every 4 layers, or the file's pattern) only the
+    # sliding layers apply RoPE. llama.cpp applies the window only to 64-layer files (the 32B); llamay to any
+    # file that sets attention.sliding_window, as transformers does
+    c, m = _common(meta, "exaone4"), Meta(meta, "exaone4")
+    return ArchSpec(**c, rope_neox=True, pre_norm=False, qk_norm=True, post_attn_norm=True, post_ffn_norm=True,
+                    **_swa(m, c["n_layer"], 4), nope_global=True)
 
 
 def _seed_oss(meta: dict) -> ArchSpec:
@@ -374,11 +393,13 @@ BUILDERS = {
     "granitemoe": _granitemoe,
     "olmo2": _olmo2,
     "seed_oss": _seed_oss,
+    "exaone4": _exaone4,
     "starcoder2": _starcoder2,
     "phi2": _phi2,
     "phi3": _phi3,
     "gpt2": _gpt2,
     "mistral3": _mistral3,
+    "ernie4_5": _ernie4_5,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
     "qwen2moe": _qwen2moe,
