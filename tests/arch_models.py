@@ -103,6 +103,11 @@ CASES = {
     "exaone4-swa": Case("exaone4", "Exaone4ForCausalLM", "Exaone4Config",
                         dict(num_hidden_layers=5, sliding_window=8, sliding_window_pattern=4,
                              tie_word_embeddings=False, **NO_SPECIALS)),
+    # Cohere 2: attention and FFN in parallel from one LayerNorm without bias, 3 of 4 layers sliding with
+    # RoPE and the full ones without, logits scaled by 0.5
+    "cohere2": Case("cohere2", "Cohere2ForCausalLM", "Cohere2Config",
+                    dict(num_hidden_layers=5, sliding_window=8, sliding_window_pattern=4, logit_scale=0.5,
+                         rotary_pct=1.0, tie_word_embeddings=True, **NO_SPECIALS)),  # rotary_pct: llama.cpp reads it
     # Seed-OSS: llama's blocks with q/k/v biases
     "seed_oss": Case("seed_oss", "SeedOssForCausalLM", "SeedOssConfig",
                      dict(num_hidden_layers=3, attention_bias=True, attention_out_bias=False,

@@ -175,6 +175,8 @@ def test_gemma3_features_are_exercised(change):
                                           ("olmo3", dict(sliding_window=1000)),
                                           ("qwen2moe", dict(shared_expert_intermediate_size=16)),
                                           ("exaone4-swa", dict(sliding_window=1000)),
+                                          ("cohere2", dict(sliding_window=1000)),
+                                          ("cohere2", dict(logit_scale=1.0)),
                                           ("mistral3", dict(rope_parameters={
                                               **CASES["mistral3"].extra["rope_parameters"], "llama_4_scaling_beta": 0.0})),
                                           ("mistral3", dict(rope_parameters={

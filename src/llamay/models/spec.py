@@ -31,6 +31,7 @@ class ArchSpec:
     act: str = "silu"  # FFN activation: "silu" | "gelu_tanh" | "swiglu_oai" (gpt-oss's clamped SwiGLU)
     gated_ffn: bool = True  # down(act(gate) * up); False: down(act(up)) (StarCoder 2, GPT-2)
     layer_norm: bool = False  # LayerNorm with bias instead of RMSNorm, every norm
+    norm_bias: bool = True  # False: those LayerNorms have no bias (Cohere)
     o_bias: bool = False  # bias on the attention output projection
     ffn_bias: bool = False  # biases on the FFN projections
     parallel_block: bool = False  # attention and FFN both read one norm of x: x + (attn + ffn) (Phi-2)
@@ -296,6 +297,16 @@ def _exaone4(meta: dict) -> ArchSpec:
                     **_swa(m, c["n_layer"], 4), nope_global=True)
 
 
+def _cohere2(meta: dict) -> ArchSpec:
+    # ref: HF Cohere2DecoderLayer, llama.cpp cohere2.cpp: one LayerNorm without bias feeding attention and
+    # the FFN in parallel, 3 of every 4 layers sliding with RoPE over interleaved pairs and the full layers
+    # without RoPE, logits multiplied by logit_scale, embeddings tied
+    c, m = _common(meta, "cohere2", layer_norm=True), Meta(meta, "cohere2")
+    return ArchSpec(**c, rope_neox=False, layer_norm=True, norm_bias=False, parallel_block=True,
+                    **_swa(m, c["n_layer"], 4), nope_global=True,
+                    logit_scale=1.0 / m.float("logit_scale", 1.0, hi=1e4))
+
+
 def _seed_oss(meta: dict) -> ArchSpec:
     # ref: HF SeedOssDecoderLayer, llama.cpp seed-oss.cpp: llama's blocks with q/k/v biases, NeoX RoPE, the
     # FFN norm named post_attention_norm
@@ -394,6 +405,7 @@ BUILDERS = {
     "olmo2": _olmo2,
     "seed_oss": _seed_oss,
     "exaone4": _exaone4,
+    "cohere2": _cohere2,
     "starcoder2": _starcoder2,
     "phi2": _phi2,
     "phi3": _phi3,

@@ -42,7 +42,7 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
     norms = {"attn_norm": "attn_norm"} if s.parallel_block else {"attn_norm": "attn_norm", "ffn_norm": s.ffn_norm_name}
     for n, gguf_name in norms.items() if s.pre_norm else ():  # a parallel block has one
         t[n] = (f"{gguf_name}.weight", _vec(d))
-        if s.layer_norm:
+        if s.layer_norm and s.norm_bias:
             t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
     if s.attn_sinks:
         t["sinks"] = ("attn_sinks.weight", _vec(s.n_head))
@@ -80,7 +80,7 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in layer_tensors(s).values()}
     table["token_embd.weight"] = Expect((s.n_embd, s.n_vocab), TIED if tied else TABLE)
     table["output_norm.weight"] = _vec(s.n_embd)
-    if s.layer_norm:
+    if s.layer_norm and s.norm_bias:
         table["output_norm.bias"] = _vec(s.n_embd)
     table["output.weight"] = Expect((s.n_embd, s.n_vocab), MATRIX, required=False)
     if s.output_bias:
@@ -107,6 +107,10 @@ def _unfuse(s: ArchSpec, f: dict) -> dict:
         f["q_bias"], f["k_bias"], f["v_bias"] = (np.ascontiguousarray(b[lo:hi]) for lo, hi in parts)
     if s.fused_gate_up:
         f["gate"], f["up"] = f["up"].rows(0, s.n_ff), f["up"].rows(s.n_ff, 2 * s.n_ff)
+    if s.layer_norm and not s.norm_bias:
+        for n in ("attn_norm", "ffn_norm"):
+            if n in f:
+                f[n + "_b"] = np.zeros_like(f[n])
     return f
 
 
@@ -193,6 +197,7 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
             raise ModelFileError(f"{reader.path}: YaRN RoPE scaling and {name} together")
         factors = yarn_factors(spec.n_rot, spec.rope_base, spec.rope_yarn, spec.n_ctx_orig, spec.yarn_beta_fast,
                                spec.yarn_beta_slow, spec.yarn_truncate)
-    norm_b = vec("output_norm.bias") if spec.layer_norm else None
+    zeros = np.zeros(spec.n_embd, np.float32)  # the bias of a LayerNorm without one
+    norm_b = (vec("output_norm.bias") if spec.norm_bias else zeros) if spec.layer_norm else None
     out_b = vec("output.bias") if spec.output_bias else None
     return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b), factors
