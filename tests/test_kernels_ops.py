@@ -151,7 +151,7 @@ def test_attention_kv_types_match_reference_and_agree_across_paths(k_kv, v_kv):
     np.testing.assert_allclose(avx2, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh", "swiglu_oai"])
 def test_gated_act_paths_and_threads_identical(act):
     g = (rng.standard_normal(1003) * 6).astype(np.float32)
     g[:6] = [0.0, -0.0, 100.0, -100.0, 1e-30, -90.0]  # zero signs, saturation, clamped exp range
@@ -202,3 +202,37 @@ def test_a_dropped_key_contributes_exactly_nothing():
     portable, best = both_paths(lambda: ops.attention(q, kp, vp, meta, 0.125, 0, 0.0, 2))
     assert (best[1:, :, 0] == 0).all() and (best[0, :, 0] == 1).all()
     np.testing.assert_allclose(best[:, :, 1:], want[:, :, 1:], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("n_head, kvh, window", [(8, 2, 0), (4, 4, 5), (6, 1, 0)])
+def test_attention_sinks_every_path_prefill_equals_decode_and_float64(n_head, kvh, window):
+    """gpt-oss's sinks: each head's logit joins its softmax's denominator. Grouped f16 kernels (AVX2,
+    AVX-512) == the portable one, prefill == one query at a time, and the float64 math."""
+    n_ctx, d, ps = 21, 64, 8
+    k = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
+    v = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)
+    q = rng.standard_normal((n_ctx, n_head, d)).astype(np.float32)
+    sinks = (rng.standard_normal(n_head) * 2).astype(np.float32)
+    kp, table = _paged(k, ps, np.arange(3))
+    vp, _ = _paged(v, ps, np.arange(3))
+    pos = np.arange(n_ctx, dtype=np.int32)
+    meta = ops.BatchMeta(pos, np.zeros(n_ctx, np.int32), table, ps)
+    portable, best = both_paths(lambda: ops.attention(q, kp, vp, meta, 0.125, window, 0.0, 2, sinks=sinks))
+    assert np.array_equal(ops.attention(q, kp, vp, meta, 0.125, window, 0.0, 1, sinks=sinks), best)
+    for t in (0, n_ctx - 1):
+        m1 = ops.BatchMeta(pos[t:t + 1].copy(), np.zeros(1, np.int32), table, ps)
+        assert np.array_equal(ops.attention(q[t:t + 1].copy(), kp, vp, m1, 0.125, window, 0.0, 2, sinks=sinks),
+                              best[t:t + 1])
+    k64, v64, q64 = k.astype(np.float64), v.astype(np.float64), q.astype(np.float64)
+    want = np.zeros_like(q64)
+    for t in range(n_ctx):
+        lo = max(0, t - window + 1) if window else 0
+        for h in range(n_head):
+            g = h // (n_head // kvh)
+            s = k64[lo:t + 1, g] @ q64[t, h] * 0.125
+            m = max(s.max(), float(sinks[h]))
+            p = np.exp(s - m)
+            want[t, h] = p @ v64[lo:t + 1, g] / (p.sum() + np.exp(float(sinks[h]) - m))
+    np.testing.assert_allclose(best, want, rtol=2e-5, atol=2e-6)
+    plain = ops.attention(q, kp, vp, meta, 0.125, window, 0.0, 2)
+    assert np.abs(plain - best).max() > 1e-2  # the sinks take a share

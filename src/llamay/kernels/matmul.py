@@ -138,9 +138,6 @@ class QExperts:
             raise ValueError(f"{name} has shape {t.shape}, experts' weights are 3-D")
         return cls(reader.data(name), t.qtype, t.shape[2], t.shape[1], t.shape[0])
 
-    def expert(self, e: int) -> QWeight:
-        return self.all.rows(e * self.m, (e + 1) * self.m)
-
     def __repr__(self):
         return f"QExperts({self.qtype.name}, n_expert={self.n_expert}, m={self.m}, k={self.k})"
 

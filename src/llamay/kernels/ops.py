@@ -85,16 +85,17 @@ def kv_write(pool: np.ndarray, x: np.ndarray, meta: BatchMeta, n_kv_head: int = 
 
 def attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, meta: BatchMeta, scale: float,
               window: int = 0, softcap: float = 0.0, nthreads: int = 1, n_kv_head: int | None = None,
-              k_kv: str | None = None, v_kv: str | None = None) -> np.ndarray:
+              k_kv: str | None = None, v_kv: str | None = None, sinks: np.ndarray | None = None) -> np.ndarray:
     """q [n_tokens, n_head, head_dim] float32; pools [n_slots, n_kv_head, head_dim] f32/f16 (or uint8
-    rows of q8 heads, with n_kv_head and the element types given). -> like q."""
+    rows of q8 heads, with n_kv_head and the element types given); sinks: float32 [n_head]. -> like q."""
     f32(q, "q")
     n, n_head, d = q.shape
     n_kv_head = n_kv_head or k_pool.shape[1]
     k_kv, v_kv = k_kv or _DTYPE_KV[k_pool.dtype], v_kv or _DTYPE_KV[v_pool.dtype]
     assert n_head % n_kv_head == 0 and meta.tok_pos.shape == (n,)
+    assert sinks is None or (sinks.dtype == np.float32 and sinks.shape == (n_head,))
     out = np.empty_like(q)
     codes = KV_CODES[k_kv] | KV_CODES[v_kv] << 8
-    _one("attention", (q, out, k_pool, v_pool, meta.fill(Batch())), (n_head, n_kv_head, d, window, codes),
+    _one("attention", (q, out, k_pool, v_pool, meta.fill(Batch()), sinks), (n_head, n_kv_head, d, window, codes),
          (scale, softcap), nthreads, keep=(meta,))
     return out

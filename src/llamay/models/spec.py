@@ -49,7 +49,8 @@ class ArchSpec:
     swa_layers: tuple = ()  # per layer, whether it slides (the file's sliding_window_pattern array); wins
     rope_base_local: float = 0.0  # RoPE base of sliding layers (0: rope_base)
     rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it
-    rope_linear_local: bool = True  # False: sliding layers take no RoPE scaling (Gemma 3, OLMo 3, as transformers)
+    rope_linear_local: bool = True  # False: sliding layers take no RoPE scaling at all: linear, factors or
+    # attention factor (Gemma 3, OLMo 3, as transformers)
     rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
     nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3; 1: none does)
     nope_global: bool = False  # with a sliding window, only the sliding layers apply RoPE (EXAONE 4)
@@ -62,7 +63,7 @@ class ArchSpec:
     rope_long_short: bool = False  # the file may carry LongRoPE's rope_factors_long / _short (Phi-3); as
     # llama.cpp, the long ones when the context exceeds n_ctx_orig, else the short (fixed at load: cached
     # keys stay valid)
-    n_ctx_orig: int = 0  # the context the model was pretrained at (before LongRoPE)
+    n_ctx_orig: int = 0  # the context the model was pretrained at (before LongRoPE or YaRN extended it)
     rope_mscale: float = 1.0  # cos and sin scaled by it (LongRoPE's attention factor)
     learned_pos: bool = False  # position_embd rows added to the token embeddings (GPT-2)
     n_expert: int = 0  # > 0: the FFN is a mixture of n_expert experts of n_ff values each

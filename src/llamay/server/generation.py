@@ -223,7 +223,7 @@ class Generation:
     async def events(self) -> AsyncIterator[Delta | Finish]:
         req, tokenizer = self.req, self.loaded.llm.tokenizer
         template = self.loaded.llm.metadata.get("tokenizer.chat_template", "")
-        splitters = [HarmonyReader() if is_harmony(template) else _Reader(template, self.calls) for _ in range(req.n)]
+        splitters = [reader_for(template, self.calls) for _ in range(req.n)]
         try:
             while len(self.dones) < req.n:
                 ev = await self.queue.get()
@@ -248,6 +248,12 @@ class Generation:
                 yield Finish(ev.index, reason, usage, ev.tokens, ev.stop_sequence)
         finally:
             self.cancel()  # a no-op for the job once every choice is done
+
+
+def reader_for(template_source: str, calls: CallFormat | None):
+    """One choice's output reader: harmony messages for a harmony template (gpt-oss), else the reasoning
+    split then the call format's parser."""
+    return HarmonyReader() if is_harmony(template_source) else _Reader(template_source, calls)
 
 
 class _Reader:

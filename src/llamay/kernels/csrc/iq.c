@@ -52,7 +52,7 @@ static int decode_block(int type, const uint8_t *b, float *y) {
         float d = f16(b);
         for (int ib = 0; ib < 8; ib++) {
             uint32_t a0 = u32(b + 2 + 8 * ib), a1 = u32(b + 6 + 8 * ib);
-            float db = d * (0.5f + (float)(a1 >> 28)) * 0.25f;
+            float db = iq2_scale(d, (int)(a1 >> 28));
             for (int l = 0; l < 4; l++)
                 put8(y + 32 * ib + 8 * l, g_iq2xxs + 8 * ((a0 >> 8 * l) & 255), db, g_ksigns[(a1 >> 7 * l) & 127]);
         }

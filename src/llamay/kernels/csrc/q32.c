@@ -166,6 +166,9 @@ ly_tile_fn ly_tile_q32(int type) {
     case LY_MXFP4: return PICK256(mxfp4);
     case LY_TQ1_0: return tq1_0_portable; /* every path: no SIMD tile */
     case LY_TQ2_0: return tq2_0_portable;
-    default: return ly_tile_iq(type) ? ly_tile_iq(type) : ly_tile_float(type);
+    default: {
+        ly_tile_fn iq = ly_tile_iq(type);
+        return iq ? iq : ly_tile_float(type);
+    }
     }
 }

@@ -38,10 +38,13 @@ static inline float ly_e8m0_half(uint8_t e) {
     return f;
 }
 
-/* IQ4_XS: the scale of 32-block ib (0..7) of a superblock at sb, as float. */
+/* IQ4_XS: 32-block ib (0..7) of a superblock at sb: its 6-bit scale minus 32, and that scale times d. */
+static inline int ly_iq4xs_ls(const uint8_t *sb, int ib) {
+    return (((sb[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sb[2] | sb[3] << 8) >> (2 * ib)) & 3) << 4) - 32;
+}
+
 static inline float ly_iq4xs_scale(const uint8_t *sb, int ib) {
-    int ls = ((sb[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sb[2] | sb[3] << 8) >> (2 * ib)) & 3) << 4;
-    return ly_f16_to_f32((uint16_t)(sb[0] | sb[1] << 8)) * (float)(ls - 32);
+    return ly_f16_to_f32((uint16_t)(sb[0] | sb[1] << 8)) * (float)ly_iq4xs_ls(sb, ib);
 }
 
 /* Block geometry: bytes per block, offset of qh (or -1), offset of qs, whether a min follows d. */

@@ -112,7 +112,7 @@ LY_INLINE __m256 iq4xs_scales8(const uint8_t *const p[8], int ib) {
     int32_t ls[8];
     uint16_t d[8];
     for (int i = 0; i < 8; i++) {
-        ls[i] = (((p[i][4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((p[i][2] | p[i][3] << 8) >> (2 * ib)) & 3) << 4) - 32;
+        ls[i] = ly_iq4xs_ls(p[i], ib);
         d[i] = (uint16_t)(p[i][0] | p[i][1] << 8);
     }
     __m256 df = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
