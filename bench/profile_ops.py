@@ -28,7 +28,7 @@ from llamay.models.forward import ForwardGraph  # noqa: E402
 def make_plan(llm, n: int, start: int, fuse: bool = True) -> ForwardGraph:
     dec, page = llm.decoder, 16
     pool = dec.new_pool(-(-(start + n) // page), page)
-    plan = ForwardGraph(dec.spec, dec.layers, pool, n, fuse, rope_factors=dec.rope_factors)
+    plan = dec.new_plan(n, pool, fuse)
     plan.x[:] = np.random.default_rng(0).standard_normal(plan.x.shape).astype(np.float32) * 0.1
     pos = np.arange(start, start + n, dtype=np.int32)
     table = np.arange(pool.n_pages, dtype=np.int32)[None, :].copy()

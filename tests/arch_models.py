@@ -28,6 +28,22 @@ GEMMA3_LINEAR = dict(full_attention=dict(rope_type="linear", factor=8.0, rope_th
                      sliding_attention=dict(rope_type="default", rope_theta=10000.0))
 SPM_SPECIALS = dict(pad_token_id=0, eos_token_id=1, bos_token_id=2)  # tiny_tokenizers.save_spm's ids
 SPM = ("gemma", "gemma2", "phi3", "ernie4_5")  # llama.cpp converts these from a SentencePiece tokenizer.model
+BPE_SPM = ("gemma4",)  # and these from an SPM-style BPE tokenizer.json
+SHIFTED_NORMS = ("gemma", "gemma2", "gemma3")  # RMSNorm scales by (1 + w)
+# Gemma 4: sliding layers of head 16, full layers of head 32 with proportional RoPE over a quarter of it,
+# the last layer full; per-layer inputs; the last 2 layers reuse the K/V of the last earlier layer of their
+# kind (llama.cpp takes the last unshared layer for full ones and the one before for sliding ones: so is
+# every Gemma 4 file), with double-wide MLPs; layer scalars and a final softcap
+S, F = "sliding_attention", "full_attention"
+GEMMA4_LAYERS = [S, S, F, S, F, S, F]
+GEMMA4 = dict(num_hidden_layers=7, head_dim=16, global_head_dim=32, sliding_window=8, layer_types=GEMMA4_LAYERS,
+              final_logit_softcapping=3.0, hidden_size_per_layer_input=8, vocab_size_per_layer_input=300,
+              num_kv_shared_layers=2, use_double_wide_mlp=True, **SPM_SPECIALS)
+# Gemma 4's MoE (26B-A4B's shape): a router over 4 experts beside the dense MLP, full layers with one KV head
+# whose keys are also the values, no per-layer inputs
+GEMMA4_MOE = dict(GEMMA4, hidden_size_per_layer_input=0, num_kv_shared_layers=0, use_double_wide_mlp=False,
+                  enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+                  attention_k_eq_v=True, num_global_key_value_heads=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +195,8 @@ CASES = {
                                               beta_slow=1.0, truncate=False, original_max_position_embeddings=64),
                          **NO_SPECIALS)),
     "gemma3-softcap": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", dict(**GEMMA3, final_logit_softcapping=3.0)),
+    "gemma4": Case("gemma4", "Gemma4ForCausalLM", "Gemma4TextConfig", GEMMA4),
+    "gemma4-moe": Case("gemma4", "Gemma4ForCausalLM", "Gemma4TextConfig", GEMMA4_MOE),
 }
 
 
@@ -193,9 +211,12 @@ def build(case: Case, **overrides):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if re.search(r"(norm|\.ln_\w+)\.weight$", name):  # Gemma's RMSNorm scales by (1 + w): same range
-                p.copy_(torch.rand(p.shape, generator=g) + (-0.5 if case.arch.startswith("gemma") else 0.5))
+                p.copy_(torch.rand(p.shape, generator=g) + (-0.5 if case.arch in SHIFTED_NORMS else 0.5))
             else:
                 p.copy_(torch.randn(p.shape, generator=g) * (0.1 if p.ndim == 1 else 0.15))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale (a buffer; 1 by default)
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
     return model.eval()
 
 
@@ -215,7 +236,9 @@ def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> d
     for name, (case, model) in models.items():
         d = out / f"{name}-hf"
         model.save_pretrained(d)
-        (tiny_tokenizers.save_spm if case.arch in SPM else tiny_tokenizers.save_bpe)(d, model.config.vocab_size)
+        save = (tiny_tokenizers.save_spm if case.arch in SPM else
+                tiny_tokenizers.save_bpe_spm if case.arch in BPE_SPM else tiny_tokenizers.save_bpe)
+        save(d, model.config.vocab_size)
         paths[name] = out / f"{name}.gguf"
         jobs.append((d, paths[name]))
     llamacpp_tree.convert(cache, jobs)

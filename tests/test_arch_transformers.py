@@ -182,6 +182,9 @@ def test_gemma3_features_are_exercised(change):
                                           ("mistral3", dict(rope_parameters={
                                               **CASES["mistral3"].extra["rope_parameters"], "mscale_all_dim": 1.0})),
                                           ("gpt-oss", dict(num_experts_per_tok=3)),
+                                          ("gemma4", dict(sliding_window=1000)),
+                                          ("gemma4", dict(final_logit_softcapping=None)),
+                                          ("gemma4-moe", dict(top_k_experts=1)),
                                           ("gpt-oss", dict(rope_parameters={**CASES["gpt-oss"].extra["rope_parameters"],
                                                                             "truncate": True}))])
 def test_family_features_are_exercised(name, change):
@@ -200,6 +203,21 @@ def test_rope_scaling_is_exercised(name):
     case = CASES[name]
     unscaled = dataclasses.replace(case, extra={k: v for k, v in case.extra.items() if k != "rope_parameters"})
     assert rel_diff(hf_logits(build(case), ids), hf_logits(build(unscaled), ids)) > MOVES
+
+
+@pytest.mark.parametrize("name, part", [("gemma4", "per_layer_projection"), ("gemma4", "layer_scalar"),
+                                        ("gemma4-moe", "per_expert_scale"), ("gemma4-moe", "layer_scalar")])
+def test_gemma4_parts_are_exercised(name, part):
+    """Each part of Gemma 4 moves the reference far when it is neutralised: per-layer inputs (their
+    projections zeroed), the layer scalars and the experts' scales (set to 1)."""
+    case, ids = CASES[name], token_ids(COMMON["vocab_size"])
+    model = build(case)
+    ref = hf_logits(model, ids)
+    with torch.no_grad():
+        for n, t in list(model.named_parameters()) + list(model.named_buffers()):
+            if part in n:
+                t.fill_(0.0 if part == "per_layer_projection" else 1.0)
+    assert rel_diff(hf_logits(model, ids), ref) > MOVES
 
 
 def test_attention_sinks_are_exercised():
@@ -308,6 +326,20 @@ def test_unexpected_tensor_refused(files, tmp_path, arch, name):
         tensors[name] = np.ones(64, np.float32)
     with pytest.raises(UnsupportedModel, match=f"unexpected tensors.*'{re.escape(name)}'"):
         llamay.load(_edited(files, tmp_path, f"{arch}-2l", add))
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("gemma4.attention.shared_kv_layers", 7, "shared_kv_layers"),  # every layer: none would write K/V
+    ("gemma4.attention.shared_kv_layers", 6, "no earlier layer of its kind"),  # layer 2 is the first full one
+    ("gemma4.rope.dimension_count_swa", 17, "dimension_count_swa"),
+    ("gemma4.attention.key_length_swa", 24, "value_length_swa"),  # 16 in the file
+    ("gemma4.attention.value_length_swa", 24, "value_length_swa"),
+])
+def test_hostile_gemma4_metadata_refused(files, tmp_path, key, value, match):
+    def spoil(meta, tensors):
+        meta[key] = (value, 4, None)
+    with pytest.raises(ModelFileError, match=match):
+        llamay.load(_edited(files, tmp_path, "gemma4", spoil))
 
 
 ONE_PER_ARCH = sorted({case.arch: name for name, case in reversed(list(CASES.items()))}.values())

@@ -117,3 +117,34 @@ def test_nan_router_logits_still_route_every_row_once():
     _, route = moe(rng.standard_normal((3, D)).astype(np.float32), logits0, "F32", "softmax")
     assert list(route.offs[:K + 1]) == [0, 3, 6, 9] and route.offs[-1] == 3 * K
     assert sorted(route.order.tolist()) == list(range(3 * K))
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0", "MXFP4"])
+def test_fused_gate_up_rows_and_expert_scales(qtype):
+    """Gate and up as the row halves of one fused experts' matrix (QExperts.rows: Gemma 4's gate_up_exps)
+    give the bits of separate matrices on every path; expert_scale multiplies each chosen weight by its
+    expert's factor, exactly."""
+    up_w, gate_w, down_w = WEIGHTS[qtype]
+    per = [w.raw.reshape(E, -1) for w in (gate_w, up_w)]
+    fused = QExperts(np.concatenate(per, axis=1).reshape(-1), qtype, E, 2 * FF, D)
+    scale = rng.uniform(0.5, 2.0, E).astype(np.float32)
+    x0 = rng.standard_normal((7, D)).astype(np.float32)
+    logits0 = rng.standard_normal((7, E)).astype(np.float32)
+
+    def run(gate, up, expert_scale=None):
+        b = Builder()
+        x, logits = b.tensor(*x0.shape), b.tensor(*logits0.shape)
+        route = b.moe_route(logits, K, "softmax", norm=True, expert_scale=expert_scale)
+        xg = b.gather(x, route)
+        h = b.gated(b.matmul_experts(xg, gate, route), b.matmul_experts(xg, up, route), "gelu_tanh")
+        out = b.moe_combine(b.matmul_experts(h, down_w, route), route)
+        x[:], logits[:] = x0, logits0
+        b.run(2)
+        return out.copy(), route.weights.copy()
+
+    want = run(gate_w, up_w)
+    got = _lib.each_path(lambda: run(fused.rows(0, FF), fused.rows(FF, 2 * FF))[0])
+    assert all(np.array_equal(r, want[0]) for r in got.values())
+    scaled = run(gate_w, up_w, scale)
+    chosen = np.stack([np.argsort(-logits0[t], kind="stable")[:K] for t in range(7)])  # slot order
+    assert np.array_equal(scaled[1], want[1] * scale[chosen])

@@ -21,7 +21,10 @@ GEOMETRIES = {
     "f16": KVGeometry.dense("gemma3", 2, 1, 8, "f16", 4),
     "q8": KVGeometry("qwen2", 2, 2, 4, "q8", 4, 4 * 2 * 4 * 3 // 2, 4 * 2 * 4 * 3 // 2),
     "vq8": KVGeometry("qwen2", 2, 2, 4, "vq8", 4, 4 * 2 * 4 * 2, 4 * 2 * 4 * 3 // 2),
+    # layers of different shapes (Gemma 4's sliding and full layers): version 3, with a layer table
+    "mixed": KVGeometry("gemma4", 3, 2, 4, "f16", 4, 64, 64, layers=((2, 4, 64, 64), (1, 8, 64, 64), (3, 8, 192, 192))),
 }
+DTYPES = {"f32": np.float32, "f16": np.float16}
 
 
 def make(kv_type: str = "f16", n_tokens: int = 7, seed: int = 0):
@@ -29,14 +32,14 @@ def make(kv_type: str = "f16", n_tokens: int = 7, seed: int = 0):
     g = GEOMETRIES[kv_type]
     rng = np.random.default_rng(seed)
     header = SnapshotHeader(DIGEST, g, rng.integers(0, 2**32, n_tokens, dtype=np.uint64))
-    dtype = {"f32": np.float32, "f16": np.float16}.get(kv_type, np.uint8)
+    dtype = DTYPES.get(g.kv_type, np.uint8)
 
-    def layer(page_bytes):
-        shape = g.layer_shape(header.n_pages, page_bytes)
+    def layer(i, page_bytes):
+        shape = g.layer_shape(header.n_pages, page_bytes, i)
         n_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         return np.frombuffer(rng.bytes(n_bytes), dtype).reshape(shape)
-    ks = [layer(g.k_page_bytes) for _ in range(g.n_layer)]
-    vs = [layer(g.v_page_bytes) for _ in range(g.n_layer)]
+    ks = [layer(i, g.layer(i)[2]) for i in range(g.n_layer)]
+    vs = [layer(i, g.layer(i)[3]) for i in range(g.n_layer)]
     return header, ks, vs, np.frombuffer(rng.bytes(4 * N_VOCAB), np.float32)
 
 
@@ -46,15 +49,13 @@ def via_pool(path) -> Snapshot:
     with SnapshotFile(path) as f:
         g, n = f.header.geometry, f.header.n_pages
         ids = np.arange(n) * 3 + 1  # scattered, and never page 0
-        pools = [[np.zeros((3 * n + 2, g.page_size, b // g.page_size) if g.kv_type in ("f32", "f16")
-                           else (3 * n + 2, b), np.uint8) for _ in range(g.n_layer)]
-                 for b in (g.k_page_bytes, g.v_page_bytes)]
+        pools = [[np.zeros((3 * n + 2, g.page_size, g.layer(i)[w] // g.page_size) if g.kv_type in DTYPES
+                           else (3 * n + 2, g.layer(i)[w]), np.uint8) for i in range(g.n_layer)] for w in (2, 3)]
         f.read_pages_into(pools[0], pools[1], ids)
         assert not any(p[0].any() for p in pools[0] + pools[1])  # untouched pages stay untouched
-        k, v = (g.layer_shape(n, b) for b in (g.k_page_bytes, g.v_page_bytes))
-        dtype = {"f32": np.float32, "f16": np.float16}.get(g.kv_type, np.uint8)
-        return Snapshot(f.header, [p[ids].view(dtype).reshape(k) for p in pools[0]],
-                        [p[ids].view(dtype).reshape(v) for p in pools[1]], f.read_logits(N_VOCAB))
+        dtype = DTYPES.get(g.kv_type, np.uint8)
+        return Snapshot(f.header, *([p[ids].view(dtype).reshape(g.layer_shape(n, g.layer(i)[w], i))
+                                     for i, p in enumerate(pools[w - 2])] for w in (2, 3)), f.read_logits(N_VOCAB))
 
 
 READERS = {"views": read_snapshot, "pool": via_pool}
@@ -111,7 +112,7 @@ def test_round_trip(tmp_path, kv_type, n_tokens, reader):
     snap = READERS[reader](tmp_path / "s.llamayctx")
     assert same_content(snap, header, ks, vs, logits)
     assert snap.header.n_pages == -(-n_tokens // 4)
-    if kv_type in ("f32", "f16"):
+    if kv_type in ("f32", "f16", "mixed"):
         assert all((a == b)[~np.isnan(b)].all() for a, b in zip(snap.layers_k, ks))
 
 
@@ -216,9 +217,9 @@ def test_bad_magic_is_named(tmp_path, small):
         read_bytes(tmp_path, b"GGUF" + small[1][4:])
 
 
-@pytest.mark.parametrize("version", [0, 3, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 4, 2**32 - 1])
 def test_other_version_is_refused_by_number(tmp_path, small, version):
-    with pytest.raises(SnapshotError, match=f"format version {version} is not supported.*reads versions 1, 2"):
+    with pytest.raises(SnapshotError, match=f"format version {version} is not supported.*reads versions 1, 2, 3"):
         read_bytes(tmp_path, reseal(with_fields(small[1], version=version)))
 
 
@@ -415,3 +416,38 @@ def test_writer_refuses_logits_that_are_not_float32(tmp_path):
     with pytest.raises(SnapshotError, match="logits must be float32"):
         write_snapshot(tmp_path / "s.llamayctx", header, ks, vs, logits.astype(np.float64))
     assert os.listdir(tmp_path) == []
+
+
+def test_mixed_layers_write_version_3_with_the_layer_table(tmp_path):
+    """Layers of different shapes: version 3, the table (KV heads, head size, K and V page bytes per layer)
+    after the fixed header and before the tokens; uniform layers still write version 2."""
+    header, ks, vs, logits = make("mixed", 5)
+    write_snapshot(tmp_path / "m.llamayctx", header, ks, vs, logits)
+    data = (tmp_path / "m.llamayctx").read_bytes()
+    assert struct.unpack_from("<I", data, 8) == (3,)
+    assert [struct.unpack_from("<IIQQ", data, HEADER.size + 24 * i) for i in range(3)] == list(header.geometry.layers)
+    assert np.frombuffer(data, "<u4", 5, HEADER.size + 72).tolist() == header.token_ids.tolist()
+    make_uniform = make("f16", 5)
+    write_snapshot(tmp_path / "u.llamayctx", *make_uniform)
+    assert struct.unpack_from("<I", (tmp_path / "u.llamayctx").read_bytes(), 8) == (2,)
+
+
+@pytest.mark.parametrize("entry, value, message", [
+    (0, (1, 4, 32, 32), "first disagrees"), (1, (1, 8, 64, 65), "v_page_bytes"), (2, (0, 8, 192, 192), "n_kv_head"),
+    (2, (3, 2**31, 192, 192), "head_dim")])
+def test_hostile_layer_table_is_refused(tmp_path, entry, value, message):
+    header, ks, vs, logits = make("mixed", 5)
+    write_snapshot(tmp_path / "m.llamayctx", header, ks, vs, logits)
+    data = bytearray((tmp_path / "m.llamayctx").read_bytes())
+    struct.pack_into("<IIQQ", data, HEADER.size + 24 * entry, *value)
+    with pytest.raises(SnapshotError, match=message):
+        read_bytes(tmp_path, reseal(bytes(data)))
+
+
+def test_truncated_layer_table_is_refused(tmp_path):
+    header, ks, vs, logits = make("mixed", 5)
+    write_snapshot(tmp_path / "m.llamayctx", header, ks, vs, logits)
+    data = (tmp_path / "m.llamayctx").read_bytes()
+    for n in (HEADER.size, HEADER.size + 30, HEADER.size + 71):
+        with pytest.raises(SnapshotError, match="truncated"):
+            read_bytes(tmp_path, data[:n])

@@ -103,7 +103,7 @@ def test_kv_budget_evicts_cached_prefixes_not_contexts_in_use(smollm_path):
     from llamay.kv.allocator import OutOfPages
     probe = LLM(smollm_path, threads=2, n_ctx=64, page_size=4)
     want = probe.logits(list(range(300, 340)) + [7])[-1]
-    one = page_bytes(probe.spec.n_layer, 4, probe.spec.n_head_kv, probe.spec.head_dim, probe.runner.pool.kv)
+    one = page_bytes(probe.spec.kv_dims, 4, probe.runner.pool.kv)
     llm = LLM(smollm_path, threads=2, n_ctx=64, page_size=4, kv_budget=20 * one)  # 20 pages = 80 slots
     assert llm.runner.state.n_total == 20
     kept = llm.create_context(list(range(300, 340)))  # 10 pages, in use

@@ -52,3 +52,22 @@ def save_spm(directory: Path, n_vocab: int):
         {"tokenizer_class": "LlamaTokenizer", "pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>",
          "unk_token": "<unk>",
          "add_bos_token": True, "add_eos_token": False}))
+
+
+def save_bpe_spm(directory: Path, n_vocab: int):
+    """A SentencePiece-style BPE in tokenizer.json (Gemma 4's kind: spaces as '▁', byte fallback, no
+    byte-level alphabet): <pad>, <eos>, <bos>, <unk>, 256 byte pieces, '▁', the letters, then '▁a', '▁b', ..."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    letters = [chr(97 + i) for i in range(26)]
+    merges = [("\u2581", c) for c in letters * 2][:n_vocab - len(specials) - 256 - 27]
+    tokens = specials + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581"] + letters + [a + b for a, b in merges]
+    assert len(tokens) == n_vocab and len(set(tokens)) == n_vocab, (len(tokens), n_vocab)
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, unk_token="<unk>",
+                               byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+                                   unk_token="<unk>")
+    fast.save_pretrained(directory)

@@ -12,7 +12,6 @@ from ..kernels.threads import default_threads
 from ..kernels.ops import BatchMeta, rmsnorm
 from ..models.encoder import Encoder
 from ..models.encoder_spec import POOLING, encoder_spec, is_encoder
-from ..models.forward import ForwardGraph
 from ..models import ModelFileError
 from ..models.spec import UnsupportedModel
 from ..tokenizer import Tokenizer, VocabError
@@ -168,7 +167,7 @@ class DecoderHidden:
             table[i, :n] = np.arange(first[i], first[i] + n)
         pos = np.concatenate([np.arange(n, dtype=np.int32) for n in lens])
         seq = np.concatenate([np.full(n, i, np.int32) for i, n in enumerate(lens)])
-        plan = ForwardGraph(s, d.layers, pool, len(ids), rope_factors=d.rope_factors)
-        plan.x[:] = d.embed_rows(ids, pos)
+        plan = d.new_plan(len(ids), pool)
+        d.fill_inputs(plan, ids, pos)
         plan.run(BatchMeta(pos, seq, table, ps), self.nthreads)
         return rmsnorm(plan.x, d.output_norm[0], s.norm_eps, self.nthreads)

@@ -49,7 +49,7 @@ class LLM:
     def _new_runner(self, kv_budget: int | None, pool=None) -> Runner:
         s = self.spec
         per_ctx = -(-self.n_ctx // self.page_size)
-        one_page = page_bytes(s.n_layer, self.page_size, s.n_head_kv, s.head_dim, kv_type(self.kv, s.head_dim))
+        one_page = page_bytes(s.kv_dims, self.page_size, kv_type(self.kv, *(d for _, d in s.kv_dims)))
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
         return Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)

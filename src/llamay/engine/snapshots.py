@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kv.snapshot import (ALIGN, CHECKSUM_BYTES, HEADER, KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader,
+from ..kv.snapshot import (ALIGN, CHECKSUM_BYTES, HEADER, LAYER, KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader,
                            check_compatible, pages_for, write_snapshot)
 from .digest import weights_digest
 
 
 def geometry(llm) -> KVGeometry:
-    s, pool = llm.spec, llm.runner.pool
-    return KVGeometry(s.arch, s.n_layer, s.n_head_kv, s.head_dim, llm.kv, llm.page_size,
-                      pool.page_size * pool.k[0].shape[1], pool.page_size * pool.v[0].shape[1])
+    """The pool's layers (those that write K/V), with a layer table when they differ."""
+    pool = llm.runner.pool
+    layers = tuple((h, d, pool.page_size * k.shape[1], pool.page_size * v.shape[1])
+                   for (h, d), k, v in zip(pool.dims, pool.k, pool.v))
+    return KVGeometry(llm.spec.arch, len(layers), *layers[0][:2], llm.kv, llm.page_size, *layers[0][2:],
+                      layers=() if pool.uniform else layers)
 
 
 def save(llm, ctx_id: int, path: str):
@@ -42,7 +45,8 @@ def max_bytes(llm) -> int:
     grammar position over every token. An upload past it is refused before it is read."""
     n = llm.n_ctx
     pages = pages_for(n, llm.page_size) * llm.runner.pool.bytes_per_page
-    return HEADER.size + 4 * n + 4 * llm.n_vocab + 12 * n + META_SLACK + pages + 4 * ALIGN + CHECKSUM_BYTES
+    table = LAYER.size * len(llm.runner.pool.k)
+    return HEADER.size + table + 4 * n + 4 * llm.n_vocab + 12 * n + META_SLACK + pages + 4 * ALIGN + CHECKSUM_BYTES
 
 
 def n_tokens(path: str) -> int:

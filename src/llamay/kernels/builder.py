@@ -187,17 +187,20 @@ class Builder:
         return act
 
     def moe_route(self, logits: np.ndarray, k: int, gating: str = "softmax", norm: bool = False,
-                  scale: float = 1.0) -> Route:
+                  scale: float = 1.0, expert_scale: np.ndarray | None = None) -> Route:
         """Each token's k experts, from its router logits [n, n_expert]: the k largest, weighted by the
         softmax over all experts ('softmax') or over the k chosen ('softmax_chosen'), divided by their sum
-        when norm, times scale."""
+        when norm, times scale, times expert_scale [n_expert] of the chosen expert when given."""
         _f32(logits, "router logits")
         n, n_expert = logits.shape
         if not 1 <= k <= min(n_expert, MAX_EXPERTS_USED):
             raise ValueError(f"{k} experts used of {n_expert} (at most {MAX_EXPERTS_USED})")
+        if expert_scale is not None:
+            _f32(expert_scale, "expert scale", (n_expert,))
         r = Route(n, n_expert, k)
-        self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs), (n, n_expert, k, GATINGS[gating], int(norm)),
-                 (scale,), writes=(r.weights, r.order, r.pos, r.offs), reads=(logits,))
+        self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs, expert_scale),
+                 (n, n_expert, k, GATINGS[gating], int(norm)), (scale,), writes=(r.weights, r.order, r.pos, r.offs),
+                 reads=(logits,) if expert_scale is None else (logits, expert_scale))
         return r
 
     def gather(self, x: np.ndarray, route: Route) -> np.ndarray:
@@ -219,7 +222,7 @@ class Builder:
             _f32(bias, "experts' bias", (w.n_expert, w.m))
         act, out = self._act(x, w), self.tensor(route.n * route.k, w.m)
         self._op("moe_matmul", (w.raw, act.struct, out, route.offs, bias), (w.row_bytes, w.qtype.id, w.m, w.n_expert,
-                                                                         route.n * route.k),
+                                                                         route.n * route.k, w.expert_bytes),
                  writes=(out,), keep=(act,), reads=tuple(a for a in (x, act, route.offs, bias) if a is not None))
         return out
 
@@ -271,12 +274,11 @@ class Builder:
 
     def kv_write(self, pool, layer: int, k: np.ndarray, v: np.ndarray, batch: BatchSlot):
         """K and V [n, n_kv_head * head_dim] of the batch's tokens into the pool's layer, at their slots."""
-        shape = (batch.n_tokens, pool.n_kv_head * pool.head_dim)
-        _f32(k, "k", shape), _f32(v, "v", shape)
+        n_kv, hd = pool.dims[layer]
+        _f32(k, "k", (batch.n_tokens, n_kv * hd)), _f32(v, "v", (batch.n_tokens, n_kv * hd))
         codes = pool.kv.codes
         for arr, x, code in ((pool.k[layer], k, codes & 0xff), (pool.v[layer], v, codes >> 8)):
-            self._op("kv_write", (arr, x, batch.struct), (pool.n_kv_head, pool.head_dim, code), writes=(arr,),
-                     keep=(batch,), reads=(x,))
+            self._op("kv_write", (arr, x, batch.struct), (n_kv, hd, code), writes=(arr,), keep=(batch,), reads=(x,))
 
     def attention(self, q: np.ndarray, pool, layer: int, batch: BatchSlot, n_head: int, scale: float,
                   window: int = 0, softcap: float = 0.0, causal: bool = True,
@@ -285,18 +287,19 @@ class Builder:
         (causal=False) over the whole sequence as this batch holds it; window > 0: the last `window`
         positions only; softcap > 0: cap * tanh(score / cap); sinks [n_head]: each head's logit that joins
         its softmax's denominator (and takes its share of the weight, to no value)."""
-        _f32(q, "q", (batch.n_tokens, n_head * pool.head_dim))
+        n_kv, hd = pool.dims[layer]
+        _f32(q, "q", (batch.n_tokens, n_head * hd))
         if sinks is not None:
             _f32(sinks, "sinks", (n_head,))
-        if n_head % pool.n_kv_head:
-            raise ValueError(f"{n_head} heads over {pool.n_kv_head} KV heads")
+        if n_head % n_kv:
+            raise ValueError(f"{n_head} heads over {n_kv} KV heads")
         if not causal and window:
             raise ValueError("a sliding window needs causal attention")
         if not causal and batch.both_ways is None:
             batch.both_ways = Batch()
         out = self.tensor(*q.shape)
         self._op("attention", (q, out, pool.k[layer], pool.v[layer], batch.struct if causal else batch.both_ways, sinks),
-                 (n_head, pool.n_kv_head, pool.head_dim, window, pool.kv.codes), (scale, softcap),
+                 (n_head, n_kv, hd, window, pool.kv.codes), (scale, softcap),
                  writes=(out,), keep=(batch, pool),
                  reads=(q, pool.k[layer], pool.v[layer]) + (() if sinks is None else (sinks,)))
         return out

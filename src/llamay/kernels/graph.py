@@ -14,7 +14,7 @@ OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attenti
 
 
 class NodeStruct(ctypes.Structure):
-    _fields_ = [("op", I64), ("p", P * 6), ("n", I64 * 5), ("f", ctypes.c_float * 3), ("after", I64)]
+    _fields_ = [("op", I64), ("p", P * 6), ("n", I64 * 6), ("f", ctypes.c_float * 3), ("after", I64)]
 
 
 class Batch(ctypes.Structure):

@@ -130,6 +130,16 @@ class QExperts:
         self.all = QWeight(raw, qtype, n_expert * m, k)  # checks size, type and support
         self.raw, self.qtype, self.row_bytes, self.is_float = raw, self.all.qtype, self.all.row_bytes, self.all.is_float
         self.n_expert, self.m, self.k = int(n_expert), int(m), int(k)
+        self.expert_bytes = self.m * self.row_bytes  # from one expert's matrix to the next
+
+    def rows(self, lo: int, hi: int) -> "QExperts":
+        """Rows [lo, hi) of every expert's matrix (a view of the same bytes: the part of a fused gate/up)."""
+        if not 0 <= lo < hi <= self.m:
+            raise ValueError(f"rows [{lo}, {hi}) of {self!r}")
+        part = object.__new__(QExperts)
+        part.__dict__.update(self.__dict__, m=hi - lo)
+        part.raw = self.raw[lo * self.row_bytes:]  # the last expert's rows end inside it
+        return part
 
     @classmethod
     def from_gguf(cls, reader, name: str) -> "QExperts":

@@ -1,7 +1,8 @@
 """The page pool: K and V for every layer, page_size token slots per page. Slot = page * page_size + i.
 
 The pool owns the arrays; which pages a sequence holds is bookkeeping kept elsewhere (page tables).
-Each layer's K (and V) is one uint8 array [n_slots, n_kv_head * head_bytes] in its KV element type."""
+Each layer's K (and V) is one uint8 array [n_slots, n_kv_head * head_bytes] in its KV element type; layers
+may differ in KV heads and head size (dims)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,33 +36,42 @@ KV_TYPES = {"f32": KVType("f32", "f32", "f32"), "f16": KVType("f16", "f16", "f16
             "vq8": KVType("vq8", "f16", "q8")}  # keys as exact as the default, int8 values
 
 
-def kv_type(name: str, head_dim: int) -> KVType:
+def kv_type(name: str, *head_dims: int) -> KVType:
+    """The KV type of that name, checked against every layer's head size."""
     if name not in KV_TYPES:
         raise ValueError(f"unknown KV type {name!r} (choose from {', '.join(KV_TYPES)})")
     t = KV_TYPES[name]
-    if "q8" in (t.k, t.v) and head_dim % Q8_BLOCK:
-        raise ValueError(f"KV type {name} needs head_dim divisible by {Q8_BLOCK}, the model has {head_dim}")
+    bad = [d for d in head_dims if d % Q8_BLOCK]
+    if "q8" in (t.k, t.v) and bad:
+        raise ValueError(f"KV type {name} needs head_dim divisible by {Q8_BLOCK}, the model has {bad[0]}")
     return t
 
 
-def page_bytes(n_layer: int, page_size: int, n_kv_head: int, head_dim: int, kv: KVType) -> int:
-    """Bytes of one page: K and V of every layer."""
-    return n_layer * page_size * n_kv_head * (kv.head_bytes("k", head_dim) + kv.head_bytes("v", head_dim))
+def page_bytes(dims, page_size: int, kv: KVType) -> int:
+    """Bytes of one page: K and V of every layer; dims: (KV heads, head size) of each layer."""
+    return sum(page_size * h * (kv.head_bytes("k", d) + kv.head_bytes("v", d)) for h, d in dims)
 
 
 class PagePool:
     def __init__(self, n_layer: int, n_pages: int, page_size: int, n_kv_head: int, head_dim: int,
-                 kv: KVType = KV_TYPES[LOAD.kv]):
+                 kv: KVType = KV_TYPES[LOAD.kv], dims=None):
+        """dims: (KV heads, head size) per layer when they differ (n_kv_head and head_dim are then layer 0's)."""
         self.n_pages, self.page_size, self.kv = n_pages, page_size, kv
-        self.n_kv_head, self.head_dim = n_kv_head, head_dim
+        self.dims = [tuple(x) for x in dims] if dims is not None else [(n_kv_head, head_dim)] * n_layer
+        self.n_kv_head, self.head_dim = self.dims[0]
         n_slots = n_pages * page_size
         # np.zeros maps zero pages lazily: memory is only touched as slots are written
-        self.k = [np.zeros((n_slots, n_kv_head * kv.head_bytes("k", head_dim)), np.uint8) for _ in range(n_layer)]
-        self.v = [np.zeros((n_slots, n_kv_head * kv.head_bytes("v", head_dim)), np.uint8) for _ in range(n_layer)]
+        self.k = [np.zeros((n_slots, h * kv.head_bytes("k", d)), np.uint8) for h, d in self.dims]
+        self.v = [np.zeros((n_slots, h * kv.head_bytes("v", d)), np.uint8) for h, d in self.dims]
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every layer has the same KV heads and head size."""
+        return len(set(self.dims)) == 1
 
     @property
     def bytes_per_page(self) -> int:
-        return page_bytes(len(self.k), self.page_size, self.n_kv_head, self.head_dim, self.kv)
+        return page_bytes(self.dims, self.page_size, self.kv)
 
     def page_view(self, arr: np.ndarray) -> np.ndarray:
         """[n_pages, page_size, row_bytes] view of one layer's K or V."""

@@ -2,18 +2,21 @@
 
 Layout, version 2, all little-endian, no pointers:
   fixed header (HEADER, 180 bytes): magic, version, weights digest, arch, KV type, geometry, counts
+  layer table          version 3 only: per layer (LAYER) KV heads, head size, K and V bytes of one page;
+                       written only when layers differ (Gemma 4), the header's geometry then layer 0's
   token ids            u32[n_tokens]
   logits               f32[n_logits]: after the last token (n_vocab of them), or none (n_logits = 0)
   meta                 n_meta bytes of UTF-8 JSON (an object; none when empty): state beside the KV, such
                        as a grammar's position in a constrained generation
   zero padding         to a multiple of 64 bytes, so page data is aligned for numpy views
   page data            for each layer: K pages then V pages, n_pages * page_bytes each, context order;
-                       a dense (f32/f16) page is [page_size, n_kv_head, head_dim] of that dtype
+                       a dense (f32/f16) page is [page_size, n_kv_head, head_dim] of that dtype (the
+                       layer's own, in version 3)
   checksum             xxh3_128 of every byte before it, 16 bytes
 The header is fixed binary rather than JSON: every field has a fixed width and type, so parsing hostile
 input is one struct.unpack plus integer bounds, and the exact file size follows from the header by
 arithmetic before anything is allocated. Any change of layout bumps VERSION; version 1 (no meta, a
-172-byte header) is still read.
+172-byte header) is still read, and uniform layers are still written as version 2.
 
 Two ways to read, both validating the header against the file size before allocating anything:
 read_snapshot maps the file (no copy) and returns read-only numpy views after verifying the checksum;
@@ -38,9 +41,11 @@ import xxhash
 from ..files import write_atomic
 
 MAGIC = b"LLAMAYCX"
-VERSION = 2
+VERSION = 3
 HEADERS = {1: struct.Struct("<8sI64s32s8sIIIIQQQQQ"), 2: struct.Struct("<8sI64s32s8sIIIIQQQQQQ")}
+HEADERS[3] = HEADERS[2]  # followed by the layer table
 HEADER = HEADERS[VERSION]
+LAYER = struct.Struct("<IIQQ")  # n_kv_head, head_dim, k_page_bytes, v_page_bytes
 CHECKSUM_BYTES = 16
 ALIGN = 64
 IOV_MAX = 1024  # buffers per preadv call (Linux's limit)
@@ -66,6 +71,18 @@ class KVGeometry:
     page_size: int  # token slots per page
     k_page_bytes: int  # bytes of one page of K in one layer
     v_page_bytes: int
+    layers: tuple = ()  # per layer (n_kv_head, head_dim, k_page_bytes, v_page_bytes) when layers differ;
+    # the fields above are then layer 0's
+
+    def layer(self, i: int) -> tuple[int, int, int, int]:
+        """(n_kv_head, head_dim, k_page_bytes, v_page_bytes) of layer i."""
+        return self.layers[i] if self.layers else (self.n_kv_head, self.head_dim, self.k_page_bytes,
+                                                   self.v_page_bytes)
+
+    @property
+    def bytes_per_page(self) -> int:
+        """K and V bytes of one page over every layer."""
+        return sum(kb + vb for _, _, kb, vb in map(self.layer, range(self.n_layer)))
 
     @classmethod
     def dense(cls, arch: str, n_layer: int, n_kv_head: int, head_dim: int, kv_type: str,
@@ -82,24 +99,33 @@ class KVGeometry:
             raise SnapshotError(f"architecture name {self.arch!r} must be 1 to 32 UTF-8 bytes")
         if self.kv_type not in KV_DTYPES:
             raise SnapshotError(f"unknown KV type {self.kv_type!r} (known: {', '.join(KV_DTYPES)})")
-        for name, hi in (("n_layer", MAX_LAYERS), ("n_kv_head", MAX_HEADS),
-                         ("head_dim", MAX_HEAD_DIM), ("page_size", MAX_PAGE_SIZE)):
+        for name, hi in (("n_layer", MAX_LAYERS), ("page_size", MAX_PAGE_SIZE)):
             if not 1 <= getattr(self, name) <= hi:
                 raise SnapshotError(f"{name} = {getattr(self, name)} is outside 1..{hi}")
-        elems = self.page_size * self.n_kv_head * self.head_dim
+        if self.layers and (len(self.layers) != self.n_layer or tuple(self.layers[0]) != (
+                self.n_kv_head, self.head_dim, self.k_page_bytes, self.v_page_bytes)):
+            raise SnapshotError(f"the layer table has {len(self.layers)} entries for {self.n_layer} layers, or "
+                                "its first disagrees with the header")
         dtype = KV_DTYPES[self.kv_type]
-        for name in ("k_page_bytes", "v_page_bytes"):
-            n = getattr(self, name)
-            # a quantized page is never larger than the same page in f32
-            ok = n == elems * dtype.itemsize if dtype is not None else 1 <= n <= elems * 4
-            if not ok:
-                raise SnapshotError(f"{name} = {n} does not fit {self.kv_type} pages of {elems} values")
+        for i in range(self.n_layer):
+            n_kv_head, head_dim, *page_bytes = self.layer(i)
+            for name, v, hi in (("n_kv_head", n_kv_head, MAX_HEADS), ("head_dim", head_dim, MAX_HEAD_DIM)):
+                if not 1 <= v <= hi:
+                    raise SnapshotError(f"{name} = {v} of layer {i} is outside 1..{hi}")
+            elems = self.page_size * n_kv_head * head_dim
+            for name, n in zip(("k_page_bytes", "v_page_bytes"), page_bytes):
+                # a quantized page is never larger than the same page in f32
+                ok = n == elems * dtype.itemsize if dtype is not None else 1 <= n <= elems * 4
+                if not ok:
+                    raise SnapshotError(f"{name} = {n} of layer {i} does not fit {self.kv_type} pages of "
+                                        f"{elems} values")
 
-    def layer_shape(self, n_pages: int, page_bytes: int) -> tuple[int, ...]:
+    def layer_shape(self, n_pages: int, page_bytes: int, layer: int = 0) -> tuple[int, ...]:
         """Shape of one layer's K or V in a snapshot."""
         if KV_DTYPES[self.kv_type] is None:
             return (n_pages, page_bytes)
-        return (n_pages, self.page_size, self.n_kv_head, self.head_dim)
+        n_kv_head, head_dim = self.layer(layer)[:2]
+        return (n_pages, self.page_size, n_kv_head, head_dim)
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,10 +181,11 @@ def write_snapshot(path: str | os.PathLike, header: SnapshotHeader, layers_k: Se
     if len(layers_k) != g.n_layer or len(layers_v) != g.n_layer:
         raise SnapshotError(f"expected {g.n_layer} layers of K and V, got {len(layers_k)} and {len(layers_v)}")
     parts = [_pack_header(header.weights_digest, g, len(tokens), n_pages, len(logits), len(meta)), tokens,
-             logits, meta, bytes(_pad(HEADER.size + tokens.nbytes + logits.nbytes + len(meta)))]
+             logits, meta, bytes(_pad(_header_size(g) + tokens.nbytes + logits.nbytes + len(meta)))]
     for i in range(g.n_layer):
-        parts.append(_layer_array(layers_k[i], g, n_pages, g.k_page_bytes, f"K of layer {i}"))
-        parts.append(_layer_array(layers_v[i], g, n_pages, g.v_page_bytes, f"V of layer {i}"))
+        _, _, kb, vb = g.layer(i)
+        parts.append(_layer_array(layers_k[i], g, n_pages, kb, i, f"K of layer {i}"))
+        parts.append(_layer_array(layers_v[i], g, n_pages, vb, i, f"V of layer {i}"))
     _write_atomic(os.fspath(path), parts)
 
 
@@ -203,20 +230,25 @@ def _parse_meta(raw) -> dict:
     return meta
 
 
-def _layer_array(a: np.ndarray, g: KVGeometry, n_pages: int, page_bytes: int, what: str) -> np.ndarray:
+def _layer_array(a: np.ndarray, g: KVGeometry, n_pages: int, page_bytes: int, layer: int, what: str) -> np.ndarray:
     if a.dtype == np.uint8 and a.shape == (n_pages, page_bytes):
         return np.ascontiguousarray(a)
     dtype = KV_DTYPES[g.kv_type] or np.dtype(np.uint8)
-    shape = g.layer_shape(n_pages, page_bytes)
+    shape = g.layer_shape(n_pages, page_bytes, layer)
     if a.dtype.type is not dtype.type or a.shape != shape:
         raise SnapshotError(f"{what}: expected {dtype.name} {shape}, got {a.dtype.name} {a.shape}")
     return np.ascontiguousarray(a, dtype=dtype)  # no copy when already contiguous little-endian
 
 
 def _pack_header(digest: str, g: KVGeometry, n_tokens: int, n_pages: int, n_logits: int, n_meta: int) -> bytes:
-    return HEADER.pack(MAGIC, VERSION, digest.encode(), g.arch.encode(), g.kv_type.encode(),
+    head = HEADER.pack(MAGIC, VERSION if g.layers else 2, digest.encode(), g.arch.encode(), g.kv_type.encode(),
                        g.n_layer, g.n_kv_head, g.head_dim, g.page_size, n_tokens, n_pages,
                        g.k_page_bytes, g.v_page_bytes, n_logits, n_meta)
+    return head + b"".join(LAYER.pack(*layer) for layer in g.layers)
+
+
+def _header_size(g: KVGeometry) -> int:
+    return HEADER.size + LAYER.size * len(g.layers)
 
 
 def _pad(offset: int) -> int:
@@ -241,7 +273,7 @@ def read_snapshot(path: str | os.PathLike) -> Snapshot:
     fd = os.open(os.fspath(path), os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        digest, g, c = _parse_header(os.pread(fd, HEADER.size, 0), size)
+        digest, g, c = _parse_header(_read_head(fd), size)
         mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
@@ -265,7 +297,7 @@ class SnapshotFile:
         self._fd = os.open(self.path, os.O_RDONLY)
         try:
             self.size = os.fstat(self._fd).st_size
-            digest, g, self._counts = _parse_header(os.pread(self._fd, HEADER.size, 0), self.size)
+            digest, g, self._counts = _parse_header(_read_head(self._fd), self.size)
             self._prefix = np.empty(self._counts.pages_at, np.uint8)  # bounded: <= the file's size
             _fill(self._fd, [self._prefix], 0)
             c = self._counts
@@ -287,7 +319,7 @@ class SnapshotFile:
         offset = self._counts.pages_at
         runs = _runs(ids)  # consecutive page ids are read into one buffer
         for layer in range(g.n_layer):
-            for dest, page_bytes in ((dest_k, g.k_page_bytes), (dest_v, g.v_page_bytes)):
+            for dest, page_bytes in zip((dest_k, dest_v), g.layer(layer)[2:]):
                 bufs = [_page_buffer(dest[layer], start, n, page_bytes) for start, n in runs]
                 offset = _fill(self._fd, bufs, offset)
                 for b in bufs:  # hashed while still in cache
@@ -386,7 +418,18 @@ class _Counts(NamedTuple):
         return self.meta_end + _pad(self.meta_end)
 
     def file_size(self, g: KVGeometry) -> int:
-        return self.pages_at + g.n_layer * self.n_pages * (g.k_page_bytes + g.v_page_bytes) + CHECKSUM_BYTES
+        return self.pages_at + self.n_pages * g.bytes_per_page + CHECKSUM_BYTES
+
+
+def _read_head(fd: int) -> bytes:
+    """The fixed header and, in version 3, the layer table its n_layer implies (less when the file is
+    shorter; _parse_header checks)."""
+    head = os.pread(fd, HEADER.size, 0)
+    if len(head) == HEADER.size and int.from_bytes(head[8:12], "little") >= 3:
+        n_layer = int.from_bytes(head[116:120], "little")  # after magic, version, digest, arch, KV type
+        if 1 <= n_layer <= MAX_LAYERS:
+            head += os.pread(fd, LAYER.size * n_layer, HEADER.size)
+    return head
 
 
 def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
@@ -408,13 +451,21 @@ def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
     digest = _text(digest, "weights digest")
     if not _HEX64.fullmatch(digest):
         raise SnapshotError(f"weights digest {digest!r} is not a sha256 hex")
+    layers, header_size = (), header.size
+    if version >= 3:
+        if not 1 <= n_layer <= MAX_LAYERS:
+            raise SnapshotError(f"n_layer = {n_layer} is outside 1..{MAX_LAYERS}")
+        header_size += LAYER.size * n_layer
+        if len(head) < header_size:
+            raise SnapshotError(f"truncated snapshot: {size} bytes, the header and layer table need {header_size}")
+        layers = tuple(LAYER.unpack_from(head, header.size + LAYER.size * i) for i in range(n_layer))
     g = KVGeometry(_text(arch, "architecture"), n_layer, n_kv_head, head_dim, _text(kv_type, "KV type"),
-                   page_size, k_bytes, v_bytes)
+                   page_size, k_bytes, v_bytes, layers)
     g.validate()
     if n_pages != pages_for(n_tokens, page_size):
         raise SnapshotError(f"{n_tokens} tokens need {pages_for(n_tokens, page_size)} pages of "
                             f"{page_size}, the header says {n_pages}")
-    counts = _Counts(n_tokens, n_pages, n_logits, n_meta, header.size)
+    counts = _Counts(n_tokens, n_pages, n_logits, n_meta, header_size)
     expected = counts.file_size(g)
     if expected != size:
         kind = "truncated" if size < expected else "oversized"
@@ -436,9 +487,9 @@ def _layer_views(body: np.ndarray, g: KVGeometry, c: _Counts):
     dtype = KV_DTYPES[g.kv_type] or np.dtype(np.uint8)
     off = c.pages_at
     ks, vs = [], []
-    for _ in range(g.n_layer):
-        for out, page_bytes in ((ks, g.k_page_bytes), (vs, g.v_page_bytes)):
+    for layer in range(g.n_layer):
+        for out, page_bytes in zip((ks, vs), g.layer(layer)[2:]):
             n = c.n_pages * page_bytes
-            out.append(body[off:off + n].view(dtype).reshape(g.layer_shape(c.n_pages, page_bytes)))
+            out.append(body[off:off + n].view(dtype).reshape(g.layer_shape(c.n_pages, page_bytes, layer)))
             off += n
     return ks, vs

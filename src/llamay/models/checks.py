@@ -15,6 +15,7 @@ from ..gguf.dequant import SUPPORTED as DEQUANT_TYPES
 from ..kernels.matmul import IQ_TYPES, supported
 
 MAX_SIZE = 2**31 - 1  # any count or length read from metadata (int32-safe in every kernel's indexing)
+MAX_LAYERS = 4096  # a spec that walks its layers (per-layer shapes) does so only below this
 MAX_ROPE_DIMS = 1024  # kernels/csrc/ops.c ly_rope_slice: cs[512], sn[512] per token
 _MISSING = object()
 
@@ -65,17 +66,27 @@ class Meta:
     def layer_int(self, key: str, default=_MISSING) -> int:
         """A positive integer, or one per layer (block_count of them) that is the same for all (different
         ones are unsupported)."""
+        v = self.layer_ints(key, default)
+        if not isinstance(v, tuple):
+            return v
+        if any(x != v[0] for x in v):
+            raise UnsupportedModel(f"{self.arch}: per-layer {key} is not supported")
+        return v[0]
+
+    def layer_ints(self, key: str, default=_MISSING):
+        """Positive integers per layer: a tuple of block_count of them from an array, or of one when one
+        integer serves every layer; the default as given when the key is absent."""
         v = self._raw(key, default)
+        if self.key(key) not in self.meta:
+            return default
         if not isinstance(v, np.ndarray) or v.dtype.kind not in "iu" or v.ndim != 1 or not len(v):
-            return self.int(key, default)
+            return (self.int(key, default),)
         if len(v) != self.int("block_count"):
             raise ModelFileError(f"{self.key(key)} has {len(v)} entries, {self.key('block_count')} is "
                                  f"{self.int('block_count')}")
-        if (v != v[0]).any():
-            raise UnsupportedModel(f"{self.arch}: per-layer {key} is not supported")
-        if not 1 <= int(v[0]) <= MAX_SIZE:
-            raise ModelFileError(f"{self.key(key)} = {int(v[0])} (per layer) is out of range [1, {MAX_SIZE}]")
-        return int(v[0])
+        if not (1 <= v.min() and v.max() <= MAX_SIZE):
+            raise ModelFileError(f"{self.key(key)} has values out of range [1, {MAX_SIZE}]")
+        return tuple(int(x) for x in v)
 
     def float(self, key: str, default=_MISSING, lo: float = 0.0, hi: float = math.inf,
               lo_open: bool = True) -> float:

@@ -6,6 +6,7 @@ token's logits do not depend on how the batch was split. The blocks run as one C
 (forward.py), built on first use and kept."""
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 
@@ -29,15 +30,16 @@ class Decoder:
         table's length)."""
         self.spec, self.nthreads = spec, nthreads  # the full count; the governor may run fewer
         self.governor = Governor()
-        self.layers, self.embed, self.output_norm, self.output, self.rope_factors = load_weights(reader, spec, n_ctx)
+        (self.layers, self.embed, self.output_norm, self.output, self.rope_factors,
+         self.ple) = load_weights(reader, spec, n_ctx)
         self.positions = Embedding(reader, "position_embd.weight") if spec.learned_pos else None
         # which LongRoPE factors rotated the cached keys: a snapshot must be restored under the same
         self.rope_variant = spec.long_short(n_ctx) if spec.rope_long_short and self.rope_factors is not None else None
         self._plans: OrderedDict = OrderedDict()
 
     def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:
-        s = self.spec
-        return PagePool(s.n_layer, n_pages, page_size, s.n_head_kv, s.head_dim, kv_type(kv, s.head_dim))
+        dims = self.spec.kv_dims
+        return PagePool(len(dims), n_pages, page_size, *dims[0], kv_type(kv, *(d for _, d in dims)), dims=dims)
 
     def _cached(self, key, make):
         if key not in self._plans:
@@ -47,21 +49,29 @@ class Decoder:
         self._plans.move_to_end(key)
         return self._plans[key]
 
-    def embed_rows(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """The input rows [n, n_embd]: token embeddings, plus learned position embeddings (GPT-2)."""
+    def new_plan(self, n: int, pool: PagePool, fuse: bool = True) -> ForwardGraph:
+        """The layers' graph for batches of n tokens over pool (not cached: forward keeps its own)."""
+        return ForwardGraph(self.spec, self.layers, pool, n, fuse, rope_factors=self.rope_factors, ple=self.ple)
+
+    def fill_inputs(self, plan: ForwardGraph, tokens: np.ndarray, positions: np.ndarray):
+        """A plan's inputs for these tokens: token embeddings, plus learned position embeddings (GPT-2),
+        and per-layer inputs' token rows [n, n_layer * width] as [n_layer, n, width] times sqrt(width)."""
         x = self.embed(tokens)
         if self.positions is not None:
             x += self.positions(positions)
-        return x
+        plan.x[:] = x
+        if self.ple is not None:
+            s = self.spec
+            rows = self.ple.table(tokens).reshape(len(tokens), s.n_layer, s.n_embd_per_layer).transpose(1, 0, 2)
+            np.multiply(rows, np.float32(math.sqrt(s.n_embd_per_layer)), out=plan.ple)
 
     def forward(self, tokens: np.ndarray, meta: BatchMeta, pool: PagePool,
                 out_rows: np.ndarray | None = None) -> np.ndarray:
         """tokens int32 [n]; returns float32 logits [len(out_rows), n_vocab] (all rows when None).
         The result is a fresh array."""
         s, n = self.spec, len(tokens)
-        plan = self._cached(("plan", n, id(pool)),
-                            lambda: ForwardGraph(s, self.layers, pool, n, rope_factors=self.rope_factors))
-        plan.x[:] = self.embed_rows(tokens, meta.tok_pos)
+        plan = self._cached(("plan", n, id(pool)), lambda: self.new_plan(n, pool))
+        self.fill_inputs(plan, tokens, meta.tok_pos)
         full = self.nthreads
         threads, start = self.governor.pick(full), time.perf_counter()
         plan.run(meta, threads)

@@ -2,6 +2,8 @@
 (kernels/builder.py) and rerun with one foreign call per pass. Shapes in comments: n = tokens in the batch."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernels.builder import Builder
@@ -10,33 +12,46 @@ from .spec import ArchSpec
 
 
 class ForwardGraph:
-    """Layers for n tokens: `x` in (embeddings; scaled inside), `x` out (final residual stream)."""
+    """Layers for n tokens: `x` in (embeddings; scaled inside), `x` out (final residual stream); with
+    per-layer inputs also `ple` in [n_layer, n, width] (their token rows, scaled)."""
 
-    def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None):
+    def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None, ple=None):
         s, b = spec, Builder(fuse)
         self.n, self.b, self.batch = n, b, b.batch(n)
         self.pool = pool  # held: while this plan lives, id(pool) cannot name another pool
         self.x = x = b.tensor(n, s.n_embd)
         if s.embed_scale != 1.0:
             b.scale(x, s.embed_scale)
+        self.ple = b.tensor(s.n_layer, n, s.n_embd_per_layer) if ple is not None else None
+        per_layer = _per_layer_inputs(b, s, x, ple, self.ple) if ple is not None else None
         h = b.tensor(n, s.n_embd)
+        ones = {}  # the weight of an RMSNorm without one, per size
         for il, L in enumerate(layers):
             inp = _norm(b, s, x, L.attn_norm, L.attn_norm_b, h) if s.pre_norm else x
-            q, k, v = (b.matmul(inp, w, bias=bias) for w, bias in ((L.q, L.q_bias), (L.k, L.k_bias), (L.v, L.v_bias)))
+            hd, n_rot, kv_layer = s.layer_head_dim(il), s.layer_n_rot(il), s.kv_index(il)
+            q = b.matmul(inp, L.q, bias=L.q_bias)
+            k = b.matmul(inp, L.k, bias=L.k_bias) if L.k is not None else None
+            v = b.matmul(inp, L.v, bias=L.v_bias) if L.v is not None else None
+            if k is not None and s.v_norm:  # unweighted; from the keys before their norm when v_from_k
+                one = ones.setdefault(hd, np.ones(hd, np.float32))
+                v = b.rmsnorm(k if v is None else v, one, s.norm_eps, out=v)
             if s.qk_norm:
                 b.rmsnorm(q, L.q_norm, s.norm_eps, out=q)
-                b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
+                if k is not None:
+                    b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
             scaled = s.layer_rope_scaled(il)
             rope = dict(base=s.layer_rope_base(il), neox=s.rope_neox, linear=s.layer_rope_linear(il),
                         factors=rope_factors if scaled else None, mscale=s.rope_mscale if scaled else 1.0)
             if s.layer_rope(il):
-                b.rope(q, self.batch, s.n_head, s.head_dim, s.n_rot, **rope)
-                b.rope(k, self.batch, s.n_head_kv, s.head_dim, s.n_rot, **rope)
+                b.rope(q, self.batch, s.n_head, hd, n_rot, **rope)
+                if k is not None:
+                    b.rope(k, self.batch, s.layer_n_head_kv(il), hd, n_rot, **rope)
             if s.attn_temp_scale:
                 b.position_scale(q, self.batch, s.attn_temp_scale, s.attn_temp_floor)
-            b.kv_write(pool, il, k, v, self.batch)
-            attn = b.attention(q, pool, il, self.batch, s.n_head, s.scale, s.layer_window(il), s.attn_logit_softcap,
-                               sinks=L.sinks)
+            if k is not None:
+                b.kv_write(pool, kv_layer, k, v, self.batch)
+            attn = b.attention(q, pool, kv_layer, self.batch, s.n_head, s.layer_scale(il),
+                               s.layer_window(il), s.attn_logit_softcap, sinks=L.sinks)
             if s.parallel_block:  # x + (attn + ffn), the FFN reading the same normed input
                 o = b.matmul(attn, L.o, bias=L.o_bias)
                 b.matmul(_ffn(b, s, L, inp), L.down, bias=L.down_bias, residual=o)
@@ -44,15 +59,44 @@ class ForwardGraph:
                 continue
             _residual(b, s, x, attn, L.o, L.o_bias, L.post_attn_norm)
             inp = _norm(b, s, x, L.ffn_norm, L.ffn_norm_b, h) if s.pre_norm else x
-            if s.n_expert:
+            if s.moe_dense:  # post_norm(norm_1(MLP) + norm_2(experts)), the experts reading their own norm
+                mlp = b.matmul(_ffn(b, s, L, inp), L.down)
+                b.rmsnorm(mlp, L.post_ffn_norm_1, s.norm_eps, out=mlp)
+                experts = _moe(b, s, L, b.rmsnorm(x, L.pre_ffn_norm_2, s.norm_eps), router_in=_router_in(b, s, L, x))
+                b.add(mlp, b.rmsnorm(experts, L.post_ffn_norm_2, s.norm_eps, out=experts))
+                _add_block(b, s, x, mlp, L.post_ffn_norm)
+            elif s.n_expert:
                 _add_block(b, s, x, _moe(b, s, L, inp), L.post_ffn_norm)
             else:
                 _residual(b, s, x, _ffn(b, s, L, inp), L.down, L.down_bias, L.post_ffn_norm)
+            if per_layer is not None:  # x += norm(proj(act(gate(x)) * this layer's input))
+                g = b.gated(b.matmul(x, L.ple_gate), per_layer[il], s.act)
+                p = b.matmul(g, L.ple_proj)
+                b.add(x, b.rmsnorm(p, L.ple_norm, s.norm_eps, out=p))
+            if L.out_scale is not None:
+                b.scale(x, float(L.out_scale[0]))
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
         self.batch.fill(meta)
         self.b.run(nthreads)
+
+
+def _per_layer_inputs(b: Builder, s: ArchSpec, x, ple, rows) -> list:
+    """Each layer's input [n, width]: (norm(x . proj_l / sqrt(n_embd)) + its token rows) / sqrt(2), from
+    the scaled embeddings x before any layer runs (ref: HF Gemma4TextModel.project_per_layer_inputs)."""
+    w, out = s.n_embd_per_layer, []
+    for il in range(s.n_layer):
+        p = b.matmul(x, ple.proj.rows(il * w, (il + 1) * w))
+        b.scale(p, 1.0 / math.sqrt(s.n_embd))
+        b.rmsnorm(p, ple.norm, s.norm_eps, out=p)
+        out.append(b.scale(b.add(p, rows[il]), 2.0 ** -0.5))
+    return out
+
+
+def _router_in(b: Builder, s: ArchSpec, L, x):
+    """The router's input beside a dense MLP: x's unweighted RMSNorm times scale / sqrt(n_embd)."""
+    return b.rmsnorm(x, (L.router_scale * np.float32(s.n_embd ** -0.5)).astype(np.float32), s.norm_eps)
 
 
 def _ffn(b: Builder, s: ArchSpec, L, inp):
@@ -61,10 +105,12 @@ def _ffn(b: Builder, s: ArchSpec, L, inp):
     return b.gated(b.matmul(inp, L.gate), up, s.act) if s.gated_ffn else b.activation(up, s.act)
 
 
-def _moe(b: Builder, s: ArchSpec, L, inp):
-    """The experts' FFN [n, n_embd]: each token's k experts from the router, their rows gathered into one
-    batch per expert, act(gate) * up, down, and the weighted sum of the token's k rows."""
-    route = b.moe_route(b.matmul(inp, L.router, bias=L.router_bias), s.n_expert_used, s.moe_gating, s.moe_norm)
+def _moe(b: Builder, s: ArchSpec, L, inp, router_in=None):
+    """The experts' FFN [n, n_embd]: each token's k experts from the router (reading router_in, else inp),
+    their rows gathered into one batch per expert, act(gate) * up, down, and the weighted sum of the
+    token's k rows."""
+    logits = b.matmul(inp if router_in is None else router_in, L.router, bias=L.router_bias)
+    route = b.moe_route(logits, s.n_expert_used, s.moe_gating, s.moe_norm, expert_scale=L.down_exps_scale)
     xg = b.gather(inp, route)
     up = b.matmul_experts(xg, L.up_exps, route, bias=L.up_exps_bias)
     hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, s.act)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.builder import MAX_EXPERTS_USED
-from .checks import MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
+from .checks import MAX_LAYERS, MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
 from .rope import yarn_mscale
 
 
@@ -80,14 +80,25 @@ class ArchSpec:
     yarn_truncate: bool = True  # the ramp's ends rounded to whole pairs (llama.cpp; not gpt-oss)
     attn_temp_scale: float = 0.0  # > 0: queries times 1 + it * ln(1 + floor(pos / attn_temp_floor)) (Ministral 3)
     attn_temp_floor: int = 0
+    # layers of different shapes (Gemma 4); the scalar fields above are the full-attention layers'
+    head_dim_swa: int = 0  # > 0: the sliding layers' head size
+    n_rot_swa: int = 0  # > 0: the sliding layers' rotated dims
+    n_head_kv_layers: tuple = ()  # KV heads per layer, when they differ between layers
+    n_ff_layers: tuple = ()  # FFN width per layer, when it differs (Gemma 4's double-wide MLPs)
+    n_kv_shared: int = 0  # the last n layers compute no K/V: each attends to the K/V of the last earlier
+    # layer of its kind (sliding or full), so the page pool holds only the other layers
+    v_norm: bool = False  # values RMS-normed without a weight
+    v_from_k: bool = False  # a layer without attn_v takes its values from the keys, before their norm
+    n_embd_per_layer: int = 0  # > 0: per-layer inputs of this width, one slice of them added after each
+    # layer through a gate and a projection (Gemma 4's E2B/E4B)
+    layer_out_scale: bool = False  # the file may carry layer_output_scale: each layer's output times it
+    moe_dense: bool = False  # the experts run beside a dense MLP, each with its own norms, their router
+    # reading the unweighted RMSNorm of the residual times a scale vector (Gemma 4's 26B-A4B)
+    n_ff_exp: int = 0  # > 0: the experts' width when it differs from the dense MLP's
 
-    @property
-    def kv_dim(self) -> int:
-        return self.n_head_kv * self.head_dim
-
-    @property
-    def scale(self) -> float:
-        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
+    def layer_scale(self, il: int) -> float:
+        """The query scale of layer il: attn_scale, else 1 / sqrt(its head size)."""
+        return self.attn_scale or 1.0 / math.sqrt(self.layer_head_dim(il))
 
     def layer_window(self, il: int) -> int:
         """Sliding window of layer il in tokens (0 = full context)."""
@@ -112,6 +123,41 @@ class ArchSpec:
     def long_short(self, n_ctx: int) -> str:
         """Which of LongRoPE's factor sets a context of n_ctx tokens takes: 'long' or 'short'."""
         return "long" if n_ctx > self.n_ctx_orig else "short"
+
+    def layer_head_dim(self, il: int) -> int:
+        return self.head_dim_swa if self.head_dim_swa and self.layer_window(il) else self.head_dim
+
+    def layer_n_rot(self, il: int) -> int:
+        return self.n_rot_swa if self.n_rot_swa and self.layer_window(il) else self.n_rot
+
+    def layer_n_head_kv(self, il: int) -> int:
+        return self.n_head_kv_layers[il] if self.n_head_kv_layers else self.n_head_kv
+
+    def layer_n_ff(self, il: int) -> int:
+        return self.n_ff_layers[il] if self.n_ff_layers else self.n_ff
+
+    def kv_source(self, il: int) -> int:
+        """The layer whose K/V layer il attends to: itself, or for the last n_kv_shared layers the last
+        earlier layer of the same kind; -1 when there is none."""
+        first = self.n_layer - self.n_kv_shared
+        if il < first:
+            return il
+        kind = bool(self.layer_window(il))
+        return next((j for j in range(first - 1, -1, -1) if bool(self.layer_window(j)) == kind), -1)
+
+    @property
+    def kv_layers(self) -> tuple[int, ...]:
+        """The layers that write K/V, in order: the page pool's layers."""
+        return tuple(range(self.n_layer - self.n_kv_shared))
+
+    def kv_index(self, il: int) -> int:
+        """The pool layer layer il attends over."""
+        return self.kv_source(il)
+
+    @property
+    def kv_dims(self) -> tuple[tuple[int, int], ...]:
+        """(KV heads, head size) of each pool layer."""
+        return tuple((self.layer_n_head_kv(il), self.layer_head_dim(il)) for il in self.kv_layers)
 
     def layer_rope(self, il: int) -> bool:
         if self.nope_global and self.sliding_window and not self.layer_window(il):
@@ -149,9 +195,20 @@ def _n_rot(m: Meta, head_dim: int) -> int:
     return n_rot
 
 
-def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
+def _common(meta: dict, arch: str, layer_norm: bool = False, per_layer: bool = False) -> dict:
+    """per_layer: KV heads and FFN widths may differ between layers (n_head_kv_layers, n_ff_layers; the
+    scalar fields then hold layer 0's), and the FFN width is the dense one's, not the experts'."""
     m = Meta(meta, arch)
-    n_ff = m.layer_int("expert_feed_forward_length", None) or m.layer_int("feed_forward_length")
+    extra = {}
+    if per_layer:
+        ffs, kvs = m.layer_ints("feed_forward_length"), m.layer_ints("attention.head_count_kv", None)
+        n_ff = ffs[0]
+        extra = dict(n_ff_layers=ffs if len(set(ffs)) > 1 else (),
+                     n_head_kv_layers=kvs if kvs is not None and len(set(kvs)) > 1 else ())
+        meta = {**meta, m.key("attention.head_count_kv"): kvs[0]} if kvs else meta
+        m = Meta(meta, arch)
+    else:
+        n_ff = m.layer_int("expert_feed_forward_length", None) or m.layer_int("feed_forward_length")
     n_embd = m.int("embedding_length")
     n_head, n_head_kv, head_dim = _heads(m, n_embd)
     scaling, factor = m.str("rope.scaling.type", "none"), m.float("rope.scaling.factor", 1.0, lo_open=True)
@@ -172,7 +229,7 @@ def _common(meta: dict, arch: str, layer_norm: bool = False) -> dict:
         norm_eps=m.float("attention.layer_norm_epsilon" if layer_norm else "attention.layer_norm_rms_epsilon",
                          hi=1.0),
         rope_base=m.float("rope.freq_base", 10000.0), n_rot=_n_rot(m, head_dim),
-        rope_linear=factor if scaling == "linear" else 1.0, **yarn,
+        rope_linear=factor if scaling == "linear" else 1.0, **yarn, **extra,
     )
 
 
@@ -308,6 +365,44 @@ def _cohere2(meta: dict) -> ArchSpec:
                     logit_scale=1.0 / m.float("logit_scale", 1.0, hi=1e4))
 
 
+def _gemma4(meta: dict) -> ArchSpec:
+    # ref: HF Gemma4TextDecoderLayer, Gemma4TextAttention, Gemma4TextRouter; llama.cpp gemma4.cpp. Norms
+    # scale by w (not 1 + w), queries unscaled (scaling 1), q/k per-head norms and values RMS-normed; sliding
+    # layers (the file's pattern) of head key_length_swa with plain RoPE, full layers of head key_length
+    # with proportional RoPE (rope_freqs: the unrotated pairs' factors are 1e30); per-layer KV heads and FFN
+    # widths; the last shared_kv_layers layers reuse K/V; optional per-layer inputs and MoE beside the MLP
+    m = Meta(meta, "gemma4")
+    m.int("block_count", hi=MAX_LAYERS)
+    c = _common(meta, "gemma4", per_layer=True)
+    n_layer, swa = c["n_layer"], _swa(m, c["n_layer"], 6)
+    head_swa = m.int("attention.key_length_swa", c["head_dim"])
+    if m.int("attention.value_length_swa", head_swa) != head_swa:
+        raise ModelFileError(f"{m.key('attention.value_length_swa')} differs from the key length {head_swa}")
+    n_rot_swa = m.int("rope.dimension_count_swa", head_swa)
+    if n_rot_swa > head_swa or n_rot_swa % 2:
+        raise ModelFileError(f"{m.key('rope.dimension_count_swa')} = {n_rot_swa} must be even and at most "
+                             f"{m.key('attention.key_length_swa')} = {head_swa}")
+    moe = _moe(m) if m.key("expert_count") in meta and m.int("expert_count") else {}
+    if moe:
+        moe.update(moe_dense=True, moe_norm=True, n_ff_exp=m.int("expert_feed_forward_length"))
+    spec = ArchSpec(
+        **c, rope_neox=True, act="gelu_tanh", qk_norm=True, post_attn_norm=True, post_ffn_norm=True,
+        embed_scale=math.sqrt(c["n_embd"]), attn_scale=1.0, **swa, head_dim_swa=head_swa, n_rot_swa=n_rot_swa,
+        rope_base_local=m.float("rope.freq_base_swa", 10000.0), rope_linear_local=False, rope_freqs=True,
+        final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
+        n_kv_shared=m.int("attention.shared_kv_layers", 0, lo=0, hi=n_layer - 1), v_norm=True, v_from_k=True,
+        n_embd_per_layer=m.int("embedding_length_per_layer_input", 0, lo=0), layer_out_scale=True, **moe)
+    for il in range(n_layer):
+        src = spec.kv_source(il)
+        if src < 0 or spec.layer_n_head_kv(il) != spec.layer_n_head_kv(src):
+            raise ModelFileError(f"gemma4: layer {il} shares K/V, but no earlier layer of its kind has its "
+                                 f"{spec.layer_n_head_kv(il)} KV heads")
+        if c["n_head"] % spec.layer_n_head_kv(il):
+            raise ModelFileError(f"gemma4: {spec.layer_n_head_kv(il)} KV heads of layer {il} do not divide "
+                                 f"{c['n_head']} heads")
+    return spec
+
+
 def _seed_oss(meta: dict) -> ArchSpec:
     # ref: HF SeedOssDecoderLayer, llama.cpp seed-oss.cpp: llama's blocks with q/k/v biases, NeoX RoPE, the
     # FFN norm named post_attention_norm
@@ -421,6 +516,7 @@ BUILDERS = {
     "gemma": _gemma,
     "gemma2": _gemma2,
     "gemma3": _gemma3,
+    "gemma4": _gemma4,
 }
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"

@@ -22,23 +22,41 @@ def _mat(k: int, m: int) -> Expect:
     return Expect((k, m), MATRIX)  # m rows of k values
 
 
-def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
-    """Layer field -> (GGUF name within block i, after 'blk.{i}.'; what that tensor must be)."""
-    d, q, kv, ff = s.n_embd, s.n_head * s.head_dim, s.kv_dim, s.n_ff
+def layer_tensors(s: ArchSpec, il: int) -> dict[str, tuple[str, Expect]]:
+    """Layer field -> (GGUF name within block il, after 'blk.{il}.'; what that tensor must be)."""
+    hd = s.layer_head_dim(il)
+    d, q, kv, ff = s.n_embd, s.n_head * hd, s.layer_n_head_kv(il) * hd, s.layer_n_ff(il)
+    has_kv = s.kv_source(il) == il
     t = {"o": ("attn_output.weight", _mat(q, d))}
+    dense = not s.n_expert or s.moe_dense
     if s.n_expert:
-        t.update(router=("ffn_gate_inp.weight", _mat(d, s.n_expert)),
-                 up_exps=("ffn_up_exps.weight", Expect((d, ff, s.n_expert), MATRIX)),
-                 gate_exps=("ffn_gate_exps.weight", Expect((d, ff, s.n_expert), MATRIX)),
-                 down_exps=("ffn_down_exps.weight", Expect((ff, d, s.n_expert), MATRIX)))
-    else:
+        fe, e = s.n_ff_exp or ff, s.n_expert
+        t.update(router=("ffn_gate_inp.weight", _mat(d, e)), down_exps=("ffn_down_exps.weight", Expect((fe, d, e), MATRIX)))
+        if s.moe_dense:  # as llama.cpp's converter writes Gemma 4: gate and up fused, the router's scales
+            t.update(gate_up_exps=("ffn_gate_up_exps.weight", Expect((d, 2 * fe, e), MATRIX)),
+                     router_scale=("ffn_gate_inp.scale", _vec(d)), down_exps_scale=("ffn_down_exps.scale", _vec(e)),
+                     pre_ffn_norm_2=("pre_ffw_norm_2.weight", _vec(d)),
+                     post_ffn_norm_1=("post_ffw_norm_1.weight", _vec(d)),
+                     post_ffn_norm_2=("post_ffw_norm_2.weight", _vec(d)))
+        else:
+            t.update(up_exps=("ffn_up_exps.weight", Expect((d, fe, e), MATRIX)),
+                     gate_exps=("ffn_gate_exps.weight", Expect((d, fe, e), MATRIX)))
+    if dense:
         t.update(up=("ffn_up.weight", _mat(d, 2 * ff if s.fused_gate_up else ff)), down=("ffn_down.weight", _mat(ff, d)))
     if s.fused_qkv:
         t["qkv"] = ("attn_qkv.weight", _mat(d, q + 2 * kv))
     else:
-        t.update(q=("attn_q.weight", _mat(d, q)), k=("attn_k.weight", _mat(d, kv)), v=("attn_v.weight", _mat(d, kv)))
-    if s.gated_ffn and not s.fused_gate_up and not s.n_expert:
+        t["q"] = ("attn_q.weight", _mat(d, q))
+        if has_kv:
+            t.update(k=("attn_k.weight", _mat(d, kv)),
+                     v=("attn_v.weight", Expect((d, kv), MATRIX, required=not s.v_from_k)))
+    if s.gated_ffn and not s.fused_gate_up and dense:
         t["gate"] = ("ffn_gate.weight", _mat(d, ff))
+    if s.n_embd_per_layer:
+        t.update(ple_gate=("inp_gate.weight", _mat(d, s.n_embd_per_layer)),
+                 ple_proj=("proj.weight", _mat(s.n_embd_per_layer, d)), ple_norm=("post_norm.weight", _vec(d)))
+    if s.layer_out_scale:
+        t["out_scale"] = ("layer_output_scale.weight", Expect((1,), VECTOR, required=False))
     norms = {"attn_norm": "attn_norm"} if s.parallel_block else {"attn_norm": "attn_norm", "ffn_norm": s.ffn_norm_name}
     for n, gguf_name in norms.items() if s.pre_norm else ():  # a parallel block has one
         t[n] = (f"{gguf_name}.weight", _vec(d))
@@ -65,8 +83,10 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
     elif s.qkv_bias:
         t.update(q_bias=("attn_q.bias", _vec(q)), k_bias=("attn_k.bias", _vec(kv)), v_bias=("attn_v.bias", _vec(kv)))
     if s.qk_norm:
-        qn, kn = (q, kv) if s.qk_norm_full else (s.head_dim, s.head_dim)
-        t.update(q_norm=("attn_q_norm.weight", _vec(qn)), k_norm=("attn_k_norm.weight", _vec(kn)))
+        qn, kn = (q, kv) if s.qk_norm_full else (hd, hd)
+        t["q_norm"] = ("attn_q_norm.weight", _vec(qn))
+        if has_kv:
+            t["k_norm"] = ("attn_k_norm.weight", _vec(kn))
     if s.post_attn_norm:
         t["post_attn_norm"] = ("post_attention_norm.weight", _vec(d))
     if s.post_ffn_norm:
@@ -77,7 +97,7 @@ def layer_tensors(s: ArchSpec) -> dict[str, tuple[str, Expect]]:
 def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     """Every tensor of a decoder file: GGUF name -> what it must be. tied: output.weight is absent and
     token_embd is also the output projection."""
-    table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in layer_tensors(s).values()}
+    table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in layer_tensors(s, i).values()}
     table["token_embd.weight"] = Expect((s.n_embd, s.n_vocab), TIED if tied else TABLE)
     table["output_norm.weight"] = _vec(s.n_embd)
     if s.layer_norm and s.norm_bias:
@@ -92,12 +112,19 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
             table[name] = Expect((s.n_rot // 2,), VECTOR, required=False)
     if s.learned_pos:
         table["position_embd.weight"] = Expect((s.n_embd, s.n_ctx_train), TABLE)
+    if s.n_embd_per_layer:
+        n = s.n_embd_per_layer * s.n_layer
+        table.update({"per_layer_token_embd.weight": Expect((n, s.n_vocab), TABLE),
+                      "per_layer_model_proj.weight": Expect((s.n_embd, n), MATRIX),
+                      "per_layer_proj_norm.weight": _vec(s.n_embd_per_layer)})
     return table
 
 
-def _unfuse(s: ArchSpec, f: dict) -> dict:
-    """Fused projections as views of their parts' rows: q, k, v from qkv; gate, up from up."""
-    q, kv = s.n_head * s.head_dim, s.kv_dim
+def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
+    """Fused projections as views of their parts' rows: q, k, v from qkv; gate, up from up (and from the
+    experts' gate_up)."""
+    hd, ff = s.layer_head_dim(il), s.layer_n_ff(il)
+    q, kv = s.n_head * hd, s.layer_n_head_kv(il) * hd
     parts = ((0, q), (q, q + kv), (q + kv, q + 2 * kv))
     if "qkv" in f:
         w = f.pop("qkv")
@@ -106,7 +133,10 @@ def _unfuse(s: ArchSpec, f: dict) -> dict:
         b = f.pop("qkv_bias")
         f["q_bias"], f["k_bias"], f["v_bias"] = (np.ascontiguousarray(b[lo:hi]) for lo, hi in parts)
     if s.fused_gate_up:
-        f["gate"], f["up"] = f["up"].rows(0, s.n_ff), f["up"].rows(s.n_ff, 2 * s.n_ff)
+        f["gate"], f["up"] = f["up"].rows(0, ff), f["up"].rows(ff, 2 * ff)
+    if "gate_up_exps" in f:
+        w, fe = f.pop("gate_up_exps"), s.n_ff_exp or ff
+        f["gate_exps"], f["up_exps"] = w.rows(0, fe), w.rows(fe, 2 * fe)
     if s.layer_norm and not s.norm_bias:
         for n in ("attn_norm", "ffn_norm"):
             if n in f:
@@ -117,9 +147,9 @@ def _unfuse(s: ArchSpec, f: dict) -> dict:
 @dataclass(frozen=True)
 class Layer:
     q: QWeight
-    k: QWeight
-    v: QWeight
     o: QWeight
+    k: QWeight | None = None  # None: the layer reuses an earlier layer's K/V
+    v: QWeight | None = None  # None as well when the values are the keys (ArchSpec.v_from_k)
     up: QWeight | None = None  # a dense FFN, or
     down: QWeight | None = None
     gate: QWeight | None = None
@@ -150,6 +180,15 @@ class Layer:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
+    router_scale: np.ndarray | None = None  # experts beside a dense MLP (ArchSpec.moe_dense)
+    down_exps_scale: np.ndarray | None = None  # [n_expert]: each expert's weight times it
+    pre_ffn_norm_2: np.ndarray | None = None
+    post_ffn_norm_1: np.ndarray | None = None
+    post_ffn_norm_2: np.ndarray | None = None
+    ple_gate: QWeight | None = None  # per-layer inputs: gate [n_embd -> width], projection back, its norm
+    ple_proj: QWeight | None = None
+    ple_norm: np.ndarray | None = None
+    out_scale: np.ndarray | None = None  # [1]: the layer's output times it
 
 
 class Embedding:
@@ -166,10 +205,19 @@ class Embedding:
         return dequantize(self.rows[ids], self.qtype, (self.n_embd, len(ids)))  # [n, n_embd]
 
 
+@dataclass(frozen=True)
+class PerLayerInputs:
+    """Gemma 4's per-layer inputs: each token's rows of `table` [n_layer * width] plus a projection of its
+    embedding through `proj`, normed per layer by `norm` [width]."""
+    table: Embedding
+    proj: QWeight
+    norm: np.ndarray
+
+
 def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
     """(layers, embedding, output norm (weight, bias or None), output projection (weight, bias or None),
-    RoPE frequency factors for a context of n_ctx tokens or None), after every tensor is checked against tensor_table (ModelFileError
-    otherwise)."""
+    RoPE frequency factors for a context of n_ctx tokens or None, PerLayerInputs or None), after every
+    tensor is checked against tensor_table (ModelFileError otherwise)."""
     check_block_count(reader.tensors, spec.n_layer, f"{spec.arch}.block_count")
     tied = "output.weight" not in reader.tensors
     check_tensors(reader.tensors, tensor_table(spec, tied), reader.path, spec.arch)
@@ -183,8 +231,8 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
             return vec(name)
         return (QExperts if len(e.shape) == 3 else QWeight).from_gguf(reader, name)
 
-    fields = layer_tensors(spec)
-    layers = [Layer(**_unfuse(spec, {f: load(f"blk.{i}.{name}", e) for f, (name, e) in fields.items()}))
+    layers = [Layer(**_unfuse(spec, {f: load(f"blk.{i}.{name}", e) for f, (name, e) in layer_tensors(spec, i).items()
+                                     if f"blk.{i}.{name}" in reader.tensors}, i))
               for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
     name = ("rope_freqs.weight" if "rope_freqs.weight" in reader.tensors
@@ -200,4 +248,8 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
     zeros = np.zeros(spec.n_embd, np.float32)  # the bias of a LayerNorm without one
     norm_b = (vec("output_norm.bias") if spec.norm_bias else zeros) if spec.layer_norm else None
     out_b = vec("output.bias") if spec.output_bias else None
-    return layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b), factors
+    ple = (PerLayerInputs(Embedding(reader, "per_layer_token_embd.weight"),
+                          QWeight.from_gguf(reader, "per_layer_model_proj.weight"), vec("per_layer_proj_norm.weight"))
+           if spec.n_embd_per_layer else None)
+    return (layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b),
+            factors, ple)

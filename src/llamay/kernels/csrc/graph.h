@@ -45,10 +45,12 @@ typedef struct {
  *           each row of the gathered batch, expert by expert, tokens ascending), pos [tokens K] out (its
  *           inverse), offs [E + 1] out (each expert's first gathered row)
  *           n: tokens, E, K, gating (0: softmax over all E; 1: softmax over the K chosen), norm (weights
- *           divided by their sum)   f: scale of the weights
+ *           divided by their sum)   f: scale of the weights   p[5]: per-expert factors of the weights [E]
+ *           or NULL (Gemma 4's per_expert_scale)
  * GATHER    p: x [tokens, d], order, y [tokens K, d]   n: tokens K, d, K   (y[r] = x[order[r] / K])
  * MOE_MATMUL p: w (E matrices of m rows), ly_act* over gathered rows, y [tokens K, m], offs, bias [E, m]
- *           or NULL   n: row_bytes, type, m, E, tokens K
+ *           or NULL   n: row_bytes, type, m, E, tokens K, bytes from one expert's matrix to the next (its
+ *           m rows, or more when the m rows are part of a fused matrix)
  * MOE_COMBINE p: y [tokens K, d], weights, pos, out [tokens, d]   n: tokens, d, K
  *           (out[t] = sum over slots j in order of weight[t, j] y[pos[t K + j]])
  * POS_SCALE p: x [tokens, d], pos   n: tokens, d, floor   f: beta
@@ -59,7 +61,7 @@ typedef struct {
 typedef struct {
     int64_t op;
     void *p[6];
-    int64_t n[5];
+    int64_t n[6];
     float f[3];
     int64_t after;
 } ly_node;

@@ -92,7 +92,7 @@ void ly_moe_matmul_slice(const ly_node *nd, int ith, int nth) {
         gb = gb > groups ? groups : gb;
         if (ga >= gb) continue;
         int64_t ra = ga * ROW_GROUP, rb = gb * ROW_GROUP < m ? gb * ROW_GROUP : m;
-        const uint8_t *w = (const uint8_t *)nd->p[0] + (size_t)e * (size_t)m * (size_t)row_bytes;
+        const uint8_t *w = (const uint8_t *)nd->p[0] + (size_t)e * (size_t)nd->n[5];
         for (int64_t t0 = offs[e]; t0 < offs[e + 1]; t0 += tt)
             tile(w, (size_t)row_bytes, ra, rb, a, t0, t0 + tt < offs[e + 1] ? t0 + tt : offs[e + 1], y, m);
         for (int64_t t = offs[e]; bias && t < offs[e + 1]; t++)

@@ -29,6 +29,7 @@ void ly_moe_route_slice(const ly_node *nd, int ith, int nth) {
     int64_t n = nd->n[0], E = nd->n[1], K = nd->n[2];
     int gating = (int)nd->n[3], norm = (int)nd->n[4];
     float scale = nd->f[0];
+    const float *escale = nd->p[5];
     int32_t idx[MAX_EXPERTS_USED];
     for (int64_t e = 0; e <= E; e++) offs[e] = 0;
     for (int64_t t = 0; t < n; t++) {
@@ -50,6 +51,7 @@ void ly_moe_route_slice(const ly_node *nd, int ith, int nth) {
         }
         for (int64_t j = 0; j < K; j++) {
             w[j] = w[j] * scale;
+            if (escale) w[j] = w[j] * escale[idx[j]];
             order[t * K + j] = idx[j]; /* the expert, for now */
             offs[idx[j] + 1]++;
         }
