@@ -10,6 +10,7 @@ ALLOWED = {name: set() for name in LEAVES} | {
     "kernels": {"gguf", "env"},
     "kv": {"files", "kernels", "settings"},
     "models": {"gguf", "kernels", "kv", "settings"},
+    "quantize": {"gguf", "kernels", "files"},
     "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings"},
     "store": {"files", "gguf", "env"},
     "server": {"engine", "chat", "toolcall", "store", "events", "defaults", "settings"},

@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, ctx, embed, pull, run, serve, store_cmds, tokenize, verify
+from . import bench, ctx, embed, pull, quantize, run, serve, store_cmds, tokenize, verify
 from .common import CLIError
 
 COMMANDS = {"run": run, "serve": serve, "pull": pull, "list": store_cmds.LIST, "show": store_cmds.SHOW,
             "rm": store_cmds.RM, "cp": store_cmds.CP, "tokenize": tokenize, "bench": bench, "verify": verify,
-            "ctx": ctx, "embed": embed.EMBED, "rerank": embed.RERANK}
+            "ctx": ctx, "embed": embed.EMBED, "rerank": embed.RERANK, "quantize": quantize}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -166,13 +166,16 @@ class GGUFReader:
         n_kv = cur.count(12, "metadata count")
         self.metadata: dict[str, object] = {}
         self.metadata_types: dict[str, int] = {}
+        self.metadata_spans: dict[str, tuple[int, int]] = {}  # key -> [start, end) of its bytes (key, type, value)
         for _ in range(n_kv):
+            start = cur.pos
             key = cur.string("metadata key")
             if key in self.metadata:
                 cur.fail(f"duplicate metadata key {key!r}")
             vtype = cur.u32(f"type of {key!r}")
             self.metadata[key] = _read_value(cur, vtype, key)
             self.metadata_types[key] = vtype
+            self.metadata_spans[key] = (start, cur.pos)
         self.alignment = self._alignment(cur)
         infos = [self._tensor_info(cur) for _ in range(n_tensors)]
         self.data_offset = -(-cur.pos // self.alignment) * self.alignment

@@ -1,0 +1,40 @@
+"""Quantize a GGUF file to another type, as llama-quantize does (the same bytes)."""
+from __future__ import annotations
+
+from ..kernels.threads import default_threads
+from ..quantize import FTYPES, QuantizeError, quantize
+from .common import CLIError, eprint, resolve_model
+
+
+def add_parser(p):
+    p.add_argument("input", help="GGUF file (F32, F16 or BF16 weights) or a stored model name")
+    p.add_argument("output", help="GGUF file to write (replaced atomically)")
+    p.add_argument("type", help=f"file type: {', '.join(FTYPES)}")
+    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: the physical cores)")
+    p.add_argument("--pure", action="store_true", help="every quantized tensor the default type (no mix)")
+    p.add_argument("--output-tensor-type", metavar="TYPE", help="type of output.weight")
+    p.add_argument("--token-embedding-type", metavar="TYPE", help="type of token_embd.weight")
+    p.add_argument("--leave-output-tensor", action="store_true", help="keep output.weight as it is")
+    p.add_argument("--allow-requantize", action="store_true", help="quantize tensors that already are")
+    p.add_argument("--imatrix", metavar="FILE", help="importance matrix from llama-imatrix (GGUF or .dat)")
+
+
+def run(args):
+    from ..store.progress import Progress
+    threads = args.threads or default_threads()
+    if not 1 <= threads <= 512:
+        raise CLIError(f"--threads {threads}: must be 1..512")
+    progress = Progress()
+    try:
+        res = quantize(resolve_model(args.input), args.output, args.type, threads=threads, pure=args.pure,
+                       output_tensor_type=args.output_tensor_type, token_embedding_type=args.token_embedding_type,
+                       leave_output_tensor=args.leave_output_tensor, allow_requantize=args.allow_requantize,
+                       imatrix=args.imatrix,
+                       progress=lambda done, total: progress("quantizing", None, done, total))
+    except (QuantizeError, OSError) as e:
+        raise CLIError(str(e)) from None
+    finally:
+        progress.close()
+    mix = ", ".join(f"{n} {t}" for t, n in sorted(res.types.items()))
+    eprint(f"llamay: wrote {res.path}: {res.n_tensors} tensors ({mix}), {res.bytes_in / 2**20:.1f} MiB -> "
+           f"{res.bytes_out / 2**20:.1f} MiB in {res.seconds:.1f} s")
