@@ -1,4 +1,4 @@
-"""llama.cpp's own converter (convert_hf_to_gguf.py with its conversion/ and gguf-py/ packages), taken from
+"""llama.cpp's own converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py, their conversion/ and gguf-py/), taken from
 the llama.cpp tree inside the llama-cpp-python sdist on PyPI: downloaded once into the test cache, run in a
 subprocess, nothing of it copied into the project. LLAMAY_LLAMACPP_TREE points at an unpacked tree instead."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is the llama.cpp under test
-_WANTED = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+_WANTED = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
 _HERE = Path(__file__).resolve().parent
 
 
@@ -21,8 +21,9 @@ def tree(cache: Path) -> Path:
     if os.environ.get("LLAMAY_LLAMACPP_TREE"):
         return Path(os.environ["LLAMAY_LLAMACPP_TREE"])
     root = cache / f"llama.cpp-from-llama-cpp-python-{VERSION}"
-    if (root / "convert_hf_to_gguf.py").exists():
+    if all((root / f).exists() for f in _WANTED if not f.endswith("/")):
         return root
+    shutil.rmtree(root, ignore_errors=True)  # a cache from before a file was wanted
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
@@ -48,3 +49,12 @@ def convert(cache: Path, jobs: list[tuple[Path, Path]], outtype: str = "f32"):
                           capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"convert_hf_to_gguf.py failed:\n{done.stderr[-4000:]}")
+
+
+def convert_lora(cache: Path, adapter: Path, base: Path, out: Path, outtype: str = "f32"):
+    """A PEFT LoRA directory -> GGUF adapter, by llama.cpp's convert_lora_to_gguf.py (base: the HF model
+    directory it was trained on; only its config is read)."""
+    done = subprocess.run([sys.executable, str(tree(cache) / "convert_lora_to_gguf.py"), str(adapter), "--base",
+                           str(base), "--outfile", str(out), "--outtype", outtype], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"convert_lora_to_gguf.py failed:\n{done.stderr[-4000:]}")

@@ -72,13 +72,13 @@ def parse_size(text: str) -> int:
 
 
 def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = LOAD.kv,
-               kv_budget: int | None = LOAD.kv_budget):
+               kv_budget: int | None = LOAD.kv_budget, lora=None):
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
     path = resolve_model(name)
     try:
-        return load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget)
+        return load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora)
     except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
 
@@ -89,6 +89,24 @@ def add_model_args(p: argparse.ArgumentParser):
     p.add_argument("--kv", default=LOAD.kv, choices=list(KV_TYPES), help=KV_HELP)
     p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
                    help=f"memory for KV pages, e.g. 512M or 2GiB (default: room for {LOAD.pool_contexts} full contexts)")
+
+
+def lora_arg(text: str):
+    """argparse type of --lora: (name, file, scale)."""
+    from ..models.lora import parse_spec
+    try:
+        name, path, scale = parse_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"LoRA adapter not found: {path}")
+    return name, path, scale
+
+
+def add_lora_arg(p: argparse.ArgumentParser):
+    p.add_argument("--lora", type=lora_arg, action="append", default=None, metavar="NAME=FILE[:SCALE]",
+                   help="a LoRA adapter (convert_lora_to_gguf.py's GGUF) applied to every request, scale 1 by "
+                        "default; repeat for several")
 
 
 def eprint(*args):

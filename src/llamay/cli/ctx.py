@@ -6,22 +6,25 @@ import sys
 import time
 
 from ..kv.snapshot import SnapshotError, SnapshotFile
-from .common import CLIError, add_model_args, load_model
+from .common import CLIError, add_lora_arg, add_model_args, load_model
 
 
 def add_parser(p):
     sub = p.add_subparsers(dest="ctx_command", required=True)
     c = sub.add_parser("create", help="prefill a prompt and save the context")
     add_model_args(c)
+    add_lora_arg(c)
     c.add_argument("-p", "--prompt", required=True)
     c.add_argument("-o", "--output", required=True)
     f = sub.add_parser("fork", help="fork a saved context n ways (copy-on-write) and save the branches")
     add_model_args(f)
+    add_lora_arg(f)
     f.add_argument("-i", "--input", required=True)
     f.add_argument("-n", type=int, default=8)
     f.add_argument("-o", "--output", required=True, help="folder for the branches")
     g = sub.add_parser("gen", help="continue a saved context")
     add_model_args(g)
+    add_lora_arg(g)
     g.add_argument("-i", "--input", required=True)
     g.add_argument("-p", "--prompt", default="", help="text appended before generating")
     g.add_argument("-n", "--n-predict", type=int, default=128)
@@ -40,7 +43,7 @@ def run(args):
 
 
 def _create(args):
-    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget)
+    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget, lora=args.lora)
     t = time.perf_counter()
     ctx = llm.create_context(args.prompt)
     dt = time.perf_counter() - t
@@ -49,7 +52,7 @@ def _create(args):
 
 
 def _fork(args):
-    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget)
+    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget, lora=args.lora)
     base = llm.restore_context(args.input)
     state, page_bytes = llm.runner.state, llm.runner.pool.bytes_per_page
     before = state.stats.pages_allocated
@@ -70,7 +73,7 @@ def _fork(args):
 
 
 def _gen(args):
-    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget)
+    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget, lora=args.lora)
     ctx = llm.restore_context(args.input)
     if args.prompt:
         ctx.extend(args.prompt)

@@ -5,11 +5,12 @@ import sys
 
 from ..chat import ChatTemplateError, prompt_ids, template_for
 from ..engine.sampling import SamplingParams
-from .common import CLIError, add_model_args, eprint, load_model
+from .common import CLIError, add_lora_arg, add_model_args, eprint, load_model
 
 
 def add_parser(p):
     add_model_args(p)
+    add_lora_arg(p)
     p.add_argument("-p", "--prompt", help="text to complete (no chat template); omit for a chat")
     p.add_argument("-n", "--n-predict", type=int, default=256, help="maximum tokens to generate")
     p.add_argument("-c", "--ctx-size", type=int, default=None, help="context length in tokens")
@@ -64,7 +65,7 @@ def _stream(llm, prompt, args, grammar=None) -> str:
 
 
 def run(args):
-    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget)
+    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget, lora=args.lora)
     grammar = _grammar(llm, args)
     if args.prompt is not None:
         _stream(llm, args.prompt, args, grammar)

@@ -8,7 +8,7 @@ from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
 from ..settings import LOAD, SCHEDULER, SERVER
-from .common import KV_HELP, THREADS_HELP, CLIError, eprint, parse_size
+from .common import KV_HELP, THREADS_HELP, CLIError, add_lora_arg, eprint, parse_size
 
 
 def add_parser(p: argparse.ArgumentParser):
@@ -29,6 +29,7 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
                    help=f"memory for KV pages per model, e.g. 512M (default: room for {LOAD.pool_contexts} full "
                         "contexts)")
+    add_lora_arg(p)
     p.add_argument("--grammar-file", default=None,
                    help="a GBNF grammar every request follows unless it asks for its own format")
     p.add_argument("--max-contexts", type=int, default=SERVER.max_contexts,
@@ -65,7 +66,8 @@ def build_app(args):
     settings = models.Settings(threads=args.threads, kv=args.kv, kv_budget=args.kv_budget, n_ctx=args.ctx_size,
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
                                keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
-                               max_contexts=args.max_contexts, context_ttl=args.context_ttl)
+                               max_contexts=args.max_contexts, context_ttl=args.context_ttl,
+                               lora=tuple(args.lora or ()))
     try:
         default = default_model_path()
         registry = models.Registry(args.model or [], settings, fallback=str(default) if default else None)

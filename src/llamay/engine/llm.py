@@ -14,8 +14,10 @@ from ..gguf import GGUFReader
 from ..kernels.threads import default_threads
 from ..kv import kv_type, page_bytes
 from ..models import Decoder, arch_spec
+from ..models.lora import load_lora
 from ..settings import LOAD, SCHEDULER
 from .context import Context, GenerationStats
+from .digest import weights_digest
 from . import snapshots
 from .embed import file_tokenizer
 from .runner import Runner
@@ -31,7 +33,9 @@ class ContextOverflow(ValueError):
 
 class LLM:
     def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
-                 kv: str = LOAD.kv, kv_budget: int | None = None, page_size: int = LOAD.page_size):
+                 kv: str = LOAD.kv, kv_budget: int | None = None, page_size: int = LOAD.page_size,
+                 lora: list[tuple[str, str, float]] | None = None):
+        """lora: (name, adapter file, scale) of LoRA adapters applied to every request."""
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -39,7 +43,11 @@ class LLM:
         self.tokenizer = file_tokenizer(reader)
         self.threads = threads or default_threads()
         self.n_ctx = min(n_ctx or LOAD.n_ctx, self.spec.n_ctx_train)
-        self.decoder = Decoder(reader, self.spec, self.threads, self.n_ctx)
+        names = [n for n, _, _ in lora or ()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two LoRA adapters named alike: {sorted(names)}")
+        self.loras = [load_lora(n, os.fspath(p), s, self.spec, reader, weights_digest(p)) for n, p, s in lora or ()]
+        self.decoder = Decoder(reader, self.spec, self.threads, self.n_ctx, loras=self.loras)
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)
@@ -184,7 +192,8 @@ class LLM:
 
 
 def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
-         kv: str = LOAD.kv, kv_budget: int | None = None) -> LLM:
+         kv: str = LOAD.kv, kv_budget: int | None = None, lora: list[tuple[str, str, float]] | None = None) -> LLM:
     """kv: KV cache element type: 'f16' (default), 'f32', 'q8' (int8 keys and values), 'vq8' (int8
-    values). kv_budget: bytes of KV pages (default: room for 4 full contexts)."""
-    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget)
+    values). kv_budget: bytes of KV pages (default: room for 4 full contexts). lora: (name, adapter GGUF,
+    scale) of LoRA adapters applied unmerged to every request, in name order."""
+    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora)

@@ -33,6 +33,8 @@ def save(llm, ctx_id: int, path: str):
     meta = {"grammar": matcher.state()} if matcher is not None else {}
     if llm.decoder.rope_variant:
         meta["rope_factors"] = llm.decoder.rope_variant
+    if llm.loras:
+        meta["lora"] = adapters(llm)
     header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32), meta)
     write_snapshot(path, header, layers[0], layers[1], logits=logits)
 
@@ -78,6 +80,10 @@ def restore(llm, path: str, matcher=None) -> int:
             raise SnapshotError(f"snapshot's keys were rotated with LongRoPE's {made or 'no'} factors, this "
                                 f"model runs its {llm.decoder.rope_variant or 'no'} ones (the context size "
                                 "picks them): load it with the context the snapshot was made with")
+        made = f.header.meta.get("lora", [])
+        if made != adapters(llm):  # KV computed under other adapters is other KV
+            raise SnapshotError(f"snapshot was made with LoRA adapters {_describe(made)}, this model runs "
+                                f"{_describe(adapters(llm))}: load it with the same adapters and scales")
         tokens = [int(t) for t in f.header.token_ids]
         if len(tokens) > llm.n_ctx:
             raise SnapshotError(f"snapshot holds {len(tokens)} tokens, the context is {llm.n_ctx}")
@@ -92,6 +98,18 @@ def restore(llm, path: str, matcher=None) -> int:
     rec = runner.record(ctx)
     rec.last_logits, rec.matcher = logits, matcher
     return ctx
+
+
+def adapters(llm) -> list[dict]:
+    """The LoRA adapters the KV is computed under, as a snapshot records them (name order)."""
+    return [{"name": a.name, "sha256": a.digest, "scale": a.scale} for a in sorted(llm.loras, key=lambda a: a.name)]
+
+
+def _describe(adapters) -> str:
+    if not isinstance(adapters, list) or not adapters:
+        return "none"
+    return ", ".join(f"{a.get('name')} (sha256 {str(a.get('sha256'))[:12]}, scale {a.get('scale')})"
+                     if isinstance(a, dict) else repr(a) for a in adapters)
 
 
 def _resume_grammar(llm, state):

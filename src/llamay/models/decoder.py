@@ -18,6 +18,7 @@ from ..kernels.threads import Governor
 from ..kv import PagePool, kv_type
 from ..settings import LOAD
 from .forward import ForwardGraph, Head
+from .lora import layer_terms
 from .spec import ArchSpec
 from .weights import Embedding, load_weights
 
@@ -25,14 +26,15 @@ MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, pr
 
 
 class Decoder:
-    def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int, n_ctx: int):
+    def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int, n_ctx: int, loras=()):
         """n_ctx: the longest context it will run (picks LongRoPE's factors; at most a learned position
-        table's length)."""
+        table's length). loras: LoRA adapters (models/lora.py) added to every projection they adapt."""
         self.spec, self.nthreads = spec, nthreads  # the full count; the governor may run fewer
         self.governor = Governor()
         (self.layers, self.embed, self.output_norm, self.output, self.rope_factors,
          self.ple) = load_weights(reader, spec, n_ctx)
         self.positions = Embedding(reader, "position_embd.weight") if spec.learned_pos else None
+        self.lora = layer_terms(list(loras)) if loras else None
         # which LongRoPE factors rotated the cached keys: a snapshot must be restored under the same
         self.rope_variant = spec.long_short(n_ctx) if spec.rope_long_short and self.rope_factors is not None else None
         self._plans: OrderedDict = OrderedDict()
@@ -51,7 +53,8 @@ class Decoder:
 
     def new_plan(self, n: int, pool: PagePool, fuse: bool = True) -> ForwardGraph:
         """The layers' graph for batches of n tokens over pool (not cached: forward keeps its own)."""
-        return ForwardGraph(self.spec, self.layers, pool, n, fuse, rope_factors=self.rope_factors, ple=self.ple)
+        return ForwardGraph(self.spec, self.layers, pool, n, fuse, rope_factors=self.rope_factors, ple=self.ple,
+                            lora=self.lora)
 
     def fill_inputs(self, plan: ForwardGraph, tokens: np.ndarray, positions: np.ndarray):
         """A plan's inputs for these tokens: token embeddings, plus learned position embeddings (GPT-2),

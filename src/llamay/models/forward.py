@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,7 +16,9 @@ class ForwardGraph:
     """Layers for n tokens: `x` in (embeddings; scaled inside), `x` out (final residual stream); with
     per-layer inputs also `ple` in [n_layer, n, width] (their token rows, scaled)."""
 
-    def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None, ple=None):
+    def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None, ple=None,
+                 lora=None):
+        """lora: layer -> Layer field -> [(A, B, factor)] (models/lora.py layer_terms), or None."""
         s, b = spec, Builder(fuse)
         self.n, self.b, self.batch = n, b, b.batch(n)
         self.pool = pool  # held: while this plan lives, id(pool) cannot name another pool
@@ -27,11 +30,12 @@ class ForwardGraph:
         h = b.tensor(n, s.n_embd)
         ones = {}  # the weight of an RMSNorm without one, per size
         for il, L in enumerate(layers):
+            mm = _Proj(b, (lora or {}).get(il, {}))
             inp = _norm(b, s, x, L.attn_norm, L.attn_norm_b, h) if s.pre_norm else x
             hd, n_rot, kv_layer = s.layer_head_dim(il), s.layer_n_rot(il), s.kv_index(il)
-            q = b.matmul(inp, L.q, bias=L.q_bias)
-            k = b.matmul(inp, L.k, bias=L.k_bias) if L.k is not None else None
-            v = b.matmul(inp, L.v, bias=L.v_bias) if L.v is not None else None
+            q = mm(inp, L, "q")
+            k = mm(inp, L, "k") if L.k is not None else None
+            v = mm(inp, L, "v") if L.v is not None else None
             if k is not None and s.v_norm:  # unweighted; from the keys before their norm when v_from_k
                 one = ones.setdefault(hd, np.ones(hd, np.float32))
                 v = b.rmsnorm(k if v is None else v, one, s.norm_eps, out=v)
@@ -53,14 +57,14 @@ class ForwardGraph:
             attn = b.attention(q, pool, kv_layer, self.batch, s.n_head, s.layer_scale(il),
                                s.layer_window(il), s.attn_logit_softcap, sinks=L.sinks)
             if s.parallel_block:  # x + (attn + ffn), the FFN reading the same normed input
-                o = b.matmul(attn, L.o, bias=L.o_bias)
-                b.matmul(_ffn(b, s, L, inp), L.down, bias=L.down_bias, residual=o)
+                o = mm(attn, L, "o")
+                mm(_ffn(b, s, L, inp, mm), L, "down", residual=o)
                 b.add(x, o)
                 continue
-            _residual(b, s, x, attn, L.o, L.o_bias, L.post_attn_norm)
+            _residual(b, s, x, mm(attn, L, "o", fusable=True), L.post_attn_norm)
             inp = _norm(b, s, x, L.ffn_norm, L.ffn_norm_b, h) if s.pre_norm else x
             if s.moe_dense:  # post_norm(norm_1(MLP) + norm_2(experts)), the experts reading their own norm
-                mlp = b.matmul(_ffn(b, s, L, inp), L.down)
+                mlp = mm(_ffn(b, s, L, inp, mm), L, "down")
                 b.rmsnorm(mlp, L.post_ffn_norm_1, s.norm_eps, out=mlp)
                 experts = _moe(b, s, L, b.rmsnorm(x, L.pre_ffn_norm_2, s.norm_eps), router_in=_router_in(b, s, L, x))
                 b.add(mlp, b.rmsnorm(experts, L.post_ffn_norm_2, s.norm_eps, out=experts))
@@ -68,7 +72,7 @@ class ForwardGraph:
             elif s.n_expert:
                 _add_block(b, s, x, _moe(b, s, L, inp), L.post_ffn_norm)
             else:
-                _residual(b, s, x, _ffn(b, s, L, inp), L.down, L.down_bias, L.post_ffn_norm)
+                _residual(b, s, x, mm(_ffn(b, s, L, inp, mm), L, "down", fusable=True), L.post_ffn_norm)
             if per_layer is not None:  # x += norm(proj(act(gate(x)) * this layer's input))
                 g = b.gated(b.matmul(x, L.ple_gate), per_layer[il], s.act)
                 p = b.matmul(g, L.ple_proj)
@@ -99,10 +103,51 @@ def _router_in(b: Builder, s: ArchSpec, L, x):
     return b.rmsnorm(x, (L.router_scale * np.float32(s.n_embd ** -0.5)).astype(np.float32), s.norm_eps)
 
 
-def _ffn(b: Builder, s: ArchSpec, L, inp):
+class _Proj:
+    """One layer's projections: x . W^T (+ bias), plus each LoRA term's factor * (x . A^T) . B^T in order."""
+
+    def __init__(self, b: Builder, terms: dict):
+        self.b, self.terms = b, terms
+
+    def __call__(self, x, L, field: str, residual=None, fusable: bool = False):
+        """The projection; with residual, added to it instead; fusable: a pending projection for _residual
+        (added inside the matmul's chunks when it has no LoRA term)."""
+        w, bias, terms = getattr(L, field), getattr(L, field + "_bias", None), self.terms.get(field, ())
+        pending = _Pending(self, x, w, bias, terms)
+        if fusable:
+            return pending
+        if residual is not None:
+            return pending.add_to(residual)
+        return pending.compute()
+
+
+@dataclass
+class _Pending:
+    proj: _Proj
+    x: np.ndarray
+    w: QWeight
+    bias: np.ndarray | None
+    terms: tuple
+
+    def add_to(self, residual):
+        """residual += the projection (fused into the matmul when nothing else is added)."""
+        b = self.proj.b
+        if not self.terms:
+            b.matmul(self.x, self.w, bias=self.bias, residual=residual)
+            return
+        b.add(residual, self.compute())
+
+    def compute(self):
+        b, out = self.proj.b, self.proj.b.matmul(self.x, self.w, bias=self.bias)
+        for a, lb, factor in self.terms:
+            b.add(out, b.scale(b.matmul(b.matmul(self.x, a), lb), factor))
+        return out
+
+
+def _ffn(b: Builder, s: ArchSpec, L, inp, mm):
     """act(gate) * up, or act(up) for a plain MLP: the input of the down projection."""
-    up = b.matmul(inp, L.up, bias=L.up_bias)
-    return b.gated(b.matmul(inp, L.gate), up, s.act) if s.gated_ffn else b.activation(up, s.act)
+    up = mm(inp, L, "up")
+    return b.gated(mm(inp, L, "gate"), up, s.act) if s.gated_ffn else b.activation(up, s.act)
 
 
 def _moe(b: Builder, s: ArchSpec, L, inp, router_in=None):
@@ -125,12 +170,12 @@ def _norm(b: Builder, s: ArchSpec, x, w, bias, out):
     return b.layernorm(x, w, bias, s.norm_eps, out=out) if s.layer_norm else b.rmsnorm(x, w, s.norm_eps, out=out)
 
 
-def _residual(b: Builder, s: ArchSpec, x, y, w: QWeight, bias, post_norm):
-    """x += post_norm(y . w^T + bias) * residual_scale; inside the matmul's chunks when there is neither."""
+def _residual(b: Builder, s: ArchSpec, x, proj: _Pending, post_norm):
+    """x += post_norm(proj) * residual_scale; inside the matmul's chunks when there is neither."""
     if post_norm is None and s.residual_scale == 1.0:
-        b.matmul(y, w, bias=bias, residual=x)
+        proj.add_to(x)
         return
-    _add_block(b, s, x, b.matmul(y, w, bias=bias), post_norm)
+    _add_block(b, s, x, proj.compute(), post_norm)
 
 
 def _add_block(b: Builder, s: ArchSpec, x, o, post_norm):

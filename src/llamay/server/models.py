@@ -31,6 +31,7 @@ class Settings:
     threads: int | None = LOAD.threads
     kv: str = LOAD.kv
     kv_budget: int | None = LOAD.kv_budget
+    lora: tuple = ()  # (name, file, scale) of LoRA adapters every generating model applies
     n_ctx: int | None = None  # None: LOAD.n_ctx, capped at the model's training context
     concurrency: int = SCHEDULER.concurrency
     batch: int = SCHEDULER.batch
@@ -224,7 +225,8 @@ class Registry:
             raise ProtocolError(400, f"{name} is an embedding model: it cannot generate", param="model")
         s = self.settings
         t0 = time.perf_counter_ns()
-        llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget)
+        llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget,
+                          lora=list(s.lora))
         sched = llm.serve(s.concurrency, s.max_queue, s.batch)
         return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
                       stored=self.defaults(name), default_grammar=s.grammar)

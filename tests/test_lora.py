@@ -1,0 +1,156 @@
+"""LoRA adapters (models/lora.py), written by llama.cpp's convert_lora_to_gguf.py from tiny peft adapters:
+logits against transformers + peft, no further from float64 than llama.cpp's with the same adapter, the
+determinism equalities with ==, snapshots that refuse other adapters, and bases that do not fit refused."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import llamay
+from arch_models import build, rewrite, sha256, token_ids
+from conftest import CACHE
+from llamay.kv.snapshot import SnapshotError
+from llamay.models import ModelFileError, UnsupportedModel
+from lora_cases import ADAPTERS, files, peft_logits
+
+TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py
+LLAMACPP = Path(__file__).parent / "fixtures" / "llamacpp_lora_logits.npz"
+IDS = token_ids(300)
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    return files(tmp_path_factory.mktemp("lora"), CACHE, build)
+
+
+def load(converted, name, scale=1.0, threads=1):
+    bases, adapters = converted
+    return llamay.load(bases[ADAPTERS[name][0]], threads=threads, kv="f32", lora=[(name, str(adapters[name]), scale)])
+
+
+def rel(got, ref):
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_logits_match_peft(converted, name):
+    got, ref = load(converted, name).logits(IDS), peft_logits(name, build, IDS)
+    assert rel(got, ref) < TIGHT and (got.argmax(1) == ref.argmax(1)).all()
+    plain = llamay.load(converted[0][ADAPTERS[name][0]], threads=1, kv="f32").logits(IDS)
+    assert rel(plain, ref) > 0.05  # the adapter moves the logits far beyond the bound
+
+
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_no_further_from_float64_than_llamacpp(converted, name):
+    fixture = np.load(LLAMACPP)
+    bases, adapters = converted
+    assert sha256(bases[ADAPTERS[name][0]]) == str(fixture[f"{name}/base_sha256"])
+    assert sha256(adapters[name]) == str(fixture[f"{name}/adapter_sha256"])
+    exact = peft_logits(name, build, IDS, double=True)
+    ours, theirs = rel(load(converted, name).logits(IDS), exact), rel(fixture[f"{name}/logits"], exact)
+    assert ours <= max(theirs, FLOOR), f"{name}: llamay {ours:.2e}, llama.cpp {theirs:.2e}"
+
+
+def test_scales_and_two_adapters(converted):
+    """A scale multiplies the adapter's term (0.5 against peft at 0.5); two adapters on one base add in
+    name order, whichever order they are given in."""
+    got = load(converted, "llama-all", 0.5).logits(IDS)
+    assert rel(got, peft_logits("llama-all", build, IDS, scale=0.5)) < TIGHT
+    bases, adapters = converted
+    both = [("llama-all", str(adapters["llama-all"]), 1.0), ("llama-attn", str(adapters["llama-attn"]), 0.7)]
+    a = llamay.load(bases["llama"], threads=1, lora=both).logits(IDS)
+    b = llamay.load(bases["llama"], threads=2, lora=both[::-1]).logits(IDS)
+    assert np.array_equal(a, b)
+    alone = llamay.load(bases["llama"], threads=1, lora=both[:1]).logits(IDS)
+    assert rel(a, alone) > 1e-3
+
+
+def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
+    """With an adapter, with ==: 1 == 2 threads; prefill == token by token; batched == alone; a fork and a
+    restored snapshot continue as the continuous context."""
+    name, half = "phi3-fused", len(IDS) // 2
+    want = load(converted, name).logits(IDS)
+    llm = load(converted, name, threads=2)
+    assert np.array_equal(llm.logits(IDS), want)
+    ctx = llm.create_context(IDS[:1])
+    assert np.array_equal(np.stack([ctx.logits] + [ctx.extend([t]) for t in IDS[1:]]), want)
+    llm.reset()
+    a, b = llm.create_context(IDS[:half]), llm.create_context(IDS[half:][::-1])
+    got = llm.scheduler.do(lambda r: r.forward_batch([(a.id, IDS[half:]), (b.id, IDS[:half])], None))
+    assert np.array_equal(got[:len(IDS) - half], want[half:])
+    c = llm.create_context(IDS[:half])
+    assert np.array_equal(c.fork(1)[0].extend(IDS[half:]), want[-1])
+    c.save(tmp_path / "c.llamayctx")
+    assert np.array_equal(llm.restore_context(tmp_path / "c.llamayctx").extend(IDS[half:]), want[-1])
+
+
+def test_snapshots_refuse_other_adapters(converted, tmp_path):
+    bases, adapters = converted
+    with_a = load(converted, "llama-all")
+    with_a.create_context(IDS[:5]).save(tmp_path / "a.llamayctx")
+    for lora in ([], [("llama-all", str(adapters["llama-all"]), 0.5)], [("llama-attn", str(adapters["llama-attn"]), 1.0)]):
+        other = llamay.load(bases["llama"], threads=1, kv="f32", lora=lora)
+        with pytest.raises(SnapshotError, match="LoRA adapters llama-all"):
+            other.restore_context(tmp_path / "a.llamayctx")
+    plain = llamay.load(bases["llama"], threads=1, kv="f32")
+    plain.create_context(IDS[:5]).save(tmp_path / "p.llamayctx")
+    with pytest.raises(SnapshotError, match="made with LoRA adapters none"):
+        with_a.restore_context(tmp_path / "p.llamayctx")
+
+
+def test_adapters_that_do_not_fit_are_refused(converted, tmp_path):
+    bases, adapters = converted
+    with pytest.raises(ModelFileError, match="made for architecture 'llama', the model is 'qwen2'"):
+        llamay.load(bases["qwen2"], lora=[("x", str(adapters["llama-all"]), 1.0)])
+    with pytest.raises(ModelFileError, match="is not a LoRA adapter"):
+        llamay.load(bases["llama"], lora=[("x", str(bases["llama"]), 1.0)])
+
+    def drop_b(meta, tensors):
+        del tensors["blk.0.attn_q.weight.lora_b"]
+    rewrite(adapters["llama-all"], tmp_path / "half.gguf", drop_b)
+    with pytest.raises(ModelFileError, match="lora_a without its pair"):
+        llamay.load(bases["llama"], lora=[("x", str(tmp_path / "half.gguf"), 1.0)])
+
+    def widen(meta, tensors):
+        tensors["blk.0.attn_q.weight.lora_b"] = np.zeros((32, 4), np.float32)
+    rewrite(adapters["llama-all"], tmp_path / "wide.gguf", widen)
+    with pytest.raises(ModelFileError, match="does not fit"):
+        llamay.load(bases["llama"], lora=[("x", str(tmp_path / "wide.gguf"), 1.0)])
+
+    def embd(meta, tensors):
+        tensors["token_embd.weight.lora_a"] = np.zeros((4, 64), np.float32)
+        tensors["token_embd.weight.lora_b"] = np.zeros((300, 4), np.float32)
+    rewrite(adapters["llama-all"], tmp_path / "embd.gguf", embd)
+    with pytest.raises(UnsupportedModel, match="adapting token_embd.weight is not supported"):
+        llamay.load(bases["llama"], lora=[("x", str(tmp_path / "embd.gguf"), 1.0)])
+    with pytest.raises(ValueError, match="two LoRA adapters named alike"):
+        llamay.load(bases["llama"], lora=[("x", str(adapters["llama-all"]), 1.0)] * 2)
+
+
+def test_cli_flag(converted, capsys):
+    from llamay.cli.main import main
+    from llamay.models.lora import parse_spec
+    assert parse_spec("a=x.gguf:0.5") == ("a", "x.gguf", 0.5)
+    assert parse_spec("dir/y.gguf") == ("y", "dir/y.gguf", 1.0)
+    bases, adapters = converted
+    assert main(["run", "-m", str(bases["llama"]), "--lora", f"t={adapters['llama-all']}", "-p", "ab", "-n", "2",
+                 "--temp", "0"]) == 0
+    with pytest.raises(SystemExit):
+        main(["run", "-m", str(bases["llama"]), "--lora", "t=/nope.gguf", "-p", "ab"])
+    assert "LoRA adapter not found: /nope.gguf" in capsys.readouterr().err
+
+
+def test_serve_loads_every_model_with_the_adapters(converted):
+    """`serve --lora`: the registry's models carry the adapters (and so snapshots and caches know them)."""
+    import asyncio
+
+    from llamay.cli.main import build_parser
+    from llamay.server import models
+    bases, adapters = converted
+    args = build_parser().parse_args(["serve", "-m", str(bases["llama"]), "--lora", f"t={adapters['llama-all']}:0.5"])
+    registry = models.Registry(args.model, models.Settings(threads=1, lora=tuple(args.lora)), use_store=False)
+    loaded = asyncio.run(registry.get(None))
+    try:
+        assert [(a.name, a.scale) for a in loaded.llm.loras] == [("t", 0.5)]
+    finally:
+        registry.unload(next(iter(registry.loaded)))
