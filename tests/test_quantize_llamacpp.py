@@ -87,6 +87,9 @@ def test_refusals_name_the_reason_and_write_nothing(files):
         quantize(tmp / "q8.gguf", dst, "Q4_K_M")
     with pytest.raises(QuantizeError, match="another file"):
         quantize(paths["llama8"], paths["llama8"], "Q4_0")
+    (tmp / "text.gguf").write_text("not a model")
+    with pytest.raises(QuantizeError, match="not a GGUF file"):
+        quantize(tmp / "text.gguf", dst, "Q4_0")
     assert not dst.exists()
 
 

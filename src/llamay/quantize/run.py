@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from ..files import write_atomic
-from ..gguf import GGUFReader, dequantize
+from ..gguf import GGUFError, GGUFReader, dequantize
 from ..gguf.quant_types import BY_NAME
 from .imatrix import ImatrixError
 from .imatrix import load as load_imatrix
@@ -82,7 +82,10 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, ftype: str, *, thre
         bad = next((n for n, w in imat.entries.items() if not np.isfinite(w).all()), None)
         if bad is not None:
             raise QuantizeError(f"--imatrix: non-finite values for {bad}")
-    r = GGUFReader(src)
+    try:
+        r = GGUFReader(src)
+    except GGUFError as e:
+        raise QuantizeError(str(e)) from None
     opts = Options(ftype, pure, output_tensor_type and output_tensor_type.upper(),
                    token_embedding_type and token_embedding_type.upper(), leave_output_tensor,
                    has_imatrix=bool(imat and imat.entries))
