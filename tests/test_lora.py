@@ -84,18 +84,51 @@ def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
     assert np.array_equal(llm.restore_context(tmp_path / "c.llamayctx").extend(IDS[half:]), want[-1])
 
 
-def test_snapshots_refuse_other_adapters(converted, tmp_path):
+def test_snapshots_keep_their_adapters(converted, tmp_path):
+    """A snapshot records its context's adapters (names, sha256, scales): it restores only where they are
+    loaded, and continues under them whatever this model's default scales; one without restores as base."""
     bases, adapters = converted
+    half = len(IDS) // 2
     with_a = load(converted, "llama-all")
-    with_a.create_context(IDS[:5]).save(tmp_path / "a.llamayctx")
-    for lora in ([], [("llama-all", str(adapters["llama-all"]), 0.5)], [("llama-attn", str(adapters["llama-attn"]), 1.0)]):
+    want = with_a.logits(IDS)[-1]
+    with_a.create_context(IDS[:half]).save(tmp_path / "a.llamayctx")
+    for lora in ([], [("llama-attn", str(adapters["llama-attn"]), 1.0)]):
         other = llamay.load(bases["llama"], threads=1, kv="f32", lora=lora)
-        with pytest.raises(SnapshotError, match="LoRA adapters llama-all"):
+        with pytest.raises(SnapshotError, match="made with LoRA adapters llama-all"):
             other.restore_context(tmp_path / "a.llamayctx")
+    half_scale = llamay.load(bases["llama"], threads=1, kv="f32", lora=[("llama-all", str(adapters["llama-all"]), 0.5)])
+    assert np.array_equal(half_scale.restore_context(tmp_path / "a.llamayctx").extend(IDS[half:]), want)
     plain = llamay.load(bases["llama"], threads=1, kv="f32")
-    plain.create_context(IDS[:5]).save(tmp_path / "p.llamayctx")
-    with pytest.raises(SnapshotError, match="made with LoRA adapters none"):
-        with_a.restore_context(tmp_path / "p.llamayctx")
+    plain.create_context(IDS[:half]).save(tmp_path / "p.llamayctx")
+    assert np.array_equal(with_a.restore_context(tmp_path / "p.llamayctx").extend(IDS[half:]), plain.logits(IDS)[-1])
+
+
+def test_each_request_its_adapters_in_one_batch(converted):
+    """With two adapters loaded, contexts under different choices (both, one at another scale, none)
+    batched in one forward each get, with ==, the bits of a model loaded with just their choice; the radix
+    tree never hands one choice's K/V to another."""
+    bases, adapters = converted
+    spec = {"llama-all": str(adapters["llama-all"]), "llama-attn": str(adapters["llama-attn"])}
+    llm = llamay.load(bases["llama"], threads=2, lora=[(n, p, 1.0) for n, p in spec.items()])
+    choices = [None, {"llama-all": 0.5}, [], ["llama-attn"]]
+    alone = [llamay.load(bases["llama"], threads=1, lora=lora).logits(IDS) for lora in (
+        [(n, p, 1.0) for n, p in spec.items()], [("llama-all", spec["llama-all"], 0.5)], [],
+        [("llama-attn", spec["llama-attn"], 1.0)])]
+    assert all(rel(a, alone[0]) > 1e-3 for a in alone[1:])
+    half = len(IDS) // 2
+    ctxs = [llm.create_context(IDS[:half], lora=c) for c in choices]
+    assert [c.n_cached for c in ctxs] == [0, 0, 0, 0]  # the same tokens, none cached under another choice
+    got = llm.scheduler.do(lambda r: r.forward_batch([(c.id, IDS[half:]) for c in ctxs], None))
+    n = len(IDS) - half
+    for i, want in enumerate(alone):
+        assert np.array_equal(got[i * n:(i + 1) * n], want[half:]), choices[i]
+    for c in ctxs:
+        c.delete()  # cached under their choices
+    again = [llm.create_context(IDS, lora=c) for c in choices]
+    assert all(c.n_cached == len(IDS) - 1 for c in again)
+    assert all(np.array_equal(c.logits, want[-1]) for c, want in zip(again, alone))
+    with pytest.raises(ValueError, match="no LoRA adapter named 'nope'"):
+        llm.create_context(IDS, lora=["nope"])
 
 
 def test_adapters_that_do_not_fit_are_refused(converted, tmp_path):
@@ -154,3 +187,45 @@ def test_serve_loads_every_model_with_the_adapters(converted):
         assert [(a.name, a.scale) for a in loaded.llm.loras] == [("t", 0.5)]
     finally:
         registry.unload(next(iter(registry.loaded)))
+
+
+def test_server_chooses_adapters_per_request(converted):
+    """`serve --lora`: a request names its adapters after '@' on the OpenAI and Ollama routes (none: every
+    adapter at its default scale; '@none': the base), each answered as the Python API answers that choice;
+    llama-server's /lora-adapters lists the adapters and sets their default scales."""
+    import httpx
+
+    from conftest import LiveServer
+    bases, adapters = converted
+    spec = [("all", str(adapters["llama-all"]), 1.0), ("attn", str(adapters["llama-attn"]), 0.5)]
+    server = LiveServer(["-m", str(bases["llama"]), "--threads", "1", *(a for n, p, s in spec
+                                                                        for a in ("--lora", f"{n}={p}:{s}"))])
+    try:
+        ref = llamay.load(bases["llama"], threads=1, lora=spec)
+
+        def expected(lora):
+            return "".join(ref.generate("ab ab", max_tokens=6, temperature=0, lora=lora))
+
+        def openai(model):
+            r = httpx.post(server.url + "/v1/completions", json={"model": model, "prompt": "ab ab", "max_tokens": 6,
+                                                                 "temperature": 0}, timeout=60)
+            return r.status_code, r.json()
+        for model, lora in (("llama", None), ("llama@all", ["all"]), ("llama@none", []), ("llama@attn,all", None)):
+            code, body = openai(model)
+            assert code == 200 and body["choices"][0]["text"] == expected(lora), model
+        assert expected(None) != expected([]) != expected(["all"])
+        r = httpx.post(server.url + "/api/generate", json={"model": "llama@all", "prompt": "ab ab", "raw": True,
+                                                           "stream": False, "options": {"num_predict": 6,
+                                                                                        "temperature": 0}}, timeout=60)
+        assert r.status_code == 200 and r.json()["response"] == expected(["all"])
+        code, body = openai("llama@nope")
+        assert code == 404 and "no LoRA adapter named 'nope'" in body["error"]["message"]
+        listed = httpx.get(server.url + "/lora-adapters").json()
+        assert listed == [{"id": 0, "path": spec[0][1], "scale": 1.0}, {"id": 1, "path": spec[1][1], "scale": 0.5}]
+        r = httpx.post(server.url + "/lora-adapters", json=[{"id": 0, "scale": 0.25}])
+        assert r.status_code == 200 and [a["scale"] for a in r.json()] == [0.25, 0.0]
+        assert openai("llama")[1]["choices"][0]["text"] == expected({"all": 0.25})
+        assert httpx.post(server.url + "/lora-adapters", json=[{"id": 7, "scale": 1}]).status_code == 400
+        server.check_pages()
+    finally:
+        server.stop()

@@ -48,6 +48,7 @@ class LLM:
             raise ValueError(f"two LoRA adapters named alike: {sorted(names)}")
         self.loras = [load_lora(n, os.fspath(p), s, self.spec, reader, weights_digest(p)) for n, p, s in lora or ()]
         self.decoder = Decoder(reader, self.spec, self.threads, self.n_ctx, loras=self.loras)
+        self._default_lora = self.lora_choice({a.name: a.scale for a in self.loras})
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)
@@ -60,7 +61,42 @@ class LLM:
         one_page = page_bytes(s.kv_dims, self.page_size, kv_type(self.kv, *(d for _, d in s.kv_dims)))
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
-        return Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)
+        runner = Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)
+        runner.default_lora = self.default_lora
+        return runner
+
+    @property
+    def default_lora(self) -> tuple:
+        """((name, scale), ...) of a request that does not choose its adapters: every adapter at its
+        load scale, until set_default_lora."""
+        return self._default_lora
+
+    def set_default_lora(self, scales: dict):
+        """New default scales {name: scale} (adapters left out: 0), for contexts opened from now on."""
+        choice = self.lora_choice(scales)
+
+        def put(runner):
+            self._default_lora = runner.default_lora = choice
+        self.scheduler.do(put)
+
+    def lora_choice(self, choice) -> tuple | None:
+        """Adapters for a request: None (the default: every adapter loaded, at its scale), names (at their
+        default scales) or {name: scale} -> ((name, scale), ...) in name order, scales of 0 left out.
+        ValueError for an adapter not loaded."""
+        if choice is None:
+            return None
+        scales = {a.name: a.scale for a in self.loras}
+        items = choice.items() if isinstance(choice, dict) else ((n, None) for n in choice)
+        out = {}
+        for name, scale in items:
+            if name not in scales:
+                raise ValueError(f"no LoRA adapter named {name!r} (loaded: {', '.join(sorted(scales)) or 'none'})")
+            scale = scales[name] if scale is None else float(scale)
+            if not np.isfinite(scale):
+                raise ValueError(f"LoRA adapter {name}: the scale must be finite")
+            if scale:
+                out[name] = scale
+        return tuple(sorted(out.items()))
 
     def serve(self, concurrency: int = SCHEDULER.concurrency, max_queue: int = SCHEDULER.max_queue,
               batch: int = SCHEDULER.batch) -> Scheduler:
@@ -125,7 +161,7 @@ class LLM:
         self.check_ids(ids)
 
         def run(runner):
-            ctx, _ = runner.state.create([])
+            ctx, _ = runner.open([])
             try:
                 return runner.extend(ctx, ids, all_logits=True)
             finally:
@@ -146,11 +182,14 @@ class LLM:
         self.stats = GenerationStats(prompt_tokens=len(ids), cached_tokens=n_cached)
         return out
 
-    def create_context(self, prompt: str | list[int]) -> Context:
-        """A named, forkable context holding prompt (its computed prefix reused from the radix tree)."""
+    def create_context(self, prompt: str | list[int], lora=None) -> Context:
+        """A named, forkable context holding prompt (its computed prefix reused from the radix tree),
+        computed under the adapters chosen (lora_choice; default: every one loaded); what it continues
+        with stays under them."""
         ids = self._ids(prompt)
         self.check_ids(ids)
-        ctx, n_cached = self.scheduler.do(lambda runner: runner.create(ids))
+        choice = self.lora_choice(lora)
+        ctx, n_cached = self.scheduler.do(lambda runner: runner.create(ids, choice))
         return Context(self, ctx, n_cached)
 
     def restore_context(self, path: str | os.PathLike) -> Context:
@@ -163,15 +202,17 @@ class LLM:
         return [Context(self, c, 0) for c in self.scheduler.do(lambda runner: runner.state.contexts())]
 
     def generate(self, prompt: str | list[int], max_tokens: int = 128, stop: str | list[str] | None = None,
-                 grammar=None, params: SamplingParams | None = None, **sampling) -> Iterator[str]:
+                 grammar=None, params: SamplingParams | None = None, lora=None, **sampling) -> Iterator[str]:
         """Yields text pieces (never half a UTF-8 character). Ends at an end-of-generation token, a stop
         string (not emitted), max_tokens, the end of the context, or a grammar's complete output
         (grammar: llamay.grammar.Grammar); self.stats says which. params: SamplingParams (default: its
-        defaults, llama.cpp's); keyword arguments (temperature=..., seed=...) replace fields of it."""
+        defaults, llama.cpp's); keyword arguments (temperature=..., seed=...) replace fields of it. lora:
+        the adapters to use (lora_choice; default: every one loaded)."""
         params = sampling_params(params, sampling, self.n_vocab)
         ids = self._ids(prompt)
         self.check_ids(ids)
-        return self.drive(Job(ids, params, None, max_tokens, stop_list(stop), grammar=grammar))
+        return self.drive(Job(ids, params, None, max_tokens, stop_list(stop), grammar=grammar,
+                              lora=self.lora_choice(lora)))
 
     def drive(self, job: Job) -> Iterator[str]:
         """Runs one generation job through the scheduler (the same decode loop as the server's), yielding

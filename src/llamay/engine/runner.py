@@ -26,6 +26,7 @@ class CtxRecord:
     # the grammar matcher of a constrained generation cut off before its end: continued by the context's
     # next generation, cloned by fork, saved in snapshots
     matcher: Any = None
+    lora: tuple = ()  # the LoRA adapters its K/V is computed under: ((name, scale), ...) in name order
 
 
 class Runner:
@@ -38,13 +39,27 @@ class Runner:
         self.state = KVState(n_pages, page_size, budget_pages)
         self.records: dict[int, CtxRecord] = {}
         self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
+        self.default_lora: tuple = ()  # the adapters of a context opened without a choice
+        self._namespaces: dict[tuple, int] = {(): 0}  # adapter choice -> its namespace in the radix tree
 
-    def create(self, tokens: list[int]) -> tuple[int, int]:
-        """A context holding tokens, computing only what the radix tree does not have.
-        -> (ctx_id, n_cached); its last logits are in record(ctx_id)."""
+    def namespace(self, lora: tuple) -> int:
+        """The radix tree's namespace of K/V computed under these adapters (0: none)."""
+        return self._namespaces.setdefault(lora, len(self._namespaces))
+
+    def open(self, tokens: list[int], lora: tuple | None = None) -> tuple[int, int]:
+        """A context of the longest computed prefix of tokens under these adapters (None: the default
+        ones) -> (ctx_id, n_cached); the rest is not computed."""
+        lora = self.default_lora if lora is None else lora
+        ctx, n_cached = self.state.create(tokens, self.namespace(lora))
+        self.record(ctx).lora = lora
+        return ctx, n_cached
+
+    def create(self, tokens: list[int], lora: tuple | None = None) -> tuple[int, int]:
+        """A context holding tokens, computing only what the radix tree does not have (under these
+        adapters; None: the default ones). -> (ctx_id, n_cached); its last logits are in record(ctx_id)."""
         if not tokens:
             raise ValueError("a context needs at least one token")
-        ctx, n_cached = self.state.create(tokens)
+        ctx, n_cached = self.open(tokens, lora)
         try:
             self.extend(ctx, tokens[n_cached:])
         except BaseException:
@@ -110,7 +125,7 @@ class Runner:
                 table[i, :len(t)] = t
             meta = BatchMeta(np.concatenate(pos), np.concatenate(seq), table, self.page_size)
             ids = np.asarray([t for _, tokens in items for t in tokens], np.int32)
-            out = self.decoder.forward(ids, meta, self.pool, rows)
+            out = self.decoder.forward(ids, meta, self.pool, rows, lora=self._lora_scales(items, len(ids)))
         except BaseException:
             for ctx in applied:
                 st.commit(ctx, [])  # the applied slots are released; the context is unchanged
@@ -120,11 +135,20 @@ class Runner:
             self.n_prefilled += len(tokens)
         return out
 
+    def _lora_scales(self, items, n: int) -> dict | None:
+        """adapter -> each token's scale for it (0 where its sequence does not use it)."""
+        out, at = {}, 0
+        for ctx, tokens in items:
+            for name, scale in self.record(ctx).lora:
+                out.setdefault(name, np.zeros(n, np.float32))[at:at + len(tokens)] = scale
+            at += len(tokens)
+        return out or None
+
     def fork(self, ctx: int, n: int) -> list[int]:
         self.extend(ctx, [])
         kids, rec = self.state.fork(ctx, n), self.records[ctx]
         for k in kids:
-            self.records[k] = CtxRecord(rec.last_logits, [], rec.matcher.clone() if rec.matcher else None)
+            self.records[k] = CtxRecord(rec.last_logits, [], rec.matcher.clone() if rec.matcher else None, rec.lora)
         return kids
 
     def truncate(self, ctx: int, n: int):

@@ -52,6 +52,7 @@ class Job:
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob and the top k
     ctx: int | None = None
     grammar: Grammar | None = None  # every choice's output is constrained by it
+    lora: tuple | None = None  # a new context's adapters ((name, scale), ...); None: the default ones
     cancelled: bool = False  # set by cancel(); seen at the next step
 
     def cancel(self):
@@ -292,7 +293,7 @@ class Scheduler:
 
     def _start(self, runner: Runner, job: Job, t_submit: int):
         if job.ctx is None:
-            ctx, n_cached = runner.state.create(job.prompt)
+            ctx, n_cached = runner.open(job.prompt, job.lora)
             history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
         else:
             ctx, history = job.ctx, runner.state.tokens(job.ctx)
@@ -317,6 +318,7 @@ class Scheduler:
         if not seq.t_prefilled:
             seq.t_prefilled = time.perf_counter_ns()
             for i, kid in enumerate(runner.state.fork(seq.ctx, seq.job.n - 1), start=1):
+                runner.record(kid).lora = runner.record(seq.ctx).lora
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
                 twin.grammar = seq.grammar.clone() if seq.grammar is not None else None
                 twin.t_start, twin.t_prefilled = seq.t_start, seq.t_prefilled

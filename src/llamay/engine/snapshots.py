@@ -33,8 +33,8 @@ def save(llm, ctx_id: int, path: str):
     meta = {"grammar": matcher.state()} if matcher is not None else {}
     if llm.decoder.rope_variant:
         meta["rope_factors"] = llm.decoder.rope_variant
-    if llm.loras:
-        meta["lora"] = adapters(llm)
+    if runner.record(ctx_id).lora:
+        meta["lora"] = adapters(llm, runner.record(ctx_id).lora)
     header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32), meta)
     write_snapshot(path, header, layers[0], layers[1], logits=logits)
 
@@ -80,14 +80,11 @@ def restore(llm, path: str, matcher=None) -> int:
             raise SnapshotError(f"snapshot's keys were rotated with LongRoPE's {made or 'no'} factors, this "
                                 f"model runs its {llm.decoder.rope_variant or 'no'} ones (the context size "
                                 "picks them): load it with the context the snapshot was made with")
-        made = f.header.meta.get("lora", [])
-        if made != adapters(llm):  # KV computed under other adapters is other KV
-            raise SnapshotError(f"snapshot was made with LoRA adapters {_describe(made)}, this model runs "
-                                f"{_describe(adapters(llm))}: load it with the same adapters and scales")
+        lora = _lora_of(llm, f.header.meta.get("lora", []))
         tokens = [int(t) for t in f.header.token_ids]
         if len(tokens) > llm.n_ctx:
             raise SnapshotError(f"snapshot holds {len(tokens)} tokens, the context is {llm.n_ctx}")
-        ctx, pages = runner.state.restore(tokens)
+        ctx, pages = runner.state.restore(tokens, runner.namespace(lora))
         try:
             pool = runner.pool
             f.read_pages_into([pool.page_view(a) for a in pool.k], [pool.page_view(a) for a in pool.v], pages)
@@ -96,13 +93,28 @@ def restore(llm, path: str, matcher=None) -> int:
             runner.state.free(ctx)
             raise
     rec = runner.record(ctx)
-    rec.last_logits, rec.matcher = logits, matcher
+    rec.last_logits, rec.matcher, rec.lora = logits, matcher, lora
     return ctx
 
 
-def adapters(llm) -> list[dict]:
-    """The LoRA adapters the KV is computed under, as a snapshot records them (name order)."""
-    return [{"name": a.name, "sha256": a.digest, "scale": a.scale} for a in sorted(llm.loras, key=lambda a: a.name)]
+def adapters(llm, lora: tuple) -> list[dict]:
+    """A context's LoRA adapters ((name, scale), ...) as a snapshot records them, with their sha256."""
+    digests = {a.name: a.digest for a in llm.loras}
+    return [{"name": name, "sha256": digests[name], "scale": scale} for name, scale in lora]
+
+
+def _lora_of(llm, made) -> tuple:
+    """The adapters a snapshot's K/V was computed under, as this model names them; SnapshotError unless
+    each is loaded here (same name and file): K/V computed under other adapters is other K/V."""
+    digests = {a.name: a.digest for a in llm.loras}
+    ok = isinstance(made, list) and all(
+        isinstance(a, dict) and digests.get(a.get("name")) == a.get("sha256") and isinstance(a.get("scale"), float)
+        for a in made)
+    if not ok:
+        raise SnapshotError(f"snapshot was made with LoRA adapters {_describe(made)}, and this model has "
+                            f"{_describe([{'name': a.name, 'sha256': a.digest, 'scale': a.scale} for a in llm.loras])}"
+                            ": load it with the same adapters")
+    return tuple((a["name"], a["scale"]) for a in made)
 
 
 def _describe(adapters) -> str:

@@ -245,6 +245,16 @@ class Builder:
         self._op("sigmoid_scale", (y, g), (y.shape[0], y.shape[1]), writes=(y,), reads=(y, g))
         return y
 
+    def row_scale(self, y: np.ndarray, s: np.ndarray, alpha: float, rank: int) -> np.ndarray:
+        """In place: row t of y [n, d] times s[t] * alpha / rank (s[t] when alpha is 0), s float32 [n]; rows
+        of scale 0 become zeros (a LoRA term for the tokens of sequences that do not use it)."""
+        _f32(y, "y")
+        if y.ndim != 2 or rank < 1:
+            raise ValueError(f"row scale of y {y.shape} at rank {rank}")
+        _f32(s, "row scales", (y.shape[0],))
+        self._op("row_scale", (y, s), (y.shape[0], y.shape[1]), (alpha, float(rank)), writes=(y,), reads=(y, s))
+        return y
+
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
              neox: bool, factors: np.ndarray | None = None, linear: float = 1.0, mscale: float = 1.0) -> np.ndarray:
         """In place on x [n, heads * head_dim], at the batch's positions. factors [n_rot / 2]: each pair's

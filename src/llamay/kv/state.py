@@ -19,6 +19,15 @@ class _Context:
     tokens: list[int]  # committed: their K/V is in the pages
     pages: list[int]  # ceil((len(tokens) + n_pending) / page_size) page ids
     n_pending: int = 0  # slots applied but not yet committed
+    ns: int = 0  # its namespace in the tree: K/V computed under other weights (LoRA adapters) is other K/V
+
+
+NS_SHIFT = 32  # a namespace's tree keys are its tokens plus ns << NS_SHIFT (token ids are below 2^32)
+
+
+def _keys(tokens: Sequence[int], ns: int) -> Sequence[int]:
+    """The tree's keys for tokens of a namespace: namespace 0 is the tokens themselves."""
+    return tokens if not ns else [t + (ns << NS_SHIFT) for t in tokens]
 
 
 @dataclass(frozen=True)
@@ -84,8 +93,12 @@ class KVState:
 
     def cached(self) -> list[tuple[tuple[int, ...], int]]:
         """(token prefix, page) of every tree entry: the page holds the prefix's last len % page_size
-        (or page_size) tokens."""
-        return self.tree.entries()
+        (or page_size) tokens. Entries of every namespace, their tokens as given."""
+        mask = (1 << NS_SHIFT) - 1
+        return [(tuple(t & mask for t in key), page) for key, page in self.tree.entries()]
+
+    def namespace(self, ctx_id: int) -> int:
+        return self._get(ctx_id).ns
 
     def claim(self, thread: threading.Thread | None):
         """From now on only `thread` may change this state (None: any, for a single-threaded caller)."""
@@ -106,17 +119,18 @@ class KVState:
 
     # --- contexts ------------------------------------------------------------------------------
 
-    def create(self, tokens: Sequence[int]) -> tuple[int, int]:
-        """-> (ctx_id, n_cached): a context holding the longest computed prefix of tokens[:-1]."""
+    def create(self, tokens: Sequence[int], ns: int = 0) -> tuple[int, int]:
+        """-> (ctx_id, n_cached): a context holding the longest computed prefix of tokens[:-1] in the
+        namespace ns (0: the base weights; see _Context.ns)."""
         self._mutating()
-        path, n_cached = self.tree.match(tokens[:max(len(tokens) - 1, 0)])
+        path, n_cached = self.tree.match(_keys(tokens[:max(len(tokens) - 1, 0)], ns))
         self._tick()
         self.tree.touch(path, self._clock)
         pages = [node.page for node in path]
         for page in pages:
             self.alloc.incref(page)
         self.stats.matched_tokens += n_cached
-        return self._add(_Context(list(tokens[:n_cached]), pages)), n_cached
+        return self._add(_Context(list(tokens[:n_cached]), pages, ns=ns)), n_cached
 
     def fork(self, ctx_id: int, n: int = 1) -> list[int]:
         """n contexts sharing ctx_id's pages: zero pages allocated."""
@@ -126,7 +140,7 @@ class KVState:
         for _ in range(n):
             for page in ctx.pages:
                 self.alloc.incref(page)
-            ids.append(self._add(_Context(list(ctx.tokens), list(ctx.pages))))
+            ids.append(self._add(_Context(list(ctx.tokens), list(ctx.pages), ns=ctx.ns)))
         return ids
 
     def free(self, ctx_id: int):
@@ -151,22 +165,22 @@ class KVState:
         self._mutating()
         ctx = self._get(ctx_id, settled=True)
         self._tick()
-        taken, dropped = self.tree.insert(ctx.tokens, ctx.pages, self._clock)
+        taken, dropped = self.tree.insert(_keys(ctx.tokens, ctx.ns), ctx.pages, self._clock)
         for page in taken:
             self.alloc.incref(page)
         for page in dropped:
             self.alloc.decref(page)
         return len(taken)
 
-    def restore(self, tokens: Sequence[int]) -> tuple[int, list[int]]:
-        """-> (ctx_id, pages): a context of tokens on fresh pages the caller fills with the snapshot's K/V
-        (page_table order) before using it."""
+    def restore(self, tokens: Sequence[int], ns: int = 0) -> tuple[int, list[int]]:
+        """-> (ctx_id, pages): a context of tokens (of namespace ns) on fresh pages the caller fills with
+        the snapshot's K/V (page_table order) before using it."""
         self._mutating()
         n = _n_pages(len(tokens), self.page_size)
         evict, _ = self._plan_pages(n)
         pages = self._take(evict, n)
         self._version += 1
-        return self._add(_Context(list(tokens), pages)), list(pages)
+        return self._add(_Context(list(tokens), pages, ns=ns)), list(pages)
 
     def _add(self, ctx: _Context) -> int:
         ctx_id, self._next_id = self._next_id, self._next_id + 1

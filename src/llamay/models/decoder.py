@@ -69,12 +69,15 @@ class Decoder:
             np.multiply(rows, np.float32(math.sqrt(s.n_embd_per_layer)), out=plan.ple)
 
     def forward(self, tokens: np.ndarray, meta: BatchMeta, pool: PagePool,
-                out_rows: np.ndarray | None = None) -> np.ndarray:
+                out_rows: np.ndarray | None = None, lora: dict | None = None) -> np.ndarray:
         """tokens int32 [n]; returns float32 logits [len(out_rows), n_vocab] (all rows when None).
-        The result is a fresh array."""
+        lora: adapter name -> float32 [n], each token's scale (absent: 0, the adapter unused). The result
+        is a fresh array."""
         s, n = self.spec, len(tokens)
         plan = self._cached(("plan", n, id(pool)), lambda: self.new_plan(n, pool))
         self.fill_inputs(plan, tokens, meta.tok_pos)
+        for name, scales in plan.lora_scale.items():
+            scales[:] = lora[name] if lora and name in lora else 0.0
         full = self.nthreads
         threads, start = self.governor.pick(full), time.perf_counter()
         plan.run(meta, threads)

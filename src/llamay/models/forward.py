@@ -18,7 +18,8 @@ class ForwardGraph:
 
     def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None, ple=None,
                  lora=None):
-        """lora: layer -> Layer field -> [(A, B, factor)] (models/lora.py layer_terms), or None."""
+        """lora: layer -> Layer field -> [(adapter, A, B, alpha, rank)] (models/lora.py layer_terms), or None;
+        then `lora_scale` in: adapter -> float32 [n], each token's scale for it."""
         s, b = spec, Builder(fuse)
         self.n, self.b, self.batch = n, b, b.batch(n)
         self.pool = pool  # held: while this plan lives, id(pool) cannot name another pool
@@ -29,8 +30,10 @@ class ForwardGraph:
         per_layer = _per_layer_inputs(b, s, x, ple, self.ple) if ple is not None else None
         h = b.tensor(n, s.n_embd)
         ones = {}  # the weight of an RMSNorm without one, per size
+        names = sorted({t[0] for fields in (lora or {}).values() for terms in fields.values() for t in terms})
+        self.lora_scale = {name: np.zeros(n, np.float32) for name in names}
         for il, L in enumerate(layers):
-            mm = _Proj(b, (lora or {}).get(il, {}))
+            mm = _Proj(b, (lora or {}).get(il, {}), self.lora_scale)
             inp = _norm(b, s, x, L.attn_norm, L.attn_norm_b, h) if s.pre_norm else x
             hd, n_rot, kv_layer = s.layer_head_dim(il), s.layer_n_rot(il), s.kv_index(il)
             q = mm(inp, L, "q")
@@ -104,10 +107,11 @@ def _router_in(b: Builder, s: ArchSpec, L, x):
 
 
 class _Proj:
-    """One layer's projections: x . W^T (+ bias), plus each LoRA term's factor * (x . A^T) . B^T in order."""
+    """One layer's projections: x . W^T (+ bias), plus each LoRA term's (x . A^T) . B^T times each token's
+    scale * alpha / rank, in adapter order."""
 
-    def __init__(self, b: Builder, terms: dict):
-        self.b, self.terms = b, terms
+    def __init__(self, b: Builder, terms: dict, scales: dict):
+        self.b, self.terms, self.scales = b, terms, scales
 
     def __call__(self, x, L, field: str, residual=None, fusable: bool = False):
         """The projection; with residual, added to it instead; fusable: a pending projection for _residual
@@ -139,8 +143,8 @@ class _Pending:
 
     def compute(self):
         b, out = self.proj.b, self.proj.b.matmul(self.x, self.w, bias=self.bias)
-        for a, lb, factor in self.terms:
-            b.add(out, b.scale(b.matmul(b.matmul(self.x, a), lb), factor))
+        for name, a, lb, alpha, rank in self.terms:
+            b.add(out, b.row_scale(b.matmul(b.matmul(self.x, a), lb), self.proj.scales[name], alpha, rank))
         return out
 
 

@@ -1,8 +1,9 @@
 """LoRA adapters as llama.cpp's convert_lora_to_gguf.py writes them: a GGUF file of general.type "adapter",
 adapter.type "lora", adapter.lora.alpha, and for each adapted weight W a pair W.lora_a [k -> r] and
 W.lora_b [r -> m]. Applied without merging: W's projection of x plus scale * (x . A^T) . B^T, with scale the
-user's scale times alpha / r (the user's scale alone when alpha is 0), as llama.cpp scales it; several
-adapters in their name order, so the result is one fixed sum.
+token's scale for that adapter times alpha / r (the scale alone when alpha is 0), as llama.cpp scales it;
+every adapter loaded in their name order, each token's scale 0 for adapters its sequence does not use, so
+sequences under different adapters share a batch and each row is one fixed sum.
 
 An adapter is checked against its base before use (architecture, every weight it adapts present and of
 the shapes the pair multiplies to); what llamay cannot apply (embedding or expert LoRA) is refused."""
@@ -28,8 +29,8 @@ class Lora:
     name: str
     path: str
     digest: str  # sha256 of the file
-    scale: float  # the user's
-    terms: dict  # (layer, Layer field) -> (A, B, factor): the factor multiplies (x . A^T) . B^T
+    scale: float  # the default scale (a request may choose another)
+    terms: dict  # (layer, Layer field) -> (A, B, alpha, rank)
 
 
 def parse_spec(text: str) -> tuple[str, str, float]:
@@ -91,11 +92,9 @@ def load_lora(name: str, path: str, scale: float, spec: ArchSpec, base: GGUFRead
             a, b = QWeight.from_gguf(r, ab["a"]), QWeight.from_gguf(r, ab["b"])
         except ValueError as e:
             raise ModelFileError(f"LoRA {name}: {e}") from None
-        rank = ta.shape[1]
-        factor = float(np.float32(scale) * np.float32(alpha) / np.float32(rank)) if alpha else float(np.float32(scale))
         il, parts = fields[target]
         for field, lo, hi in parts:
-            terms[(il, field)] = (a, b if (lo, hi) == (0, b.m) else b.rows(lo, hi), factor)
+            terms[(il, field)] = (a, b if (lo, hi) == (0, b.m) else b.rows(lo, hi), float(alpha), ta.shape[1])
     return Lora(name, path, digest, scale, terms)
 
 
@@ -114,9 +113,9 @@ def _parts(spec: ArchSpec, il: int, field: str):
 
 
 def layer_terms(loras: list[Lora]) -> dict:
-    """layer -> Layer field -> [(A, B, factor)] of every adapter, in the adapters' name order."""
+    """layer -> Layer field -> [(adapter name, A, B, alpha, rank)] of every adapter, in name order."""
     out: dict = {}
     for lora in sorted(loras, key=lambda x: x.name):
         for (il, field), term in lora.terms.items():
-            out.setdefault(il, {}).setdefault(field, []).append(term)
+            out.setdefault(il, {}).setdefault(field, []).append((lora.name, *term))
     return out

@@ -19,7 +19,7 @@ from ..toolcall.parser import CallParser
 from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
 from ..events import Delta, Finish, TokenLogprob, TopLogprob, Usage
-from .models import Loaded
+from .models import Loaded, split_adapters
 from .protocol.base import GenRequest, ProtocolError, bad_request
 
 if TYPE_CHECKING:
@@ -199,9 +199,13 @@ class Generation:
         self.loaded, self.req, self.on_close, self.calls = loaded, req, on_close, prep.calls
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
+        try:
+            lora = loaded.llm.lora_choice(split_adapters(req.model)[1])
+        except ValueError as e:
+            raise ProtocolError(404, str(e), "not_found", "model") from None
         self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
                        req.max_tokens, req.stop, req.n, req.top_logprobs if req.logprobs else None, ctx,
-                       prep.grammar)
+                       prep.grammar, lora=lora)
         self.dones: list[Done] = []
         try:
             loaded.scheduler.submit(self.job)

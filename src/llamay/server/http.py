@@ -28,8 +28,8 @@ CLIENT_GONE = 499  # nginx's "client closed request": what a log shows for an an
 log = logging.getLogger("llamay.server")
 
 
-async def read_json(request: Request) -> dict:
-    return parse_body(await request.body())
+async def read_json(request: Request, array: bool = False) -> dict | list:
+    return parse_body(await request.body(), array)
 
 
 async def off_loop(request: Request, fn: Callable, *args):

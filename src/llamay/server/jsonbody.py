@@ -28,16 +28,17 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def parse_body(raw: bytes) -> dict:
-    """The body as a JSON object, or a 400 ProtocolError saying what is wrong with it."""
+def parse_body(raw: bytes, array: bool = False) -> dict | list:
+    """The body as a JSON object (or, with array, a JSON array: llama-server's /lora-adapters), or a 400
+    ProtocolError saying what is wrong with it."""
     try:
         body = json.loads(raw, parse_constant=_no_constant, parse_float=_float, parse_int=_int)
     except RecursionError:
         raise bad_request(f"the request body nests deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise bad_request(f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
+    if not isinstance(body, list if array else dict):
+        raise bad_request(f"the request body must be a JSON {'array' if array else 'object'}, got {type(body).__name__}")
     check_tree(body)
     return body
 

@@ -101,6 +101,16 @@ def name_for(path: str) -> str:
     return (stem[:-5] if stem.lower().endswith(".gguf") else stem).lower()
 
 
+def split_adapters(name: str | None) -> tuple[str | None, list[str] | None]:
+    """'base@a,b' -> ('base', ['a', 'b']): a request's choice of LoRA adapters ('base@none': none; no '@':
+    None, every adapter the model loaded)."""
+    if not name or "@" not in name:
+        return name, None
+    base, _, names = name.rpartition("@")
+    chosen = [n for n in names.split(",") if n]
+    return base, [] if chosen == ["none"] else chosen
+
+
 class Registry:
     def __init__(self, pinned: list[str], settings: Settings, use_store: bool = True, fallback: str | None = None):
         """pinned: model files or stored model names (-m), the first the default. With use_store, every
@@ -156,7 +166,9 @@ class Registry:
         return out
 
     def resolve(self, name: str | None) -> str:
-        """A request's model name -> our name; ProtocolError 404 when nobody has that model."""
+        """A request's model name -> our name; ProtocolError 404 when nobody has that model. A LoRA
+        choice after '@' (split_adapters) names the same model."""
+        name = split_adapters(name)[0]
         for attempt in range(2):
             found = self._lookup(name)
             if found is not None:

@@ -1,4 +1,5 @@
-"""llama-server's extras: /health, /tokenize, /detokenize, /metrics (errors in OpenAI's shape, as it does)."""
+"""llama-server's extras: /health, /tokenize, /detokenize, /metrics, /lora-adapters (errors in OpenAI's shape,
+as it does)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -67,3 +68,44 @@ async def detokenize(request: Request):
     except ValueError as e:
         raise bad_request(str(e), "tokens") from None
     return JSONResponse({"content": loaded.llm.detokenize(ids)})
+
+
+@router.get("/lora-adapters")
+@api(proto)
+async def lora_adapters(request: Request):
+    """llama-server's list of the default model's adapters: [{id, path, scale}], scale the default one
+    (what a request that does not choose gets)."""
+    loaded = await request.app.state.registry.get(request.query_params.get("model"))
+    return JSONResponse(_adapter_list(loaded.llm))
+
+
+@router.post("/lora-adapters")
+@api(proto)
+async def set_lora_adapters(request: Request):
+    """[{id, scale}]: new default scales; adapters left out get 0, as llama-server does. Contexts computed
+    under the old scales keep them (the prefix cache keys K/V by adapters and scales)."""
+    body = await read_json(request, array=True)
+    loaded = await request.app.state.registry.get(request.query_params.get("model"))
+    llm = loaded.llm
+    if not all(isinstance(e, dict) for e in body):
+        raise bad_request("the body must be a list of {\"id\": N, \"scale\": S}")
+    names = sorted(a.name for a in llm.loras)
+    scales = {}
+    for e in body:
+        i, scale = e.get("id"), e.get("scale")
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(names):
+            raise bad_request(f"id {i!r} names no adapter (ids 0..{len(names) - 1})", "id")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise bad_request(f"scale of adapter {i} must be a number", "scale")
+        scales[names[i]] = float(scale)
+    try:
+        llm.set_default_lora(scales)
+    except ValueError as e:
+        raise bad_request(str(e), "scale") from None
+    return JSONResponse(_adapter_list(llm))
+
+
+def _adapter_list(llm) -> list[dict]:
+    default = dict(llm.default_lora)
+    return [{"id": i, "path": a.path, "scale": default.get(a.name, 0.0)}
+            for i, a in enumerate(sorted(llm.loras, key=lambda a: a.name))]

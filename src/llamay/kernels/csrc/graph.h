@@ -10,7 +10,8 @@
 enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_OP_KV_WRITE = 5,
        LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_SCALE = 9, LY_OP_SOFTCAP = 10,
        LY_OP_LAYERNORM = 11, LY_OP_MOE_ROUTE = 12, LY_OP_GATHER = 13, LY_OP_MOE_MATMUL = 14,
-       LY_OP_MOE_COMBINE = 15, LY_OP_POS_SCALE = 16, LY_OP_SIGMOID_SCALE = 17, LY_OP_LAST = LY_OP_SIGMOID_SCALE };
+       LY_OP_MOE_COMBINE = 15, LY_OP_POS_SCALE = 16, LY_OP_SIGMOID_SCALE = 17, LY_OP_ROW_SCALE = 18,
+       LY_OP_LAST = LY_OP_ROW_SCALE };
 
 /* Chunks per thread of a node that is worth splitting (attention always is): a thread the OS deschedules
  * mid-node holds back at most one small chunk, the running threads take the rest. Results never depend
@@ -55,7 +56,9 @@ typedef struct {
  *           (out[t] = sum over slots j in order of weight[t, j] y[pos[t K + j]])
  * POS_SCALE p: x [tokens, d], pos   n: tokens, d, floor   f: beta
  *           (row t times (float)(1 + beta ln(1 + floor(pos_t / floor))), computed in double)
- * SIGMOID_SCALE p: y [rows, d], g [rows]   n: rows, d   (row t times 1 / (1 + exp(-g[t]))) */
+ * SIGMOID_SCALE p: y [rows, d], g [rows]   n: rows, d   (row t times 1 / (1 + exp(-g[t])))
+ * ROW_SCALE p: y [rows, d], s [rows]   n: rows, d   f: alpha, rank   (row t times s[t] * alpha / rank, or
+ *           s[t] when alpha is 0: a LoRA term's scale per token; a row of scale 0 becomes zeros) */
 /* after: the latest earlier node whose work this one reads or overwrites; a thread starts it once every
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
@@ -90,4 +93,5 @@ void ly_moe_matmul_slice(const ly_node *nd, int ith, int nth);
 void ly_moe_combine_slice(const ly_node *nd, int ith, int nth);
 void ly_pos_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_sigmoid_scale_slice(const ly_node *nd, int ith, int nth);
+void ly_row_scale_slice(const ly_node *nd, int ith, int nth);
 #endif

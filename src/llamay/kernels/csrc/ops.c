@@ -226,3 +226,15 @@ void ly_sigmoid_scale_slice(const ly_node *nd, int ith, int nth) {
         for (int64_t i = 0; i < d; i++) y[t * d + i] = y[t * d + i] * s;
     }
 }
+
+void ly_row_scale_slice(const ly_node *nd, int ith, int nth) {
+    float *y = nd->p[0];
+    const float *s = nd->p[1];
+    const float alpha = nd->f[0], rank = nd->f[1];
+    int64_t d = nd->n[1], lo, hi;
+    ly_share(nd->n[0], ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const float f = alpha != 0.0f ? s[t] * alpha / rank : s[t]; /* llama.cpp's scale * alpha / rank */
+        for (int64_t i = 0; i < d; i++) y[t * d + i] = f != 0.0f ? y[t * d + i] * f : 0.0f;
+    }
+}
