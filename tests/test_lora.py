@@ -229,3 +229,34 @@ def test_server_chooses_adapters_per_request(converted):
         server.check_pages()
     finally:
         server.stop()
+
+
+def test_anthropic_and_chat_routes_choose_adapters_too(converted, tmp_path):
+    """The same '@' choice through a chat template: Anthropic's /v1/messages answers as OpenAI's chat
+    completions does for each choice, and the choices differ."""
+    import httpx
+
+    from conftest import LiveServer
+    bases, adapters = converted
+
+    def template(meta, tensors):
+        meta["tokenizer.chat_template"] = ("{% for m in messages %}{{ m['content'] }} {% endfor %}", 8, None)
+    rewrite(bases["llama"], tmp_path / "chat.gguf", template)
+    server = LiveServer(["-m", str(tmp_path / "chat.gguf"), "--threads", "1", "--lora", f"all={adapters['llama-all']}"])
+    try:
+        texts = {}
+        for choice in ("chat@all", "chat@none"):
+            messages = [{"role": "user", "content": "ab ab"}]
+            a = httpx.post(server.url + "/v1/messages", json={"model": choice, "max_tokens": 6, "temperature": 0,
+                                                              "messages": messages}, timeout=60)
+            o = httpx.post(server.url + "/v1/chat/completions", json={"model": choice, "max_tokens": 6,
+                                                                      "temperature": 0, "messages": messages}, timeout=60)
+            assert a.status_code == 200 and o.status_code == 200, (a.text, o.text)
+            texts[choice] = a.json()["content"][0]["text"]
+            assert texts[choice] == o.json()["choices"][0]["message"]["content"]
+        assert texts["chat@all"] != texts["chat@none"]
+        r = httpx.post(server.url + "/v1/messages", json={"model": "chat@nope", "max_tokens": 2,
+                                                          "messages": [{"role": "user", "content": "x"}]}, timeout=60)
+        assert r.status_code == 404 and "no LoRA adapter named 'nope'" in r.text
+    finally:
+        server.stop()
