@@ -57,6 +57,30 @@ SIZE_UNITS = {"": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb
               "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
 
 
+MAX_THREADS = 512
+
+
+def ranged(kind, lo=None, hi=None, lo_open: bool = False):
+    """An argparse type: a number of `kind` in [lo, hi] ((lo, hi] with lo_open); the message gives the range."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if v != v or (lo is not None and (v < lo or (lo_open and v == lo))) or (hi is not None and v > hi):
+            if hi is None:
+                want = f"{'>' if lo_open else '>='} {lo}"
+            else:
+                want = f"in {'(' if lo_open else '['}{lo}, {hi}]"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: it must be {want}")
+        return v
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+THREADS = ranged(int, 1, MAX_THREADS)
+
+
 def parse_size(text: str) -> int:
     """'512M', '2GiB', '1.5g', '1000000' -> bytes."""
     t = text.strip().lower()
@@ -85,7 +109,7 @@ def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, 
 
 def add_model_args(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", help="GGUF file (default: SmolLM2-135M-Instruct)")
-    p.add_argument("-t", "--threads", type=int, default=LOAD.threads, help=THREADS_HELP)
+    p.add_argument("-t", "--threads", type=THREADS, default=LOAD.threads, help=THREADS_HELP)
     p.add_argument("--kv", default=LOAD.kv, choices=list(KV_TYPES), help=KV_HELP)
     p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
                    help=f"memory for KV pages, e.g. 512M or 2GiB (default: room for {LOAD.pool_contexts} full contexts)")

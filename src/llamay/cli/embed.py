@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from .common import THREADS_HELP, CLIError, load_model, resolve_model
+from .common import THREADS, THREADS_HELP, CLIError, load_model, resolve_model
 
 
 class _Command:
@@ -33,7 +33,7 @@ def open_model(name: str | None, threads: int | None):
 
 def _common(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", help="GGUF file or stored model (an encoder such as all-MiniLM, or any decoder)")
-    p.add_argument("-t", "--threads", type=int, default=None, help=THREADS_HELP)
+    p.add_argument("-t", "--threads", type=THREADS, default=None, help=THREADS_HELP)
 
 
 def add_embed_parser(p: argparse.ArgumentParser):

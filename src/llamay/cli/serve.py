@@ -8,7 +8,7 @@ from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
 from ..settings import LOAD, SCHEDULER, SERVER
-from .common import KV_HELP, THREADS_HELP, CLIError, add_lora_arg, eprint, parse_size
+from .common import KV_HELP, THREADS, THREADS_HELP, CLIError, add_lora_arg, eprint, parse_size, ranged
 
 
 def add_parser(p: argparse.ArgumentParser):
@@ -16,15 +16,16 @@ def add_parser(p: argparse.ArgumentParser):
                    help="a GGUF file or stored model, the default for requests that name none (repeat for several); "
                         "every stored model is served by name too")
     p.add_argument("--host", default=SERVER.host, help=f"address to listen on (default {SERVER.host}, loopback only)")
-    p.add_argument("--port", type=int, default=SERVER.port, help=f"port (default {SERVER.port})")
+    p.add_argument("--port", type=ranged(int, 1, 65535), default=SERVER.port, help=f"port (default {SERVER.port})")
     p.add_argument("--concurrency", type=int, default=SCHEDULER.concurrency,
                    help=f"sequences generated at once per model (default {SCHEDULER.concurrency})")
     p.add_argument("--batch", type=int, default=SCHEDULER.batch,
                    help=f"tokens per forward pass (default {SCHEDULER.batch})")
     p.add_argument("--queue", type=int, default=SCHEDULER.max_queue,
                    help=f"requests waiting per model before 503 (default {SCHEDULER.max_queue})")
-    p.add_argument("-t", "--threads", type=int, default=LOAD.threads, help=THREADS_HELP)
-    p.add_argument("-c", "--ctx-size", type=int, default=None, help=f"context length (default {LOAD.n_ctx})")
+    p.add_argument("-t", "--threads", type=THREADS, default=LOAD.threads, help=THREADS_HELP)
+    p.add_argument("-c", "--ctx-size", type=ranged(int, 1), default=None,
+                   help=f"context length (default {LOAD.n_ctx}, at most the model's)")
     p.add_argument("--kv", default=LOAD.kv, choices=list(KV_TYPES), help=KV_HELP)
     p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
                    help=f"memory for KV pages per model, e.g. 512M (default: room for {LOAD.pool_contexts} full "
