@@ -216,3 +216,24 @@ def test_nodes_wait_only_for_what_they_read_or_overwrite():
     b.matmul(x2, w)  # 7 quant (the add cannot quantize), 8 matmul
     assert ops_of(b) == ["rmsnorm", "matmul", "matmul", "add", "rmsnorm", "matmul", "add", "quant", "matmul"]
     assert [spec[4] for spec in b._g._specs] == [-1, 0, 0, 2, 2, 4, -1, 6, 7]
+
+
+def test_row_scale_is_the_float_math_per_row():
+    """row_scale: row t times s[t] * alpha / rank in float32 (s[t] when alpha is 0); a row of scale 0 is
+    zeros even where y holds inf; 1 == 2 threads."""
+    rng = np.random.default_rng(9)
+    y0 = rng.standard_normal((5, 40)).astype(np.float32)
+    y0[3, 7] = np.inf
+    s = np.array([1.0, 0.5, -2.0, 0.0, 3.0], np.float32)
+    for alpha, rank in ((8.0, 4), (0.0, 4)):
+        outs = []
+        for threads in (1, 2):
+            b = Builder()
+            y = b.tensor(5, 40)
+            b.row_scale(y, s, alpha, rank)
+            y[:] = y0
+            b.run(threads)
+            outs.append(y.copy())
+        f = s * np.float32(alpha) / np.float32(rank) if alpha else s
+        want = np.where(f[:, None] != 0, y0 * f[:, None], np.float32(0))
+        assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], want)

@@ -150,6 +150,12 @@ def test_adapters_that_do_not_fit_are_refused(converted, tmp_path):
     with pytest.raises(ModelFileError, match="does not fit"):
         llamay.load(bases["llama"], lora=[("x", str(tmp_path / "wide.gguf"), 1.0)])
 
+    def flat(meta, tensors):
+        tensors["blk.0.attn_q.weight.lora_a"] = np.zeros(256, np.float32)
+    rewrite(adapters["llama-all"], tmp_path / "flat.gguf", flat)
+    with pytest.raises(ModelFileError, match="does not fit"):
+        llamay.load(bases["llama"], lora=[("x", str(tmp_path / "flat.gguf"), 1.0)])
+
     def embd(meta, tensors):
         tensors["token_embd.weight.lora_a"] = np.zeros((4, 64), np.float32)
         tensors["token_embd.weight.lora_b"] = np.zeros((300, 4), np.float32)

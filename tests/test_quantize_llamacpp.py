@@ -113,7 +113,8 @@ def test_a_failure_midway_leaves_no_file(files, monkeypatch):
 def test_cli(files, capsys):
     tmp, paths = files
     assert main(["quantize", str(paths["llama8"]), str(tmp / "cli.gguf"), "q4_k_m", "-t", "1"]) == 0
-    assert "wrote" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "wrote" in err and "quantizing  100%" in err  # the progress line (plain off a terminal) reaches the end
     assert sha256(tmp / "cli.gguf") == FIXTURE["cases"]["llama8-Q4_K_M"]["output_sha256"]
     assert main(["quantize", str(paths["llama8"]), str(tmp / "x.gguf"), "Q4_0", "--imatrix", str(tmp / "m.dat")]) == 1
     assert "--imatrix" in capsys.readouterr().err

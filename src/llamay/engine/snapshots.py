@@ -6,6 +6,8 @@ generation cut off before its end, the grammar's position (source and consumed t
 under the same grammar."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kv.snapshot import (ALIGN, CHECKSUM_BYTES, HEADER, LAYER, KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader,
@@ -109,7 +111,7 @@ def _lora_of(llm, made) -> tuple:
     digests = {a.name: a.digest for a in llm.loras}
     ok = isinstance(made, list) and all(
         isinstance(a, dict) and digests.get(a.get("name")) == a.get("sha256") and isinstance(a.get("scale"), float)
-        for a in made)
+        and math.isfinite(a["scale"]) for a in made)
     if not ok:
         raise SnapshotError(f"snapshot was made with LoRA adapters {_describe(made)}, and this model has "
                             f"{_describe([{'name': a.name, 'sha256': a.digest, 'scale': a.scale} for a in llm.loras])}"

@@ -62,6 +62,17 @@ def _pack_value(value, vtype: int, elem_type: int | None = None) -> bytes:
     return head + b"".join(_pack_value(v, elem_type) for v in value)
 
 
+def pack_kv(key: str, value, vtype: int) -> bytes:
+    """One metadata entry: key, type, value."""
+    return _pack_string(key) + struct.pack("<I", vtype) + _pack_value(value, vtype)
+
+
+def pack_tensor_info(name: str, shape, type_id: int, offset: int) -> bytes:
+    """One tensor's entry: name, dimensions (GGUF order), type, data offset."""
+    return (_pack_string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
+            + struct.pack("<IQ", type_id, offset))
+
+
 class GGUFWriter:
     """Collect metadata and tensors, then `write(path)` once. Tensor shapes are in GGUF order."""
 
@@ -96,8 +107,7 @@ class GGUFWriter:
             out += [_pack_string(key), struct.pack("<I", vtype), payload]
         offset = 0
         for name, shape, qt, raw in self.tensors:
-            out += [_pack_string(name), struct.pack("<I", len(shape)),
-                    struct.pack(f"<{len(shape)}Q", *shape), struct.pack("<IQ", qt.id, offset)]
+            out.append(pack_tensor_info(name, shape, qt.id, offset))
             offset += -(-len(raw) // self.alignment) * self.alignment
         head = b"".join(out)
         parts = [head, b"\0" * (-len(head) % self.alignment)]

@@ -18,7 +18,7 @@ from ..gguf import GGUFError, GGUFReader
 from ..kernels.matmul import QWeight
 from .checks import ModelFileError, UnsupportedModel
 from .spec import ArchSpec
-from .weights import layer_tensors
+from .weights import layer_tensors, row_parts
 
 _PAIR = re.compile(r"(.+)\.lora_([ab])$")
 _LAYER = re.compile(r"blk\.(\d+)\.(.+)$")
@@ -76,7 +76,8 @@ def load_lora(name: str, path: str, scale: float, spec: ArchSpec, base: GGUFRead
     fields = {}  # GGUF name in the base -> (layer, [(Layer field, first row, last row)])
     for il in range(spec.n_layer):
         for field, (gname, _) in layer_tensors(spec, il).items():
-            fields[f"blk.{il}.{gname}"] = (il, _parts(spec, il, field))
+            adaptable = field in ("qkv", "q", "k", "v", "o", "up", "gate", "down")
+            fields[f"blk.{il}.{gname}"] = (il, row_parts(spec, il, field) if adaptable else None)
     terms = {}
     for target, ab in sorted(pairs.items()):
         if set(ab) != {"a", "b"}:
@@ -85,7 +86,7 @@ def load_lora(name: str, path: str, scale: float, spec: ArchSpec, base: GGUFRead
             raise UnsupportedModel(f"LoRA {name}: adapting {target} is not supported"
                                    + ("" if target in base.tensors else " (the base has no such weight)"))
         ta, tb, tw = r.tensors[ab["a"]], r.tensors[ab["b"]], base.tensors[target]
-        if len(tw.shape) != 2 or ta.shape != (tw.shape[0], ta.shape[1]) or tb.shape != (ta.shape[1], tw.shape[1]):
+        if len(tw.shape) != 2 or len(ta.shape) != 2 or len(tb.shape) != 2 or ta.shape != (tw.shape[0], ta.shape[1]) or tb.shape != (ta.shape[1], tw.shape[1]):
             raise ModelFileError(f"LoRA {name}: {target} is {list(tw.shape)}, its pair {list(ta.shape)} x "
                                  f"{list(tb.shape)} does not fit it")
         try:
@@ -96,20 +97,6 @@ def load_lora(name: str, path: str, scale: float, spec: ArchSpec, base: GGUFRead
         for field, lo, hi in parts:
             terms[(il, field)] = (a, b if (lo, hi) == (0, b.m) else b.rows(lo, hi), float(alpha), ta.shape[1])
     return Lora(name, path, digest, scale, terms)
-
-
-def _parts(spec: ArchSpec, il: int, field: str):
-    """The Layer fields a base weight's rows become ((field, first row, end row)), None for weights LoRA
-    cannot adapt here (norms, routers, experts)."""
-    hd = spec.layer_head_dim(il)
-    q, kv, ff = spec.n_head * hd, spec.layer_n_head_kv(il) * hd, spec.layer_n_ff(il)
-    if field == "qkv":
-        return [("q", 0, q), ("k", q, q + kv), ("v", q + kv, q + 2 * kv)]
-    if field == "up" and spec.fused_gate_up:
-        return [("gate", 0, ff), ("up", ff, 2 * ff)]
-    if field in ("q", "k", "v", "o", "up", "gate", "down"):
-        return [(field, 0, {"q": q, "k": kv, "v": kv, "o": spec.n_embd, "down": spec.n_embd}.get(field, ff))]
-    return None
 
 
 def layer_terms(loras: list[Lora]) -> dict:

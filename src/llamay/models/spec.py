@@ -379,9 +379,9 @@ def _gemma4(meta: dict) -> ArchSpec:
     if m.int("attention.value_length_swa", head_swa) != head_swa:
         raise ModelFileError(f"{m.key('attention.value_length_swa')} differs from the key length {head_swa}")
     n_rot_swa = m.int("rope.dimension_count_swa", head_swa)
-    if n_rot_swa > head_swa or n_rot_swa % 2:
-        raise ModelFileError(f"{m.key('rope.dimension_count_swa')} = {n_rot_swa} must be even and at most "
-                             f"{m.key('attention.key_length_swa')} = {head_swa}")
+    if n_rot_swa > min(head_swa, MAX_ROPE_DIMS) or n_rot_swa % 2:
+        raise ModelFileError(f"{m.key('rope.dimension_count_swa')} = {n_rot_swa} must be even, at most "
+                             f"{MAX_ROPE_DIMS} and at most {m.key('attention.key_length_swa')} = {head_swa}")
     moe = _moe(m) if m.key("expert_count") in meta and m.int("expert_count") else {}
     if moe:
         moe.update(moe_dense=True, moe_norm=True, n_ff_exp=m.int("expert_feed_forward_length"))

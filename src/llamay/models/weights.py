@@ -120,23 +120,29 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     return table
 
 
-def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
-    """Fused projections as views of their parts' rows: q, k, v from qkv; gate, up from up (and from the
-    experts' gate_up)."""
+def row_parts(s: ArchSpec, il: int, field: str) -> list[tuple[str, int, int]]:
+    """The Layer fields a weight's rows become, (field, first row, end row): a fused weight's parts (qkv:
+    q, k, v; up with fused_gate_up: gate, up; gate_up_exps: gate_exps, up_exps), else the field whole."""
     hd, ff = s.layer_head_dim(il), s.layer_n_ff(il)
-    q, kv = s.n_head * hd, s.layer_n_head_kv(il) * hd
-    parts = ((0, q), (q, q + kv), (q + kv, q + 2 * kv))
-    if "qkv" in f:
-        w = f.pop("qkv")
-        f["q"], f["k"], f["v"] = (w.rows(lo, hi) for lo, hi in parts)
+    q, kv, fe = s.n_head * hd, s.layer_n_head_kv(il) * hd, s.n_ff_exp or ff
+    if field == "qkv":
+        return [("q", 0, q), ("k", q, q + kv), ("v", q + kv, q + 2 * kv)]
+    if field == "up" and s.fused_gate_up:
+        return [("gate", 0, ff), ("up", ff, 2 * ff)]
+    if field == "gate_up_exps":
+        return [("gate_exps", 0, fe), ("up_exps", fe, 2 * fe)]
+    return [(field, 0, {"q": q, "k": kv, "v": kv, "o": s.n_embd, "down": s.n_embd}.get(field, ff))]
+
+
+def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
+    """Fused projections as views of their parts' rows (row_parts)."""
+    for fused in ("qkv", "up", "gate_up_exps"):
+        if fused in f and (fused != "up" or s.fused_gate_up):
+            w = f.pop(fused)
+            f.update({name: w.rows(lo, hi) for name, lo, hi in row_parts(s, il, fused)})
     if "qkv_bias" in f:
         b = f.pop("qkv_bias")
-        f["q_bias"], f["k_bias"], f["v_bias"] = (np.ascontiguousarray(b[lo:hi]) for lo, hi in parts)
-    if s.fused_gate_up:
-        f["gate"], f["up"] = f["up"].rows(0, ff), f["up"].rows(ff, 2 * ff)
-    if "gate_up_exps" in f:
-        w, fe = f.pop("gate_up_exps"), s.n_ff_exp or ff
-        f["gate_exps"], f["up_exps"] = w.rows(0, fe), w.rows(fe, 2 * fe)
+        f.update({name + "_bias": np.ascontiguousarray(b[lo:hi]) for name, lo, hi in row_parts(s, il, "qkv")})
     if s.layer_norm and not s.norm_bias:
         for n in ("attn_norm", "ffn_norm"):
             if n in f:

@@ -20,11 +20,14 @@ import numpy as np
 from ..files import write_atomic
 from ..gguf import GGUFError, GGUFReader, dequantize
 from ..gguf.quant_types import BY_NAME
+from ..gguf.reader import T_STRING
+from ..gguf.writer import pack_kv, pack_tensor_info
 from .imatrix import ImatrixError
 from .imatrix import load as load_imatrix
 from .mix import FTYPES, Model, Options, category, layer_of, n_dims, plan
 
 QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
+T_U32 = 4  # GGUF's uint32 value type
 DROPPED = ("general.quantization_version", "general.file_type", "split.no", "split.count", "split.tensors.count")
 SOURCE_TYPES = frozenset(("F32", "F16", "BF16"))  # what is quantized without --allow-requantize
 SLAB_BYTES = 64 << 20  # float32 input rows converted and quantized at a time
@@ -142,14 +145,6 @@ def _imatrix_keys(path, imat) -> list[tuple[str, object]]:
     return keys
 
 
-def _kv(key: str, value) -> bytes:
-    """One metadata entry: a u32, or a string given as bytes."""
-    head = struct.pack("<Q", len(key)) + key.encode()
-    if isinstance(value, bytes):
-        return head + struct.pack("<IQ", 8, len(value)) + value
-    return head + struct.pack("<II", 4, value)
-
-
 def _weights(imat, name: str, t):
     """The tensor's importance rows [n_expert, n_per_row], None without one; a size that does not match
     is an error (except for the token embeddings, which llama.cpp then quantizes without)."""
@@ -168,15 +163,13 @@ def _weights(imat, name: str, t):
 def _header(r: GGUFReader, ftype_id: int, names, targets, sizes, extra) -> bytes:
     kv = [bytes(r.buffer[a:b]) for k, (a, b) in r.metadata_spans.items()
           if k not in DROPPED and k not in dict(extra)]
-    kv += [_kv(k, v) for k, v in (("general.quantization_version", QUANTIZATION_VERSION),
-                                  ("general.file_type", ftype_id), *extra)]
+    kv += [pack_kv(k, v, T_STRING if isinstance(v, bytes) else T_U32)
+           for k, v in (("general.quantization_version", QUANTIZATION_VERSION), ("general.file_type", ftype_id), *extra)]
     out = [b"GGUF", struct.pack("<IQQ", 3, len(names), len(kv)), *kv]
     offset = 0
     for n in names:
         t = r.tensors[n]
-        dims = t.shape[:n_dims(t.shape)]
-        out += [struct.pack("<Q", len(n.encode())), n.encode(), struct.pack("<I", len(dims)),
-                struct.pack(f"<{len(dims)}Q", *dims), struct.pack("<IQ", BY_NAME[targets[n]].id, offset)]
+        out.append(pack_tensor_info(n, t.shape[:n_dims(t.shape)], BY_NAME[targets[n]].id, offset))
         offset += sizes[n] + (-sizes[n] % r.alignment)
     head = b"".join(out)
     return head + b"\0" * (-len(head) % r.alignment)
@@ -199,7 +192,10 @@ def _write_tensor(f, r: GGUFReader, name: str, target: str, threads: int, quanti
         if t.qtype.name in HALF and target != "F32":  # widened inside the quantizer's threads
             x = part.view(HALF[t.qtype.name]).reshape(hi - lo, k)
         else:
-            x = np.ascontiguousarray(dequantize(part, t.qtype, (k, hi - lo)), "<f4")
+            try:
+                x = np.ascontiguousarray(dequantize(part, t.qtype, (k, hi - lo)), "<f4")
+            except GGUFError as e:
+                raise QuantizeError(f"{name}: {e}") from None
         f.write(memoryview(x if target == "F32" else quantize_rows(x, target, threads, **w)))
 
 
