@@ -61,8 +61,10 @@ def fixtures_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def live_server(smollm_path):
+    # strict names: the wire and client tests check each API's 404 for a model nobody has (one served model
+    # answering any name is test_server_names.py's)
     server = LiveServer(["-m", str(smollm_path), "--threads", "2", "--concurrency", "4", "--queue", "8",
-                         "-c", "2048"])
+                         "-c", "2048", "--strict-model-names"])
     yield server
     server.stop()
 

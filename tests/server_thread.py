@@ -7,13 +7,13 @@ import time
 
 
 class ServerThread:
-    def __init__(self, argv: list[str], start_timeout: float = 60.0):
-        """argv: `llamay serve` arguments (without --host/--port)."""
+    def __init__(self, argv: list[str], start_timeout: float = 60.0, log=None):
+        """argv: `llamay serve` arguments (without --host/--port); log: gets each request's log line."""
         import uvicorn
 
         from llamay.cli import serve
         from llamay.cli.main import build_parser
-        self.app = serve.build_app(build_parser().parse_args(["serve", *argv]))
+        self.app = serve.build_app(build_parser().parse_args(["serve", *argv]), log)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="llamay-test-server", daemon=True)

@@ -17,7 +17,7 @@ def run_cli(capsys, *argv):
 
 def test_missing_file_is_one_line_error(capsys, tmp_path):
     code, _, err = run_cli(capsys, "run", "-m", str(tmp_path / "nope.gguf"), "-p", "hi")
-    assert code == 1 and err.strip().count("\n") == 0 and "not found" in err
+    assert code == 1 and err.strip().count("\n") == 0 and f"no such file: {tmp_path / 'nope.gguf'}" in err
 
 
 def test_non_gguf_file_is_one_line_error(capsys, tmp_path):
@@ -123,6 +123,6 @@ def test_bench_json_reports_positive_rates(capsys, smollm_path):
 
 
 def test_serve_warns_only_off_loopback():
-    from llamay.cli.serve import _is_loopback
-    assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
-    assert not _is_loopback("0.0.0.0") and not _is_loopback("192.168.1.5") and not _is_loopback("example.org")
+    from llamay.server.guard import is_loopback
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.org")

@@ -29,9 +29,17 @@ def test_bare_llamay_prints_help_and_version_is_there():
     (["run", "--repeat-penalty", "0", "-p", "x"], "it must be > 0.0"),
     (["run", "-t", "0", "-p", "x"], "-t/--threads: 0 is out of range: it must be in [1, 512]"),
     (["run", "-t", "64x", "-p", "x"], "'64x' is not an integer"),
-    (["run", "-c", "0", "-p", "x"], "-c/--ctx-size: 0 is out of range"),
+    (["run", "-c", "-1", "-p", "x"], "-c/--ctx-size: -1 is out of range"),
     (["serve", "--port", "99999"], "--port: 99999 is out of range: it must be in [1, 65535]"),
     (["run", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["bench", "-r", "0"], "-r/--reps: 0 is out of range: it must be >= 1"),
+    (["bench", "--prefill", "0"], "--prefill: 0 is out of range"),
+    (["verify", "--tokens", "1"], "--tokens: 1 is out of range: it must be >= 2"),
+    (["ctx", "fork", "-i", "x", "-o", "y", "-n", "0"], "-n: 0 is out of range"),
+    (["ctx", "gen", "-i", "x", "--temp", "-1"], "--temp: -1 is out of range"),
+    (["serve", "-np", "0"], "0 is out of range: it must be in [1, 256]"),
+    (["serve", "--queue", "-1"], "--queue: -1 is out of range"),
+    (["tokenize", "--kv", "f16", "hi"], "unrecognized arguments"),  # tokenize has no KV cache to choose
 ])
 def test_bad_flag_values_are_one_line_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as e:

@@ -12,7 +12,7 @@ ALLOWED = {name: set() for name in LEAVES} | {
     "models": {"gguf", "kernels", "kv", "settings"},
     "quantize": {"gguf", "kernels", "files"},
     "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings"},
-    "store": {"files", "gguf", "env"},
+    "store": {"files", "gguf", "env", "defaults"},
     "server": {"engine", "chat", "toolcall", "store", "events", "defaults", "settings"},
 }
 TOP = {"cli", "tools", "__init__", "__main__"}  # may import anything below them

@@ -144,7 +144,7 @@ def test_output_config_schema_is_kept_as_format():
     ({"top_k": -1}, "top_k"),
     ({"stop_sequences": "END"}, "stop_sequences"),
     ({"stream": "yes"}, "stream"),
-    ({"model": None}, "model"),
+    ({"model": 3}, "model"),
     ({"system": 3}, "system"),
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
     ({"tools": [{"name": "f", "input_schema": {"type": "array"}}]}, "tools.0.input_schema"),

@@ -57,7 +57,7 @@ def test_openai_inputs(raw, expect, single):
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"input": "x"}, "model"),
+    ({"model": ["m"], "input": "x"}, "model"),
     ({"model": "m"}, "input"),
     ({"model": "m", "input": []}, "input"),
     ({"model": "m", "input": ""}, "input"),
@@ -177,7 +177,7 @@ def test_ollama_embed_parse(body, inputs, truncate):
 
 
 @pytest.mark.parametrize("body, param", [
-    ({"input": "x"}, "model"),
+    ({"model": 3, "input": "x"}, "model"),
     ({"model": "m", "input": 3}, "input"),
     ({"model": "m", "input": [1, 2]}, "input"),
     ({"model": "m", "input": "x", "truncate": "no"}, "truncate"),

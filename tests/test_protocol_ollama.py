@@ -250,7 +250,7 @@ def test_options_wrong_type(key, value, fragment):
 
 
 @pytest.mark.parametrize("body,param", [
-    ({"prompt": "x"}, "model"), ({"model": "", "prompt": "x"}, "model"), ({"model": 3}, "model"),
+    ({"model": 3}, "model"),
     ({"model": "m", "prompt": 5}, "prompt"), ({"model": "m", "prompt": "x", "stream": "yes"}, "stream"),
     ({"model": "m", "prompt": "x", "raw": True, "system": "s"}, "raw"),
     ({"model": "m", "prompt": "x", "raw": True, "context": [1]}, "raw"),

@@ -143,7 +143,7 @@ def test_parse_chat_defaults_follow_openai_and_leave_llamacpp_extras_unset():
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
     ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
     ({"messages": []}, "messages"),
-    ({"model": None}, "model"),
+    ({"model": 3}, "model"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
     ({"n": 9}, "n"), ({"n": 0}, "n"), ({"n": True}, "n"),
@@ -258,7 +258,7 @@ def test_chat_mid_stream_error_raises_in_the_sdk():
     with pytest.raises(openai.APIError, match="engine crashed"):
         for chunk in client.chat.completions.create(model=MODEL, messages=CHAT["messages"], stream=True):
             got.append(chunk.choices[0].delta.content)
-    assert got == ["", "partial"]
+    assert got == [None, "partial"]  # the role chunk's content is null, as llama-server sends it
 
 
 # ---- completions -----------------------------------------------------------------------------------
@@ -442,7 +442,7 @@ def test_models_list_and_retrieve_through_the_sdk():
     (ProtocolError(400, "'n' is too big", "invalid_request", "n"), openai.BadRequestError, "invalid_request_error",
      None),
     (ProtocolError(400, "prompt too long", "context_length", "messages"), openai.BadRequestError,
-     "invalid_request_error", "context_length_exceeded"),
+     "exceed_context_size_error", "context_length_exceeded"),  # llama-server's type, OpenAI's code
     (ProtocolError(404, "no model", "not_found", "model"), openai.NotFoundError, "invalid_request_error",
      "model_not_found"),
     (ProtocolError(401, "bad key", "authentication"), openai.AuthenticationError, "invalid_request_error",

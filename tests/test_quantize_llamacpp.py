@@ -119,4 +119,4 @@ def test_cli(files, capsys):
     assert main(["quantize", str(paths["llama8"]), str(tmp / "x.gguf"), "Q4_0", "--imatrix", str(tmp / "m.dat")]) == 1
     assert "--imatrix" in capsys.readouterr().err
     assert main(["quantize", str(tmp / "nope.gguf"), str(tmp / "x.gguf"), "Q4_0"]) == 1
-    assert "not found" in capsys.readouterr().err
+    assert "no such file" in capsys.readouterr().err

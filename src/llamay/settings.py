@@ -32,6 +32,7 @@ class ServerSettings:
     keep_alive: float = 300.0  # seconds a model stays loaded after its last request (Ollama's); < 0: forever
     max_contexts: int = 64  # named contexts (/v1/contexts) open at once, all models together
     context_ttl: float = 3600.0  # seconds an unused named context is kept; <= 0: forever
+    reasoning_format: str = "auto"  # <think> split into reasoning by the chat template (chat/reasoning.py MODES)
 
 
 LOAD, SCHEDULER, SERVER = LoadSettings(), SchedulerSettings(), ServerSettings()

@@ -1,8 +1,10 @@
-"""Reasoning split: text between <think> and </think> is reasoning, the rest content. Only for models whose
-chat template uses the tags; a tag cut across pieces is held back until it is whole or ruled out."""
+"""Reasoning split: text between <think> and </think> is reasoning, the rest content. By default (mode
+'auto') only for models whose chat template uses the tags; a tag cut across pieces is held back until it
+is whole or ruled out."""
 from __future__ import annotations
 
 OPEN, CLOSE = "<think>", "</think>"
+MODES = ("auto", "deepseek", "none")  # llama-server's --reasoning-format: by the template, always, never
 
 
 def held_prefix(buf: str, tag: str) -> int:
@@ -11,8 +13,11 @@ def held_prefix(buf: str, tag: str) -> int:
 
 
 class ReasoningSplitter:
-    def __init__(self, template_source: str):
-        self.enabled = OPEN in (template_source or "")
+    def __init__(self, template_source: str, mode: str = "auto"):
+        """mode: one of MODES; 'none' leaves the tags and the thoughts in the content."""
+        if mode not in MODES:
+            raise ValueError(f"reasoning format must be one of {', '.join(MODES)}, got {mode!r}")
+        self.enabled = mode == "deepseek" or mode == "auto" and OPEN in (template_source or "")
         self.thinking = False
         self.held = ""
 

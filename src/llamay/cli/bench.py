@@ -4,19 +4,21 @@ from __future__ import annotations
 import json
 
 from ..tools.bench import run_bench
-from .common import add_model_args, resolve_model
+from .common import add_model_args, progress_bar, ranged, resolve_model
 
 
 def add_parser(p):
     add_model_args(p)
-    p.add_argument("--prefill", type=int, default=512, help="prompt tokens (default 512)")
-    p.add_argument("--decode", type=int, default=128, help="generated tokens (default 128)")
-    p.add_argument("-r", "--reps", type=int, default=3, help="repetitions (median reported)")
+    p.add_argument("--prefill", type=ranged(int, 1), default=512, help="prompt tokens (default 512)")
+    p.add_argument("--decode", type=ranged(int, 1), default=128, help="generated tokens (default 128)")
+    p.add_argument("-r", "--reps", type=ranged(int, 1), default=3, help="repetitions, the median reported (default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args):
-    r = run_bench(resolve_model(args.model), args.threads, args.prefill, args.decode, args.reps, args.kv)
+    path = resolve_model(args.model)
+    with progress_bar("benchmarking", "runs") as step:
+        r = run_bench(path, args.threads, args.prefill, args.decode, args.reps, args.kv, step)
     if args.json:
         print(json.dumps(r.as_dict()))
         return

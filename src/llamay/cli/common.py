@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
-from ..defaults import DEFAULT_PULL, default_model_path
+from ..defaults import DEFAULT_NAME, DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
 from ..settings import LOAD
 
@@ -14,35 +15,53 @@ THREADS_HELP = ("kernel threads (default: the physical cores; while other work h
 KV_HELP = f"KV cache type (default {LOAD.kv}; q8: int8 keys and values; vq8: int8 values)"
 
 
+class HelpFormat(argparse.HelpFormatter):
+    """Every option's help shows its default, unless it says its default itself or has none to show."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class CLIError(Exception):
     """Printed as one line `llamay: error: ...`, exit status 1."""
 
 
 def resolve_model(name: str | None) -> str:
-    """-m: a GGUF file, or a model name in llamay's store or Ollama's; none: the first stored model,
-    else the default model's package."""
-    from ..store import StoreError, all_models, find
+    """-m: a GGUF file, or a model name in llamay's store or Ollama's (DEFAULT_NAME: the default model's
+    package when the store lacks it); none: the first stored model, else the default model's package."""
+    from ..store import StoreError, all_models, find, looks_like_path
     if name is None:
         stored = [m for m in _stored(all_models) if m.model_path is not None]
         if stored:
             return str(stored[0].model_path)
-        path = default_model_path()
-        if path is None:
-            raise CLIError(f"no model given and none is stored: llamay pull {DEFAULT_PULL}")
-        return str(path)
+        return _default_path()
     if os.path.isdir(name):
         raise CLIError(f"{name} is a directory, not a GGUF file")
     if os.path.exists(name):
         return name
+    if looks_like_path(name):
+        raise CLIError(f"no such file: {name}")
     try:
         model = find(name)
     except StoreError as e:
         raise CLIError(f"model not found: {name} is not a file, and {e}") from None
+    if model is None and name.removesuffix(":latest") == DEFAULT_NAME:
+        return _default_path()
     if model is None:
         raise CLIError(f"model not found: {name} is neither a file nor a stored model (llamay list; llamay pull)")
     if model.model_path is None:
         raise CLIError(f"{name} has no GGUF model layer llamay can run")
     return str(model.model_path)
+
+
+def _default_path() -> str:
+    path = default_model_path()
+    if path is None:
+        raise CLIError(f"no model given and none is stored: llamay pull {DEFAULT_PULL}")
+    return str(path)
 
 
 def _stored(all_models) -> list:
@@ -58,6 +77,8 @@ SIZE_UNITS = {"": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb
 
 
 MAX_THREADS = 512
+CTX_HELP = (f"context length in tokens (default {LOAD.n_ctx}, at most the model's; 0: the model's training "
+            "context, as llama-server's -c 0)")
 
 
 def ranged(kind, lo=None, hi=None, lo_open: bool = False):
@@ -79,6 +100,22 @@ def ranged(kind, lo=None, hi=None, lo_open: bool = False):
 
 
 THREADS = ranged(int, 1, MAX_THREADS)
+# sampling values, checked alike by run's flags, serve's defaults and the chat's /set
+TEMPERATURE, TOP_K, PROBABILITY = ranged(float, 0.0), ranged(int, 0), ranged(float, 0.0, 1.0)
+PENALTY = ranged(float, 0.0, lo_open=True)
+SEED = ranged(int, -1, 2**64 - 1)  # -1: a fresh one (llama.cpp's), as leaving it out
+
+
+def seed_of(value: int | None) -> int | None:
+    return None if value == -1 else value
+
+
+def n_predict(text: str) -> int:
+    """-n (and the chat's num_predict): at least 1, or -1 for no limit but the context (llama.cpp's convention)."""
+    n = ranged(int, -1)(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("0 would generate nothing: give at least 1, or -1 for no limit")
+    return n
 
 
 def parse_size(text: str) -> int:
@@ -102,13 +139,39 @@ def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, 
     from ..models import UnsupportedModel
     path = resolve_model(name)
     try:
-        return load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora)
+        llm = load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora)
     except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
+    for note in load_notes(llm, n_ctx, kv_budget):
+        eprint(f"llamay: note: {note}")
+    return llm
+
+
+def load_notes(llm, n_ctx: int | None, kv_budget: int | None) -> list[str]:
+    """What the load changed of what was asked: a context over the model's, a KV budget under one context."""
+    notes = []
+    if n_ctx and llm.n_ctx < n_ctx:
+        notes.append(f"-c {n_ctx} is over the model's training context: using {llm.n_ctx}")
+    note = budget_note(llm.spec, llm.n_ctx, llm.kv, kv_budget)
+    return notes + [note] if note else notes
+
+
+def budget_note(spec, n_ctx: int, kv: str, kv_budget: int | None) -> str | None:
+    from ..engine.llm import context_pages
+    pages, page = context_pages(spec, n_ctx, kv)
+    if kv_budget and kv_budget < pages * page:
+        return f"--kv-budget {kv_budget} bytes is under one full context: using {pages * page / 2**20:.1f} MiB"
+    return None
+
+
+def add_model_arg(p: argparse.ArgumentParser):
+    p.add_argument("-m", "--model", help=f"a GGUF file or a stored model name (default: the first stored "
+                                         f"model, else {DEFAULT_NAME})")
 
 
 def add_model_args(p: argparse.ArgumentParser):
-    p.add_argument("-m", "--model", help="GGUF file (default: SmolLM2-135M-Instruct)")
+    """-m and how the model runs: threads and the KV cache."""
+    add_model_arg(p)
     p.add_argument("-t", "--threads", type=THREADS, default=LOAD.threads, help=THREADS_HELP)
     p.add_argument("--kv", default=LOAD.kv, choices=list(KV_TYPES), help=KV_HELP)
     p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
@@ -131,6 +194,17 @@ def add_lora_arg(p: argparse.ArgumentParser):
     p.add_argument("--lora", type=lora_arg, action="append", default=None, metavar="NAME=FILE[:SCALE]",
                    help="a LoRA adapter (convert_lora_to_gguf.py's GGUF) applied to every request, scale 1 by "
                         "default; repeat for several")
+
+
+@contextlib.contextmanager
+def progress_bar(status: str, unit: str):
+    """A bar on stderr while the block runs: yields step(done, total); the bar ends however the block does."""
+    from ..store.progress import Progress
+    progress = Progress(unit=unit)
+    try:
+        yield lambda done, total: progress(status, None, done, total)
+    finally:
+        progress.close()
 
 
 def eprint(*args):

@@ -1,16 +1,21 @@
 """Contexts as files: create, fork, continue (gen) and show .llamayctx snapshots."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
 
 from ..kv.snapshot import SnapshotError, SnapshotFile
-from .common import CLIError, add_lora_arg, add_model_args, load_model
+from ..engine.sampling import SamplingParams
+from .common import CLIError, HelpFormat, add_lora_arg, add_model_args, load_model, progress_bar, ranged
+
+PREFILL_CHUNK = 512  # tokens per step of a long create's progress bar (chunked prefill gives the same bits)
 
 
 def add_parser(p):
     sub = p.add_subparsers(dest="ctx_command", required=True)
+    sub.add_parser = functools.partial(sub.add_parser, formatter_class=HelpFormat)
     c = sub.add_parser("create", help="prefill a prompt and save the context")
     add_model_args(c)
     add_lora_arg(c)
@@ -20,16 +25,16 @@ def add_parser(p):
     add_model_args(f)
     add_lora_arg(f)
     f.add_argument("-i", "--input", required=True)
-    f.add_argument("-n", type=int, default=8)
+    f.add_argument("-n", type=ranged(int, 1), default=8, help="branches")
     f.add_argument("-o", "--output", required=True, help="folder for the branches")
     g = sub.add_parser("gen", help="continue a saved context")
     add_model_args(g)
     add_lora_arg(g)
     g.add_argument("-i", "--input", required=True)
     g.add_argument("-p", "--prompt", default="", help="text appended before generating")
-    g.add_argument("-n", "--n-predict", type=int, default=128)
-    g.add_argument("--temp", type=float, default=0.8)
-    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("-n", "--n-predict", type=ranged(int, 1), default=128, help="maximum tokens to generate")
+    g.add_argument("--temp", type=ranged(float, 0.0), default=SamplingParams().temperature, help="temperature (0: greedy)")
+    g.add_argument("--seed", type=int, default=None, help="default: a fresh one each run")
     g.add_argument("-o", "--output", help="save the continued context here")
     s = sub.add_parser("show", help="describe a snapshot file")
     s.add_argument("file")
@@ -38,14 +43,22 @@ def add_parser(p):
 def run(args):
     try:
         return {"create": _create, "fork": _fork, "gen": _gen, "show": _show}[args.ctx_command](args)
-    except (SnapshotError, FileNotFoundError) as e:
+    except (SnapshotError, FileNotFoundError, ValueError) as e:  # ValueError: a prompt that does not fit
         raise CLIError(str(e)) from None
 
 
 def _create(args):
     llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget, lora=args.lora)
+    ids = llm.tokenize(args.prompt)
+    llm.check_ids(ids)
     t = time.perf_counter()
-    ctx = llm.create_context(args.prompt)
+    with progress_bar("prefilling", "tokens") as step:
+        ctx = llm.create_context(ids[:PREFILL_CHUNK])
+        for i in range(PREFILL_CHUNK, len(ids), PREFILL_CHUNK):
+            step(i, len(ids))
+            ctx.extend(ids[i:i + PREFILL_CHUNK])
+        if len(ids) > PREFILL_CHUNK:
+            step(len(ids), len(ids))
     dt = time.perf_counter() - t
     ctx.save(args.output)
     print(f"{args.output}: {len(ctx.tokens)} tokens, {ctx.n_pages} pages, prefill {dt:.3f} s")

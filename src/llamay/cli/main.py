@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from . import bench, ctx, embed, pull, quantize, run, serve, store_cmds, tokenize, verify
-from .. import __version__
-from .common import CLIError
+from . import bench, ctx, embed, ps, pull, quantize, run, serve, store_cmds, tokenize, verify
+from .. import __version__, env
+from ..gguf import GGUFError
+from ..models import UnsupportedModel
+from ..store import StoreError
+from .common import CLIError, HelpFormat
 
 COMMANDS = {"run": run, "serve": serve, "pull": pull, "list": store_cmds.LIST, "show": store_cmds.SHOW,
             "rm": store_cmds.RM, "cp": store_cmds.CP, "tokenize": tokenize, "bench": bench, "verify": verify,
-            "ctx": ctx, "embed": embed.EMBED, "rerank": embed.RERANK, "quantize": quantize}
+            "ctx": ctx, "embed": embed.EMBED, "rerank": embed.RERANK, "quantize": quantize, "ps": ps.PS,
+            "stop": ps.STOP}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llamay {__version__}")
     sub = parser.add_subparsers(dest="command")
     for name, module in COMMANDS.items():
-        module.add_parser(sub.add_parser(name, help=module.__doc__.splitlines()[0]))
+        module.add_parser(sub.add_parser(name, help=module.__doc__.splitlines()[0], formatter_class=HelpFormat,
+                                         description=module.__doc__.splitlines()[0]))
     return parser
 
 
@@ -38,10 +44,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command].run(args) or 0
     except CLIError as e:
-        print(f"llamay: error: {e}", file=sys.stderr)
-        return 1
+        return _fail(str(e))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `llamay ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (GGUFError, UnsupportedModel, StoreError) as e:  # messages made for users, from below the CLI
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
+    except Exception as e:  # noqa: BLE001 - a bug: one line still, the traceback on request
+        if env.debug():
+            raise
+        return _fail(f"internal error: {type(e).__name__}: {e} (LLAMAY_DEBUG=1 shows where)")
+
+
+def _fail(message: str) -> int:
+    print(f"llamay: error: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

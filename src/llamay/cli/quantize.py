@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..kernels.threads import default_threads
 from ..quantize import FTYPES, QuantizeError, quantize
-from .common import THREADS, CLIError, eprint, resolve_model
+from .common import THREADS, CLIError, eprint, progress_bar, resolve_model
 
 
 def add_parser(p):
@@ -20,19 +20,15 @@ def add_parser(p):
 
 
 def run(args):
-    from ..store.progress import Progress
     threads = args.threads or default_threads()
-    progress = Progress()
     try:
-        res = quantize(resolve_model(args.input), args.output, args.type, threads=threads, pure=args.pure,
-                       output_tensor_type=args.output_tensor_type, token_embedding_type=args.token_embedding_type,
-                       leave_output_tensor=args.leave_output_tensor, allow_requantize=args.allow_requantize,
-                       imatrix=args.imatrix,
-                       progress=lambda done, total: progress("quantizing", None, done, total))
+        with progress_bar("quantizing", "bytes") as step:
+            res = quantize(resolve_model(args.input), args.output, args.type, threads=threads, pure=args.pure,
+                           output_tensor_type=args.output_tensor_type, token_embedding_type=args.token_embedding_type,
+                           leave_output_tensor=args.leave_output_tensor, allow_requantize=args.allow_requantize,
+                           imatrix=args.imatrix, progress=step)
     except (QuantizeError, OSError) as e:
         raise CLIError(str(e)) from None
-    finally:
-        progress.close()
     mix = ", ".join(f"{n} {t}" for t, n in sorted(res.types.items()))
     eprint(f"llamay: wrote {res.path}: {res.n_tensors} tensors ({mix}), {res.bytes_in / 2**20:.1f} MiB -> "
            f"{res.bytes_out / 2**20:.1f} MiB in {res.seconds:.1f} s")

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
+import errno
+import socket
 
 from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
 from ..settings import LOAD, SCHEDULER, SERVER
-from .common import KV_HELP, THREADS, THREADS_HELP, CLIError, add_lora_arg, eprint, parse_size, ranged
+from . import serve_llamacpp
+from .common import CTX_HELP, KV_HELP, THREADS, THREADS_HELP, CLIError, add_lora_arg, budget_note, eprint, parse_size, ranged
+
+# llama-server's -ctk/-ctv pairs that are one of llamay's KV types (keys, values) -> --kv
+LLAMA_KV = {("f32", "f32"): "f32", ("f16", "f16"): "f16", ("q8_0", "q8_0"): "q8", ("f16", "q8_0"): "vq8"}
 
 
 def add_parser(p: argparse.ArgumentParser):
@@ -17,23 +22,34 @@ def add_parser(p: argparse.ArgumentParser):
                         "every stored model is served by name too")
     p.add_argument("--host", default=SERVER.host, help=f"address to listen on (default {SERVER.host}, loopback only)")
     p.add_argument("--port", type=ranged(int, 1, 65535), default=SERVER.port, help=f"port (default {SERVER.port})")
-    p.add_argument("--concurrency", type=int, default=SCHEDULER.concurrency,
+    p.add_argument("-np", "--parallel", "--concurrency", dest="concurrency", type=ranged(int, 1, 256),
+                   default=SCHEDULER.concurrency,
                    help=f"sequences generated at once per model (default {SCHEDULER.concurrency})")
-    p.add_argument("--batch", type=int, default=SCHEDULER.batch,
+    p.add_argument("--batch", type=ranged(int, 1, 65536), default=SCHEDULER.batch,
                    help=f"tokens per forward pass (default {SCHEDULER.batch})")
-    p.add_argument("--queue", type=int, default=SCHEDULER.max_queue,
+    p.add_argument("--queue", type=ranged(int, 0), default=SCHEDULER.max_queue,
                    help=f"requests waiting per model before 503 (default {SCHEDULER.max_queue})")
     p.add_argument("-t", "--threads", type=THREADS, default=LOAD.threads, help=THREADS_HELP)
-    p.add_argument("-c", "--ctx-size", type=ranged(int, 1), default=None,
-                   help=f"context length (default {LOAD.n_ctx}, at most the model's)")
-    p.add_argument("--kv", default=LOAD.kv, choices=list(KV_TYPES), help=KV_HELP)
+    p.add_argument("-c", "--ctx-size", type=ranged(int, 0), default=None, help=CTX_HELP)
+    p.add_argument("--kv", default=None, choices=list(KV_TYPES), help=KV_HELP)
+    for flag, long in (("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")):
+        p.add_argument(flag, long, choices=sorted({t for pair in LLAMA_KV for t in pair}), default=None,
+                       help="llama-server's KV type of the " + ("keys" if flag == "-ctk" else "values") +
+                            ": f16 f16 = --kv f16, q8_0 q8_0 = --kv q8, f16 q8_0 = --kv vq8, f32 f32 = --kv f32")
+    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", metavar="N", default=None,
+                   help="accepted for llama-server's command lines and ignored: llamay runs on the CPU")
+    p.add_argument("-a", "--alias", default=None, help="the name the first -m model is served and listed as")
+    p.add_argument("--strict-model-names", action="store_true",
+                   help="answer a model name nobody has with 404, also when one model is served (by default "
+                        "such a request gets that model, with its real name in the response, as llama-server does)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no log line per request on stderr")
     p.add_argument("--kv-budget", type=parse_size, default=LOAD.kv_budget,
                    help=f"memory for KV pages per model, e.g. 512M (default: room for {LOAD.pool_contexts} full "
                         "contexts)")
     add_lora_arg(p)
     p.add_argument("--grammar-file", default=None,
                    help="a GBNF grammar every request follows unless it asks for its own format")
-    p.add_argument("--max-contexts", type=int, default=SERVER.max_contexts,
+    p.add_argument("--max-contexts", type=ranged(int, 0), default=SERVER.max_contexts,
                    help=f"named contexts (/v1/contexts) open at once (default {SERVER.max_contexts})")
     p.add_argument("--context-ttl", type=float, default=SERVER.context_ttl,
                    help=f"seconds an unused named context is kept (default {SERVER.context_ttl:g}; <=0: forever)")
@@ -49,6 +65,7 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("--api-key", default=None,
                    help="require this key on every route but /health, as Authorization: Bearer KEY or "
                         "x-api-key: KEY (env LLAMAY_API_KEY)")
+    serve_llamacpp.add_args(p)
 
 
 def guard_settings(args):
@@ -59,16 +76,29 @@ def guard_settings(args):
     return guard.serving(args.host, hosts, origins, args.api_key or env.api_key())
 
 
-def build_app(args):
+def kv_type(args) -> str:
+    """--kv, or llama-server's -ctk/-ctv pair (unset: f16), or the default; a pair llamay has no type for is refused."""
+    if args.cache_type_k is None and args.cache_type_v is None:
+        return args.kv or LOAD.kv
+    pair = (args.cache_type_k or "f16", args.cache_type_v or "f16")
+    if pair not in LLAMA_KV:
+        raise CLIError(f"-ctk {pair[0]} -ctv {pair[1]}: llamay has no such KV cache; it has "
+                       + ", ".join(f"{k} {v} (--kv {t})" for (k, v), t in LLAMA_KV.items()))
+    if args.kv is not None and args.kv != LLAMA_KV[pair]:
+        raise CLIError(f"--kv {args.kv} and -ctk {pair[0]} -ctv {pair[1]} disagree: give one of them")
+    return LLAMA_KV[pair]
+
+
+def build_app(args, log=None):
+    """The app for these flags; log: where each request's line goes (None: nowhere)."""
     from ..server import models
     from ..server.app import create_app
-    if args.concurrency < 1 or args.batch < 1 or args.queue < 0 or args.max_contexts < 0:
-        raise CLIError("--concurrency and --batch must be at least 1, --queue and --max-contexts at least 0")
-    settings = models.Settings(threads=args.threads, kv=args.kv, kv_budget=args.kv_budget, n_ctx=args.ctx_size,
+    settings = models.Settings(threads=args.threads, kv=kv_type(args), kv_budget=args.kv_budget, n_ctx=args.ctx_size,
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
                                keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
                                max_contexts=args.max_contexts, context_ttl=args.context_ttl,
-                               lora=tuple(args.lora or ()))
+                               lora=tuple(args.lora or ()), alias=args.alias,
+                               strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
     try:
         default = default_model_path()
         registry = models.Registry(args.model or [], settings, fallback=str(default) if default else None)
@@ -76,7 +106,7 @@ def build_app(args):
         raise CLIError(str(e)) from None
     if not registry.paths:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
-    return create_app(registry, guard_settings(args))
+    return create_app(registry, guard_settings(args), log)
 
 
 def _read(path: str | None) -> str | None:
@@ -89,22 +119,61 @@ def _read(path: str | None) -> str | None:
         raise CLIError(f"cannot read {path}: {e.strerror}") from None
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+def check_models(registry, n_ctx: int | None, kv: str, kv_budget: int | None):
+    """Each pinned model's header is a GGUF llamay can run (or embed with), before the server says it
+    serves; a note for each whose context is shorter than -c."""
+    from ..gguf import GGUFError, GGUFReader
+    from ..models import UnsupportedModel
+    from ..engine.llm import context_length
+    from ..models.spec import arch_spec
+    from ..server.embed_models import is_encoder
+    for name, path in registry.pinned.items():
+        try:
+            if is_encoder(path):
+                continue
+            spec = arch_spec(GGUFReader(path).metadata)
+        except (GGUFError, UnsupportedModel, ValueError, OSError) as e:
+            raise CLIError(f"{name}: {e}") from None
+        if n_ctx and spec.n_ctx_train < n_ctx:
+            eprint(f"llamay: note: -c {n_ctx} is over {name}'s training context: it runs with {spec.n_ctx_train}")
+        note = budget_note(spec, context_length(spec, n_ctx), kv, kv_budget)
+        if note:
+            eprint(f"llamay: note: {name}: {note}")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The bound, listening socket (before anything says it is serving); CLIError when it cannot be."""
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise CLIError(f"cannot listen on {host}: {e.strerror}") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        hint = " (another server is running there: llamay ps, or --port N)" if e.errno == errno.EADDRINUSE else ""
+        raise CLIError(f"cannot listen on {host}:{port}: {e.strerror}{hint}") from None
+    return sock
 
 
 def run(args):
     import uvicorn
-    app = build_app(args)
-    if not _is_loopback(args.host) and not app.state.guard.api_key:
+
+    from ..server.guard import is_loopback
+    app = build_app(args, None if args.quiet else eprint)
+    s = app.state.registry.settings
+    check_models(app.state.registry, s.n_ctx, s.kv, s.kv_budget)
+    if args.n_gpu_layers is not None:
+        eprint(f"llamay: note: -ngl {args.n_gpu_layers} is ignored: llamay runs on the CPU")
+    sock = listen(args.host, args.port)
+    if not is_loopback(args.host) and not app.state.guard.api_key:
         eprint(f"llamay: warning: listening on {args.host}: other machines can reach this server and there is "
                "no authentication (--api-key or LLAMAY_API_KEY)")
     from ..models.spec import BUILDERS
     names = ", ".join(app.state.registry.paths)
     eprint(f"llamay: serving {names} on http://{args.host}:{args.port} ({len(BUILDERS)} decoder architectures)")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

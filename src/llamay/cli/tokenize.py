@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from ..gguf import GGUFError, GGUFReader
 from ..tokenizer import Tokenizer
-from .common import CLIError, add_model_args, resolve_model
+from .common import CLIError, add_model_arg, resolve_model
 
 
 def add_parser(p):
-    add_model_args(p)
+    add_model_arg(p)
     p.add_argument("text")
     p.add_argument("--no-special", action="store_true", help="do not add BOS/EOS")
     p.add_argument("--parse-special", action="store_true", help="match special tokens written in the text")

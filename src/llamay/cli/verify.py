@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from ..tools.verify import format_table, run_verify
-from .common import add_model_args, resolve_model
+from .common import add_model_args, progress_bar, ranged, resolve_model
 
 
 def add_parser(p):
     add_model_args(p)
-    p.add_argument("--tokens", type=int, default=48, help="tokens of the fixed text checked (default 48)")
+    p.add_argument("--tokens", type=ranged(int, 2), default=48, help="tokens of the fixed text checked (default 48)")
 
 
 def run(args):
-    checks = run_verify(resolve_model(args.model), args.threads, args.tokens)
+    path = resolve_model(args.model)
+    with progress_bar("verifying", "checks") as step:
+        checks = run_verify(path, args.threads, args.tokens, step)
     print(format_table(checks))
     failed = [c.name for c in checks if not c.ok]
     if failed:

@@ -42,7 +42,7 @@ class LLM:
         self.spec = arch_spec(reader.metadata)
         self.tokenizer = file_tokenizer(reader)
         self.threads = threads or default_threads()
-        self.n_ctx = min(n_ctx or LOAD.n_ctx, self.spec.n_ctx_train)
+        self.n_ctx = context_length(self.spec, n_ctx)
         names = [n for n, _, _ in lora or ()]
         if len(set(names)) != len(names):
             raise ValueError(f"two LoRA adapters named alike: {sorted(names)}")
@@ -56,9 +56,7 @@ class LLM:
         self.scheduler = Scheduler(lambda: self._runner, self.tokenizer, self.n_ctx, start=False)
 
     def _new_runner(self, kv_budget: int | None, pool=None) -> Runner:
-        s = self.spec
-        per_ctx = -(-self.n_ctx // self.page_size)
-        one_page = page_bytes(s.kv_dims, self.page_size, kv_type(self.kv, *(d for _, d in s.kv_dims)))
+        per_ctx, one_page = context_pages(self.spec, self.n_ctx, self.kv, self.page_size)
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
         runner = Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)
@@ -230,6 +228,16 @@ class LLM:
             stats.prompt_tokens, stats.cached_tokens = ev.prompt_tokens, ev.cached_tokens
             stats.generated_tokens, stats.finish_reason = ev.completion_tokens, ev.reason
             stats.prefill_s, stats.decode_s = ev.prompt_ns / 1e9, ev.eval_ns / 1e9
+
+
+def context_length(spec, n_ctx: int | None) -> int:
+    """The context a model runs with: n_ctx (None: LOAD.n_ctx; 0: its training context), at most its training context."""
+    return spec.n_ctx_train if n_ctx == 0 else min(n_ctx or LOAD.n_ctx, spec.n_ctx_train)
+
+
+def context_pages(spec, n_ctx: int, kv: str, page_size: int = LOAD.page_size) -> tuple[int, int]:
+    """(pages one full context takes, bytes of one page): a KV budget is never less than one context."""
+    return -(-n_ctx // page_size), page_bytes(spec.kv_dims, page_size, kv_type(kv, *(d for _, d in spec.kv_dims)))
 
 
 def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,

@@ -32,7 +32,7 @@ class SamplingParams:
 
     def check(self, n_vocab: int) -> None:
         """ValueError naming the first field no sampler can use: a float that is not finite (NaN passes
-        every range check), a negative top_k, a logit_bias id outside [0, n_vocab) or bias not finite."""
+        every range check), a negative top_k, a logit_bias id outside [0, n_vocab) or a bias NaN or +inf."""
         for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -47,8 +47,8 @@ class SamplingParams:
         for tok, bias in (self.logit_bias or {}).items():
             if not isinstance(tok, int) or not 0 <= tok < n_vocab:
                 raise ValueError(f"logit_bias token id {tok!r} is outside the vocabulary [0, {n_vocab})")
-            if not math.isfinite(bias):
-                raise ValueError(f"logit_bias for token {tok} must be finite, got {bias!r}")
+            if not (math.isfinite(bias) or bias == -math.inf):  # -inf bans the token
+                raise ValueError(f"logit_bias for token {tok} must be finite or -inf, got {bias!r}")
 
 
 def apply_penalties(logits: np.ndarray, history: list[int], params: SamplingParams) -> None:

@@ -5,24 +5,29 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_ollama, routes_openai
+from . import (routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_llamacpp, routes_ollama,
+               routes_openai)
 from .contexts import ContextTable, expire
 from .guard import Guard, GuardSettings, proto_for
 from .http import Responder, error_response
 from .metrics import Metrics
 from .models import Registry
 from .protocol.base import ProtocolError
+from .requestlog import RequestLog
 
 REAP_EVERY_S = 5.0
 
 
-def create_app(registry: Registry, guard: GuardSettings = GuardSettings()) -> FastAPI:
+def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
+               log: Callable[[str], None] | None = None) -> FastAPI:
+    """log: where each request's line goes (RequestLog); None: no request log."""
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         reaper = asyncio.create_task(_reap(registry, app.state.contexts))
@@ -34,11 +39,14 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings()) -> Fa
 
     app = FastAPI(title="llamay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(Guard, settings=guard)  # Host, Origin, API key and body type: every route
+    if log is not None:
+        app.add_middleware(RequestLog, write=log)  # outermost: refused requests are logged too
     app.state.guard = guard
     app.state.registry = registry
     app.state.responder = Responder(registry, Metrics())
     app.state.contexts = ContextTable(registry.settings.max_contexts, registry.settings.context_ttl)
-    for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed):
+    for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed,
+                   routes_llamacpp):
         app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse, Response
 
-from .protocol import anthropic, ollama, openai
+from .protocol import anthropic, llamacpp, ollama, openai
 from .protocol.base import ProtocolError
 
 # Schemes only desktop apps give their pages (Electron, Tauri, VS Code webviews), allowed by default as
@@ -255,9 +255,12 @@ class _Check:
 
 def proto_for(path: str):
     """The protocol module whose error_body answers for path: Anthropic for /v1/messages, Ollama for
-    / and /api/, else OpenAI (the /v1 API, and llama-server's routes, which answer in OpenAI's shape)."""
+    / and /api/, llama-server's for its native routes, else OpenAI (the /v1 API, and llama-server's
+    extras, which answer in OpenAI's shape)."""
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return anthropic
     if path == "/" or path.startswith("/api/"):
         return ollama
+    if path in llamacpp.NATIVE_PATHS or path.startswith("/slots/"):
+        return llamacpp
     return openai

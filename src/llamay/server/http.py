@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ..engine import OutOfPages
 from ..events import Finish, Usage
 from ..toolcall.plan import ToolPlan
-from .generation import Generation, prepare
+from . import requestlog
+from .generation import Generation, prepare, with_server_defaults
 from .jsonbody import parse_body
 from .models import Loaded
-from .protocol.base import GenRequest, Output, ProtocolError, ResponseMeta
+from .protocol.base import GenRequest, Output, ProtocolError, ResponseMeta, merge_usage
+from .slots import SlotTable
 
 DISCONNECT_POLL_S = 0.25
 CLIENT_GONE = 499  # nginx's "client closed request": what a log shows for an answer nobody was there to read
@@ -45,6 +48,14 @@ async def off_loop(request: Request, fn: Callable, *args):
         return task.result()
     finally:
         cancel.set()
+
+
+async def on_scheduler(loaded: Loaded, fn):
+    """fn(runner) on the model's scheduler thread, between steps (503 when the KV pages run out)."""
+    try:
+        return await asyncio.wrap_future(loaded.scheduler.call(fn))
+    except OutOfPages as e:
+        raise ProtocolError(503, f"out of KV cache memory: {e}", "overloaded") from None
 
 
 def dumps(obj) -> str:
@@ -100,30 +111,74 @@ class Responder:
 
     def __init__(self, registry, metrics):
         self.registry, self.metrics = registry, metrics
+        self.slots = SlotTable(registry.settings.concurrency)
 
     async def run(self, request: Request, proto, req: GenRequest, make_output: Callable[..., Output],
                   id_prefix: str, media_type: str, opts: RunOptions = RunOptions()) -> Response:
         """Cache hits are known only at the end: with opts.prompt_usage the output gets Usage.prompt_tokens."""
+        out, events, gen, req = await self.start(request, req, make_output, id_prefix, opts)
+        if req.stream:
+            return StreamingResponse(_frames(out, events, gen), media_type=media_type,
+                                     headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        if not await _collect(request, out, events, gen):
+            return Response(status_code=CLIENT_GONE)  # nobody reads it; no traceback in the log either
+        return JSONResponse(out.body())
+
+    async def run_all(self, request: Request, reqs: list[GenRequest], make_output: Callable[..., Output],
+                      id_prefix: str, opts: RunOptions = RunOptions()) -> list[Output] | None:
+        """Several generations at once, each collected whole (llama-server's batch of prompts;
+        make_output(i, req, meta, ...) for the i-th) -> their outputs in order; None when the client left."""
+        started = []
+        try:
+            for i, req in enumerate(reqs):
+                started.append(await self.start(request, req, functools.partial(make_output, i), id_prefix, opts))
+        except BaseException:
+            for _, _, gen, _ in started:
+                gen.cancel()
+            raise
+        tasks = [asyncio.ensure_future(_collect(request, out, events, gen)) for out, events, gen, _ in started]
+        try:
+            done = await asyncio.gather(*tasks)
+        finally:  # one failed: the others stop too
+            for task, (_, _, gen, _) in zip(tasks, started):
+                task.cancel()
+                gen.cancel()
+        return [out for out, *_ in started] if all(done) else None
+
+    async def start(self, request: Request, req: GenRequest, make_output: Callable[..., Output], id_prefix: str,
+                    opts: RunOptions) -> tuple[Output, AsyncIterator, Generation, GenRequest]:
+        """Prepares and submits one generation -> (its output, its events, the generation, the request as
+        run: with the server's and the model's defaults). Every generation takes a slot (slots.py)."""
+        slot = None
+
+        def close():
+            if slot is not None:
+                self.slots.release(slot)
+            if opts.on_close:
+                opts.on_close()
+
         try:
             loaded = opts.loaded or await self.registry.get(req.model, req.keep_alive)
         except BaseException:
-            if opts.on_close:
-                opts.on_close()
+            close()
             raise
         loaded.busy += 1  # not unloaded from here on; the Generation gives it back when it ends
         try:
+            req = with_server_defaults(req, self.registry.settings)
             prep = await off_loop(request, prepare, loaded, req, opts.extra, opts.tools)
             req = prep.req
-            meta = new_meta(id_prefix, req.model or loaded.info.name)
+            slot = self.slots.take(loaded.info.name, prep.ids, req.options.get("id_slot"))
+            req.options["id_slot"] = slot.id
+            meta = new_meta(id_prefix, self.registry.reply_name(req.model, loaded.info.name))
             out = make_output(req, meta, Usage(len(prep.ids) + opts.extra)) if opts.prompt_usage \
                 else make_output(req, meta)
-            gen = Generation(loaded, req, prep, opts.ctx, opts.on_close)
+            gen = Generation(loaded, req, prep, opts.ctx, close)
         except BaseException:
             loaded.busy -= 1
-            if opts.on_close:
-                opts.on_close()
+            close()
             raise
         self.metrics.requests += 1
+        requestlog.note(request, meta.model)
         finishes: list[Finish] = []
 
         async def events() -> AsyncIterator:
@@ -131,16 +186,14 @@ class Responder:
                 if isinstance(ev, Finish):
                     finishes.append(ev)
                     self.metrics.count(ev.usage)
-                    if len(finishes) == req.n and opts.on_finish:
-                        opts.on_finish(finishes)
+                    if len(finishes) == req.n:
+                        requestlog.note(request, meta.model, merge_usage(finishes))
+                        self.slots.finish(slot, req, min(finishes, key=lambda f: f.index), gen.job.lora)
+                        if opts.on_finish:
+                            opts.on_finish(finishes)
                 yield ev
 
-        if req.stream:
-            return StreamingResponse(_frames(out, events(), gen), media_type=media_type,
-                                     headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
-        if not await _collect(request, out, events(), gen):
-            return Response(status_code=CLIENT_GONE)  # nobody reads it; no traceback in the log either
-        return JSONResponse(out.body())
+        return out, events(), gen, req
 
 
 async def _frames(out: Output, events: AsyncIterator, gen: Generation) -> AsyncIterator[str]:

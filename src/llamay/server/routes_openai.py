@@ -1,4 +1,5 @@
-"""OpenAI routes (served with and without the /v1 prefix, as llama-server does)."""
+"""OpenAI routes (served with and without the /v1 prefix, as llama-server does, but for completions:
+its /completions is its native API)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -26,11 +27,12 @@ for _path in _both("/v1/chat/completions"):
     async def chat_completions(request: Request):
         return await _generate(request, proto.parse_chat, proto.ChatOutput, "chatcmpl-")
 
-for _path in _both("/v1/completions"):
-    @router.post(_path)
-    @api(proto)
-    async def completions(request: Request):
-        return await _generate(request, proto.parse_completion, proto.CompletionOutput, "cmpl-")
+
+@router.post("/v1/completions")  # /completions is llama-server's native one (routes_llamacpp.py)
+@api(proto)
+async def completions(request: Request):
+    return await _generate(request, proto.parse_completion, proto.CompletionOutput, "cmpl-")
+
 
 for _path in _both("/v1/responses"):
     @router.post(_path)
@@ -49,4 +51,4 @@ for _path in _both("/v1/models/{model:path}"):
     @api(proto)
     async def model(request: Request, model: str):
         registry = request.app.state.registry
-        return JSONResponse(proto.model_body(registry.info(registry.resolve(model))))
+        return JSONResponse(proto.model_body(registry.info(registry.resolve(model, exact=True))))

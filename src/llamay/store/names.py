@@ -123,3 +123,8 @@ def check_digest(text: str) -> str:
 def blob_name(digest: str) -> str:
     """File name of a blob: the digest with ':' replaced by '-' (sha256-<hex>)."""
     return "sha256-" + check_digest(digest)[7:]
+
+
+def looks_like_path(text: str) -> bool:
+    """A file name, not a model name: a .gguf suffix, or a path from /, ., .. or ~ (model names have none)."""
+    return text.lower().endswith(".gguf") or text.startswith(("/", "./", "../", "~"))

@@ -1,7 +1,9 @@
-"""Pull progress printer: `Progress()(status, digest, completed, total)`.
+"""Progress printer for long work: `Progress()(status, digest, completed, total)` (pulls pass a blob's
+digest; other work None).
 
-On a TTY it redraws one bar per status (bytes, total, rate, ETA) on stderr; otherwise it prints a plain line
-on each status change and at most every `interval` seconds while bytes flow."""
+On a TTY it redraws one bar per status (amount, total, rate, ETA) on stderr; otherwise it prints a plain line
+on each status change and at most every `interval` seconds while work flows. unit: "bytes" (pulls,
+quantize), or a word counted plainly ("tokens", "checks", "runs")."""
 import sys
 import time
 from typing import TextIO
@@ -11,7 +13,8 @@ BAR_WIDTH = 24
 
 class Progress:
     def __init__(self, stream: TextIO | None = None, interval: float = 5.0, tty: bool | None = None,
-                 clock=time.monotonic):
+                 clock=time.monotonic, unit: str = "bytes"):
+        self.unit = unit
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.interval, self.clock = interval, clock
@@ -56,10 +59,11 @@ class Progress:
         if self.tty:
             filled = BAR_WIDTH * completed // total
             parts.append("▕" + "█" * filled + " " * (BAR_WIDTH - filled) + "▏")
-        parts.append(f"{format_bytes(completed)}/{format_bytes(total)}")
+        amount = format_bytes if self.unit == "bytes" else (lambda n: f"{n:.0f}")
+        parts.append(f"{amount(completed)}/{amount(total)}" + ("" if self.unit == "bytes" else f" {self.unit}"))
         rate = (completed - self.c0) / (now - self.t0) if now > self.t0 else 0.0
-        if rate > 0:               # unknown until bytes arrived over measurable time
-            parts.append(f"{format_bytes(rate)}/s")
+        if rate > 0:               # unknown until work was done over measurable time
+            parts.append(f"{format_bytes(rate)}/s" if self.unit == "bytes" else f"{rate:.1f} {self.unit}/s")
             if completed < total:
                 parts.append(format_duration((total - completed) / rate))
         return "  ".join(parts)

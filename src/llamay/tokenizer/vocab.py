@@ -31,10 +31,21 @@ _EOT_TEXTS = frozenset(("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", 
 _EOG_TEXTS = _EOT_TEXTS | frozenset(("<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "</s>",
                                      "<|eom_id|>", "[EOS]", "<eos>", "<turn|>", "<|tool_response>",
                                      "[e~["))
-# FIM pad / repo / file-separator tokens are end-of-generation too
-_FIM_EOG_TEXTS = (("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-                  ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-                  ("<|file_sep|>",))
+# fill-in-the-middle tokens: role -> the texts that name it when the metadata's
+# tokenizer.ggml.fim_{role}_token_id does not (ref: llama-vocab.cpp, "find FIM_PRE token" and on)
+FIM_TEXTS = {
+    "pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+            "<|code_prefix|>", "<|prefix|>"),
+    "suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+            "<|code_suffix|>", "<|suffix|>"),
+    "mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+            "<|code_middle|>", "<|middle|>"),
+    "pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "sep": ("<|file_sep|>",),
+}
+_FIM_LEGACY_KEYS = {"pre": "prefix_token_id", "suf": "suffix_token_id", "mid": "middle_token_id"}
+_FIM_EOG = ("pad", "rep", "sep")  # FIM pad / repo / file-separator tokens are end-of-generation too
 _ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 
@@ -65,6 +76,7 @@ class Vocab:
     lowercase: bool = True          # BERT normalizer
     strip_accents: bool = True
     eog_ids: set[int] = field(default_factory=set)
+    fim_ids: dict[str, int] = field(default_factory=dict)  # FIM_TEXTS role -> token id, for the roles found
 
     @property
     def n_vocab(self) -> int:
@@ -135,6 +147,23 @@ def _mark_control(v: Vocab, tid: int) -> None:
     v.attrs[tid] |= CONTROL
 
 
+def _fim_ids(v: Vocab, md: dict) -> None:
+    """Each FIM role's token: the metadata's id (the legacy prefix/suffix/middle keys last, as llama.cpp
+    reads them), else the first of its texts in the vocabulary (marked control)."""
+    for role, texts in FIM_TEXTS.items():
+        found = None
+        for key in (f"fim_{role}_token_id", _FIM_LEGACY_KEYS.get(role)):
+            value = _get(md, key) if key else None
+            if value is not None and 0 <= int(value) < v.n_vocab:
+                found = int(value)
+        if found is None:
+            found = next((v.token_to_id[t] for t in texts if t in v.token_to_id), None)
+            if found is not None:
+                _mark_control(v, found)
+        if found is not None:
+            v.fim_ids[role] = found
+
+
 def _detect_eog(v: Vocab) -> None:
     """EOT/EOM by text, FIM and EOG tokens by text, as llama.cpp's auto-detection does."""
     t2i = v.token_to_id
@@ -145,12 +174,7 @@ def _detect_eog(v: Vocab) -> None:
     if v.eom_id is None and "<|eom_id|>" in t2i:
         v.eom_id = t2i["<|eom_id|>"]
         _mark_control(v, v.eom_id)
-    eog = set()
-    for texts in _FIM_EOG_TEXTS:
-        found = next((t2i[t] for t in texts if t in t2i), None)
-        if found is not None:
-            _mark_control(v, found)
-            eog.add(found)
+    eog = {v.fim_ids[role] for role in _FIM_EOG if role in v.fim_ids}
     for text in _EOG_TEXTS:
         if text in t2i:
             eog.add(t2i[text])
@@ -231,6 +255,7 @@ def load_vocab(md: dict) -> Vocab:
         v.pre = "gemma4"
     _flags_for_model(v, md)
     _special_ids(v, md)
+    _fim_ids(v, md)
     _detect_eog(v)
     _per_model_attrs(v, md)
     return v

@@ -52,15 +52,24 @@ def time_decode(llm, n: int, prompt: list[int]) -> float:
 
 
 def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: int = 128,
-              reps: int = 3, kv: str = "f16") -> BenchResult:
+              reps: int = 3, kv: str = "f16", progress=None) -> BenchResult:
+    """progress(runs done, runs in all): the first token, then each timed prefill and decode."""
     from .. import load
+    total, done = 1 + 2 * reps, [0]
+
+    def timed(fn, *a):
+        out = fn(*a)
+        done[0] += 1
+        if progress:
+            progress(done[0], total)
+        return out
     t0 = time.perf_counter()
     llm = load(path, threads=threads, n_ctx=max(n_prefill, n_decode + 1) + 1, kv=kv)
     load_s = time.perf_counter() - t0
-    next(iter(llm.generate("Hello", max_tokens=1, temperature=0)), None)
+    timed(lambda: next(iter(llm.generate("Hello", max_tokens=1, temperature=0)), None))
     first_token_s = time.perf_counter() - t0
     ids = bench_tokens(llm.n_vocab, n_prefill)
-    pp = [time_prefill(llm, ids) for _ in range(reps)]
-    tg = [time_decode(llm, n_decode, ids[:1]) for _ in range(reps)]
+    pp = [timed(time_prefill, llm, ids) for _ in range(reps)]
+    tg = [timed(time_decode, llm, n_decode, ids[:1]) for _ in range(reps)]
     return BenchResult(path, llm.threads, n_prefill, n_decode, n_prefill / statistics.median(pp),
                        n_decode / statistics.median(tg), pp, tg, load_s, first_token_s)

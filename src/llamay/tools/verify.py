@@ -32,38 +32,58 @@ def _equal(name: str, got: np.ndarray, want: np.ndarray, note: str = "") -> Chec
     return Check(name, bool(np.array_equal(got, want)), _diff(got, want), note)
 
 
-def determinism_checks(llm, ids: list[int]) -> list[Check]:
+Step = Callable[[int, int], None]  # progress(checks done, checks in all)
+KV_CHECKED = ("f16", "q8", "vq8")
+
+
+def _other_threads(n: int) -> list[int]:
+    return sorted({1, 2, 3} - {n})
+
+
+def n_checks(llm) -> int:
+    """How many checks run_verify makes on this model and CPU (for a progress bar)."""
     from ..kernels import _lib
+    return 4 + len(_other_threads(llm.decoder.nthreads)) + len(_lib.available()) - 1 + len(KV_CHECKED)
+
+
+def determinism_checks(llm, ids: list[int], progress: Step | None = None) -> list[Check]:
+    from ..kernels import _lib
+    checks: list[Check] = []
+    total = n_checks(llm)
+
+    def add(check: Check):
+        checks.append(check)
+        if progress:
+            progress(len(checks), total)
+
     k = len(ids) // 2
     llm.reset()
     batched = llm.logits(ids)
     cold = batched[-1]
-    checks = []
     llm.reset()
     steps = np.stack([llm.eval_last(ids[:i]) for i in range(1, len(ids) + 1)])
-    checks.append(_equal("prefill == token-by-token decode", steps, batched, f"{len(ids)} positions"))
+    add(_equal("prefill == token-by-token decode", steps, batched, f"{len(ids)} positions"))
     llm.reset()
     llm.eval_last(ids[:k])
     hit = llm.eval_last(ids)
-    checks.append(_equal("prefix-cache hit == cold prefill", hit, cold,
-                         f"{llm.stats.cached_tokens} of {len(ids)} tokens reused"))
+    add(_equal("prefix-cache hit == cold prefill", hit, cold, f"{llm.stats.cached_tokens} of {len(ids)} tokens reused"))
     base = llm.create_context(ids[:k])
     kids = base.fork(3)
     forked = [c.extend(ids[k:]) for c in kids]
-    checks.append(_equal("fork continues == fresh prefill", np.stack(forked), np.stack([cold] * 3), "3 branches"))
-    checks.append(_restore_check(llm, base, ids[k:], cold))
+    add(_equal("fork continues == fresh prefill", np.stack(forked), np.stack([cold] * 3), "3 branches"))
+    add(_restore_check(llm, base, ids[k:], cold))
     for c in kids + [base]:
         c.delete(cache=False)
     n = llm.decoder.nthreads
-    for t in sorted({1, 2, 3} - {n}):
-        checks.append(_with(llm, f"{t} thread{'s' * (t > 1)} == {n}", batched, lambda t=t: _threads(llm, t, ids)))
+    for t in _other_threads(n):
+        add(_with(llm, f"{t} thread{'s' * (t > 1)} == {n}", batched, lambda t=t: _threads(llm, t, ids)))
     here, skipped = _lib.current(), _lib.skipped()
     note = f"not on this CPU: {', '.join(skipped)}" if skipped else "every kernel path compared"
     for path in _lib.available():
         if path != here:
             check = _with(llm, f"{path} kernels == {here} kernels", batched, lambda p=path: _on_path(llm, _lib, p, ids))
             check.note = note
-            checks.append(check)
+            add(check)
     return checks
 
 
@@ -104,28 +124,38 @@ def total_variation(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
     return 0.5 * np.abs(softmax(p_logits) - softmax(q_logits)).sum(axis=1)
 
 
-def kv_type_checks(path: str, threads: int | None, ids: list[int]) -> list[Check]:
+def kv_type_checks(path: str, threads: int | None, ids: list[int], progress: Step | None = None) -> list[Check]:
     from .. import load
     ref = load(path, threads=threads, n_ctx=len(ids) + 8, kv="f32").logits(ids)
-    out = []
-    for kv in ("f16", "q8", "vq8"):
-        try:
-            got = load(path, threads=threads, n_ctx=len(ids) + 8, kv=kv).logits(ids)
-        except ValueError as e:  # e.g. a head_dim q8 cannot hold
-            out.append(Check(f"KV {kv}: next-token TV vs f32", True, 0.0, f"not available: {e}"))
-            continue
-        tv = total_variation(ref, got)
-        ok = tv.mean() <= TV_LIMIT
-        note = f"mean TV {tv.mean():.2%}, max {tv.max():.2%}" + ("" if ok else "; use --kv f32")
-        out.append(Check(f"KV {kv}: next-token TV vs f32", ok, _diff(got, ref), note))
+    out: list[Check] = []
+    for kv in KV_CHECKED:
+        out.append(_kv_check(path, threads, ids, kv, ref))
+        if progress:
+            progress(len(out), len(KV_CHECKED))
     return out
 
 
-def run_verify(path: str, threads: int | None = None, n_tokens: int = 48) -> list[Check]:
+def _kv_check(path: str, threads: int | None, ids: list[int], kv: str, ref: np.ndarray) -> Check:
+    from .. import load
+    name = f"KV {kv}: next-token TV vs f32"
+    try:
+        got = load(path, threads=threads, n_ctx=len(ids) + 8, kv=kv).logits(ids)
+    except ValueError as e:  # e.g. a head_dim q8 cannot hold
+        return Check(name, True, 0.0, f"not available: {e}")
+    tv = total_variation(ref, got)
+    ok = tv.mean() <= TV_LIMIT
+    note = f"mean TV {tv.mean():.2%}, max {tv.max():.2%}" + ("" if ok else "; use --kv f32")
+    return Check(name, ok, _diff(got, ref), note)
+
+
+def run_verify(path: str, threads: int | None = None, n_tokens: int = 48, progress: Step | None = None) -> list[Check]:
     from .. import load
     llm = load(path, threads=threads, n_ctx=512)
     text_ids = llm.tokenize(TEXT)[:max(1, llm.n_ctx - 8)]  # a model with a shorter context checks less of it
-    return determinism_checks(llm, text_ids[:n_tokens]) + kv_type_checks(path, threads, text_ids)
+    checks = determinism_checks(llm, text_ids[:n_tokens], progress)
+    done, total = len(checks), n_checks(llm)
+    step = (lambda i, _n: progress(done + i, total)) if progress else None
+    return checks + kv_type_checks(path, threads, text_ids, step)
 
 
 def format_table(checks: list[Check]) -> str:

@@ -12,7 +12,7 @@ from .anthropic_out import (
     error_status,
     stream_error,
 )
-from .base import GenRequest, ProtocolError, bad_request
+from .base import GenRequest, ProtocolError, bad_request, sent_keys
 
 __all__ = [
     "MessagesOutput", "count_tokens_body", "error_body", "error_status", "parse_count_tokens", "parse_messages",
@@ -30,7 +30,7 @@ def parse_messages(body: Any) -> GenRequest:
     req.max_tokens = _int(body, "max_tokens", minimum=1, required=True)
     req.stream = _bool(body, "stream")
     req.stop = _stop_sequences(body.get("stop_sequences"))
-    req.sampling = _sampling(body)
+    req.sampling, req.sent = _sampling(body), sent_keys(body)
     return req
 
 
@@ -43,12 +43,12 @@ def _parse_common(body: Any) -> GenRequest:
     if not isinstance(body, dict):
         raise bad_request("body: must be a JSON object")
     model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad_request("model: a non-empty string is required", "model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request("model: must be a string", "model")
     messages = _system(body.get("system"))
     for msg in _messages(body.get("messages")):
         _append_merged(messages, msg)
-    req = GenRequest(model=model, messages=messages, tools=_tools(body.get("tools")))
+    req = GenRequest(model=model or None, messages=messages, tools=_tools(body.get("tools")))
     if messages[-1]["role"] == "assistant":  # prefill: the reply continues this text
         req.options["continue_final_message"] = True
     req.options["tool_choice"], req.options["parallel_tool_calls"] = _tool_choice(body.get("tool_choice"), req.tools)

@@ -14,15 +14,28 @@ class ProtocolError(Exception):
     """A request the server answers with an error: status, message, and an API-neutral kind.
 
     kind: 'invalid_request' (400), 'not_found' (404: unknown model or context), 'context_length' (400: prompt
-    over the context), 'overloaded' (503), 'authentication' (401), 'internal' (500)."""
+    over the context), 'overloaded' (503), 'authentication' (401), 'not_supported' (501), 'internal' (500).
+    detail: extra fields of the error object (context_length: n_prompt_tokens and n_ctx, llama-server's)."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request", param: str | None = None):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request", param: str | None = None,
+                 detail: dict | None = None):
         super().__init__(message)
         self.status, self.message, self.kind, self.param = status, message, kind, param
+        self.detail = detail or {}
 
 
 def bad_request(message: str, param: str | None = None) -> ProtocolError:
     return ProtocolError(400, message, "invalid_request", param)
+
+
+# the sampling fields a request sets by name (SamplingParams' names; logit_bias aside)
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty",
+                 "frequency_penalty", "seed")
+
+
+def sent_keys(body: dict, more=()) -> frozenset:
+    """GenRequest.sent of a body that names its sampling fields at the top level (plus `more`)."""
+    return frozenset(k for k in SAMPLING_KEYS if body.get(k) is not None) | frozenset(more)
 
 
 @dataclass
@@ -31,11 +44,12 @@ class GenRequest:
 
     Exactly one of messages / prompt is set. messages are normalised to the chat-template shape:
     {"role": "system"|"user"|"assistant"|"tool", "content": str} (plus "tool_calls", "tool_call_id",
-    "name" where given). prompt is text (or token ids) used as is when raw, else wrapped as one user
-    message by the model's template (Ollama /api/generate without raw)."""
-    model: str
+    "name" where given). prompt is text (or token ids, or llama-server's mix of both: each text piece
+    tokenized in place) used as is when raw, else wrapped as one user message by the model's template
+    (Ollama /api/generate without raw)."""
+    model: str | None  # None: the server's default model
     messages: list[dict] | None = None
-    prompt: str | list[int] | None = None
+    prompt: str | list[int | str] | None = None
     raw: bool = False
     system: str | None = None  # Ollama's `system` override (generate/chat); Anthropic's top-level system goes into messages
     template: str | None = None  # Ollama's `template` override (a Go template: only the plain forms are honoured)
@@ -62,6 +76,9 @@ class GenRequest:
     tools: list[dict] | None = None
     options: dict[str, Any] = field(default_factory=dict)  # anything else API-specific the route needs
     options_set: frozenset | None = None  # Ollama: the option keys the request set (a model's params fill the rest)
+    # the sampling keys the request set itself (the server's serve --temp ... fill the others); None: those
+    # of options_set when it is set, else every key in sampling
+    sent: frozenset | None = None
 
 
 class Output(Protocol):
@@ -85,7 +102,7 @@ class ResponseMeta:
     """What the route fixes before the first event: the response id, creation time, echoed model name."""
     id: str
     created: int  # unix seconds
-    model: str
+    model: str | None  # None: the server's default model
     created_ns: int = 0  # unix nanoseconds (Ollama's created_at)
 
 

@@ -12,16 +12,19 @@ from typing import Any
 import numpy as np
 
 from .base import ProtocolError, bad_request
+from .llamacpp_params import parse_prompts
 from .ollama import parse_keep_alive
 
 
 @dataclass
 class EmbedRequest:
-    """inputs: texts or token-id lists, in request order. normalize: unit-length vectors (the legacy
-    /api/embeddings is raw). dimensions: keep the first N then re-normalise. truncate: cut each input to
-    the context (Ollama's default) rather than failing. single: the request sent one input, not a list."""
+    """inputs: texts, token-id lists or (llama-server's) lists mixing both, in request order. normalize:
+    unit-length vectors (the legacy /api/embeddings is raw). dimensions: keep the first N then re-normalise.
+    truncate: cut each input to the context (Ollama's default) rather than failing. single: the request
+    sent one input, not a list. embd_normalize: llama-server's native routes (raw vectors from the engine,
+    then normalised so by native_body; pooling 'none' allowed); None elsewhere."""
     model: str | None
-    inputs: list[str | list[int]]
+    inputs: list[str | list[int | str]]
     normalize: bool = True
     dimensions: int | None = None
     encoding_format: str = "float"
@@ -29,6 +32,7 @@ class EmbedRequest:
     keep_alive: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
     single: bool = False
+    embd_normalize: int | None = None
 
 
 @dataclass
@@ -44,17 +48,12 @@ class RerankRequest:
 # ------------------------------------------------------------------------------------------------ shared
 
 
-def _model(body: dict, required: bool) -> str | None:
+def _model(body: dict) -> str | None:
+    """The model named, or None (absent, null or ""): the server's default model."""
     model = body.get("model")
-    if model is None and not required:
-        return None
-    if not isinstance(model, str) or not model:
-        raise bad_request("model is required", "model")
-    return model
-
-
-def _is_ids(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    if model is not None and not isinstance(model, str):
+        raise bad_request("model must be a string", "model")
+    return model or None
 
 
 def _positive_int(body: dict, key: str) -> int | None:
@@ -91,22 +90,38 @@ def check_finite(vectors: list[np.ndarray]) -> None:
 # ------------------------------------------------------------------------------------------------ OpenAI
 
 
-def parse_openai(body: dict) -> EmbedRequest:
-    """input: string | string[] | int[] | int[][] (not empty; no empty string); encoding_format float |
-    base64; dimensions a positive integer. `user` is ignored."""
-    model = _model(body, required=True)
-    raw = body.get("input")
-    if isinstance(raw, str):
-        inputs, single = [raw], True
-    elif _is_ids(raw) and raw:
-        inputs, single = [list(raw)], True
-    elif isinstance(raw, list) and raw and all(isinstance(x, str) or (_is_ids(x) and x) for x in raw):
-        inputs, single = [x if isinstance(x, str) else list(x) for x in raw], False
-    else:
-        raise bad_request("input must be a string, an array of strings, an array of token ids or an array "
-                          "of token-id arrays, and not empty", "input")
+def _inputs(raw: Any, key: str) -> tuple[list, bool]:
+    """OpenAI's string | string[] | int[] | int[][], and llama-server's shapes (llamacpp_params.parse_prompts,
+    plus {"content": [text parts]}) -> (inputs, single); none may be empty."""
+    raw = [_parts_text(x, key) for x in raw] if isinstance(raw, list) else _parts_text(raw, key)
+    inputs = parse_prompts(raw, key)
     if any(x == "" for x in inputs):
-        raise bad_request("input must not contain empty strings", "input")
+        raise bad_request(f"{key} must not contain empty strings", key)
+    return inputs, not (isinstance(raw, list) and raw and not any(_is_id(x) for x in raw))
+
+
+def _parts_text(value: Any, key: str) -> Any:
+    """llama-server's {"content": [{"type": "text", "text": ...}, ...]} -> the texts joined."""
+    if not isinstance(value, dict) or "content" not in value:
+        return value
+    parts = value["content"]
+    if not isinstance(parts, list) or not all(isinstance(p, dict) and p.get("type") == "text"
+                                              and isinstance(p.get("text"), str) for p in parts):
+        raise bad_request(f"{key}: content must be text parts (this server embeds no images or audio)", key)
+    return "".join(p["text"] for p in parts)
+
+
+def _is_id(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def parse_openai(body: dict) -> EmbedRequest:
+    """input: string | string[] | int[] | int[][] or llama-server's shapes (not empty; no empty string);
+    encoding_format float | base64; dimensions a positive integer. `user` is ignored."""
+    model = _model(body)
+    if body.get("input") is None:
+        raise bad_request("input is required", "input")
+    inputs, single = _inputs(body["input"], "input")
     fmt = body.get("encoding_format")
     if fmt is None:
         fmt = "float"
@@ -129,6 +144,44 @@ def openai_body(req: EmbedRequest, model: str, vectors: list[np.ndarray], prompt
     return {"object": "list", "model": model, "data": data,
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
 
+# ------------------------------------------------------------------------------------------ llama-server
+
+
+def parse_native(body: Any) -> EmbedRequest:
+    """llama-server's /embedding and /embeddings: `input` (or `content`) in its prompt shapes; embd_normalize
+    -1 none, 0 max-abs to the int16 range, 1 taxicab, 2 Euclidean (the default), > 2 a p-norm."""
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    key = "input" if body.get("input") is not None else "content"
+    if body.get(key) is None:
+        raise bad_request('"input" or "content" must be provided', "input")
+    norm = body.get("embd_normalize", 2)
+    if isinstance(norm, bool) or not isinstance(norm, int) or norm < -1:
+        raise bad_request(f"embd_normalize must be an integer >= -1, got {norm!r}", "embd_normalize")
+    inputs, single = _inputs(body[key], key)
+    return EmbedRequest(_model(body), inputs, normalize=False, single=single, embd_normalize=norm)
+
+
+def embd_normalize(v: np.ndarray, mode: int) -> np.ndarray:
+    """One pooled vector scaled as llama.cpp's common_embd_normalize (its sums in float64)."""
+    v64 = np.asarray(v, np.float64)
+    if mode == -1:
+        return np.asarray(v, np.float32)
+    if mode == 0:
+        scale = np.abs(v64).max(initial=0.0) / 32760.0
+    elif mode == 2:
+        scale = np.sqrt(np.square(v64).sum())
+    else:
+        scale = np.power(np.power(np.abs(v64), mode).sum(), 1.0 / mode)
+    return (v64 / scale).astype(np.float32) if scale > 0 else np.zeros(v64.shape, np.float32)
+
+
+def native_body(vectors: list[np.ndarray], req: EmbedRequest) -> list[dict]:
+    """[{index, embedding: [[...]]}]: one pooled vector per input, or (pooling 'none') one per token, raw."""
+    check_finite(vectors)
+    rows = [v if v.ndim == 2 else [embd_normalize(v, req.embd_normalize)] for v in vectors]
+    return [{"index": i, "embedding": np.asarray(r, np.float32).tolist()} for i, r in enumerate(rows)]
+
 # ------------------------------------------------------------------------------------------------ Ollama
 
 
@@ -136,7 +189,7 @@ def _ollama_common(body: dict) -> tuple[str, float | None, dict]:
     options = body.get("options")
     if options is not None and not isinstance(options, dict):
         raise bad_request("options must be an object", "options")
-    return _model(body, required=True), parse_keep_alive(body.get("keep_alive")), dict(options or {})
+    return _model(body), parse_keep_alive(body.get("keep_alive")), dict(options or {})
 
 
 def parse_ollama_embed(body: dict) -> EmbedRequest:
@@ -190,7 +243,7 @@ def ollama_embeddings_body(vectors: list[np.ndarray]) -> dict:
 def parse_rerank(body: dict) -> RerankRequest:
     """llama-server's rerank: query (string), documents (non-empty string[]; the alias `texts` selects the
     TEI response format), top_n (default: every document), return_documents (TEI: return_text)."""
-    model = _model(body, required=False)
+    model = _model(body)
     query = body.get("query")
     if not isinstance(query, str):
         raise bad_request("query must be a string", "query")

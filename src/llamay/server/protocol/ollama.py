@@ -215,15 +215,14 @@ def _field(body: dict, key: str, kind: type, default: Any = None, what: str = ""
     return value
 
 
-def _model(body: Any) -> str:
+def _model(body: Any) -> str | None:
+    """The model named, or None (absent, null or ""): the server's default model."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     name = body.get("model")
-    if name is None or name == "":
-        raise bad_request("model is required", "model")
-    if not isinstance(name, str):
+    if name is not None and not isinstance(name, str):
         raise bad_request("model must be a string", "model")
-    return name
+    return name or None
 
 
 def _format(value: Any) -> Any:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...chat.reasoning import MODES as REASONING_FORMATS
 from ...events import Delta, Finish, TokenLogprob, ToolCallDelta
-from .base import GenRequest, ResponseMeta, bad_request
+from .base import GenRequest, ResponseMeta, bad_request, sent_keys
+from .llamacpp_params import parse_extras
 from .openai_common import (
     DONE,
     FINISH_REASONS,
@@ -24,9 +26,10 @@ from .openai_common import (
     parse_stop,
     parse_stream,
     require_body,
-    require_model,
+    optional_model,
     usage_body,
 )
+from .timings import BUILD_INFO, timings_body
 
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MEDIA_PARTS = {"image_url", "input_audio", "file"}
@@ -37,19 +40,21 @@ CHAT_FINISH_REASONS = {**FINISH_REASONS, "tool_calls": "tool_calls"}
 
 def parse_chat(body: Any) -> GenRequest:
     body = require_body(body)
-    model = require_model(body)
+    model = optional_model(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array", "messages")
     stream, include_usage = parse_stream(body)
     logprobs, top_logprobs = _parse_logprobs(body)
     tools = parse_function_tools(body)
+    extra_sampling, extra_options = parse_extras(body)
     return GenRequest(
         model=model, messages=[parse_message(i, m) for i, m in enumerate(messages)], stream=stream,
         include_usage=include_usage, n=parse_n(body), stop=parse_stop(body),
         max_tokens=parse_max_tokens(body, "max_completion_tokens", "max_tokens"),
-        sampling=parse_sampling(body), logprobs=logprobs, top_logprobs=top_logprobs,
-        tools=tools, format=parse_response_format(body), options=_parse_options(body, tools))
+        sampling={**parse_sampling(body), **extra_sampling}, sent=sent_keys(body, extra_sampling),
+        logprobs=logprobs, top_logprobs=top_logprobs, tools=tools, format=parse_response_format(body),
+        options={**_parse_options(body, tools), **extra_options})
 
 
 def _tool_call(call: Any, where: str) -> dict:
@@ -113,34 +118,61 @@ def _part_text(part: Any, where: str, is_assistant: bool) -> str:
 
 
 def _parse_logprobs(body: dict) -> tuple[bool, int]:
+    """logprobs and top_logprobs, or llama-server's n_probs (the top n, logprobs implied)."""
     logprobs = bool(get_bool(body, "logprobs"))
     top = get_int(body, "top_logprobs", 0, 20)
     if top and not logprobs:
         raise bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
+    n_probs = get_int(body, "n_probs", 0, 20)
+    if n_probs and not logprobs:
+        return True, n_probs
     return logprobs, top or 0
 
 
 def parse_response_format(body: dict) -> dict | None:
-    """Kept for the grammar (issue 7). Takes OpenAI's nested json_schema and llama-server's flat
-    `schema`; type "text" means no format."""
+    """The format for the grammar (generation.grammar_spec): OpenAI's response_format (its nested
+    json_schema, or llama-server's flat `schema`, which also narrows json_object), else llama-server's
+    top-level json_schema ({}: any object); type "text" or neither: none. Every schema must be an
+    object, and a GBNF `grammar` beside one is refused, as llama-server refuses it."""
     fmt = get_field(body, "response_format", (dict,), "an object")
-    if fmt is None or fmt.get("type") == "text":
-        return None
+    schema = get_field(body, "json_schema", (dict,), "a JSON Schema object")
+    if fmt is not None and fmt.get("type") == "text":
+        fmt = None
+    if fmt is not None:
+        _check_format(fmt)
+        if schema is not None and fmt["type"] == "json_object" and "schema" not in fmt:
+            fmt = {**fmt, "schema": schema}
+    elif schema is not None:
+        fmt = {"type": "json_schema", "schema": schema or {"type": "object"}}
+    if fmt is not None and get_str(body, "grammar"):
+        raise bad_request("give a GBNF 'grammar' or a JSON schema, not both", "grammar")
+    return fmt
+
+
+def _check_format(fmt: dict) -> None:
     if not isinstance(fmt.get("type"), str) or fmt.get("type") not in RESPONSE_FORMATS:
         raise bad_request(f"'response_format.type' must be one of {', '.join(sorted(RESPONSE_FORMATS))}, "
                           f"got {fmt.get('type')!r}", "response_format.type")
     if fmt["type"] == "json_schema" and not isinstance(fmt.get("json_schema"), dict) and "schema" not in fmt:
         raise bad_request("'response_format.json_schema' is required for type json_schema",
                           "response_format.json_schema")
-    return fmt
+    nested = fmt.get("json_schema") if isinstance(fmt.get("json_schema"), dict) else {}
+    for where, holder in (("response_format.schema", fmt), ("response_format.json_schema.schema", nested)):
+        if "schema" in holder and not isinstance(holder["schema"], dict):
+            raise bad_request(f"'{where}' must be a JSON Schema object", where)
 
 
 def _parse_options(body: dict, tools: list[dict] | None) -> dict[str, Any]:
     """Route-level extras: tool_choice (normalised), parallel_tool_calls, reasoning_effort,
-    chat_template_kwargs, grammar."""
+    chat_template_kwargs, grammar, reasoning_format (llama-server's)."""
     options: dict[str, Any] = {"tool_choice": _tool_choice(body, tools),
                                "parallel_tool_calls": get_bool(body, "parallel_tool_calls") is not False}
+    reasoning_format = get_str(body, "reasoning_format")
+    if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
+        raise bad_request(f"'reasoning_format' must be one of {', '.join(REASONING_FORMATS)}, got "
+                          f"{reasoning_format!r}", "reasoning_format")
     for name, value in (("reasoning_effort", get_str(body, "reasoning_effort")),
+                        ("reasoning_format", reasoning_format),
                         ("chat_template_kwargs", get_field(body, "chat_template_kwargs", (dict,), "an object")),
                         ("grammar", get_str(body, "grammar"))):  # llama-server's GBNF field
         if value is not None:
@@ -191,7 +223,8 @@ class ChatOutput(ChoicesOutput):
     Stream order: one role chunk per choice, all sent first in index order (the SDK's accumulator
     places choices by list position, so every index must exist before any later one is touched),
     then content/reasoning chunks as fed, a finish chunk per choice with an empty delta, and in end()
-    the usage chunk (include_usage) and [DONE]."""
+    the usage chunk (include_usage) and [DONE]. As llama-server: the role chunk's content is null, every
+    chunk has a system_fingerprint, and the last one before [DONE] (and the whole body) has `timings`."""
 
     def __init__(self, req: GenRequest, meta: ResponseMeta):
         super().__init__(req, meta)
@@ -203,7 +236,9 @@ class ChatOutput(ChoicesOutput):
             return []
         frames = self._open()
         if isinstance(ev, Finish):
-            frames.append(self._chunk(ev.index, {}, finish_reason=CHAT_FINISH_REASONS[ev.reason]))
+            last = not self.req.include_usage and all(c.finish for c in self.choices)
+            frames.append(self._chunk(ev.index, {}, finish_reason=CHAT_FINISH_REASONS[ev.reason],
+                                      extra={"timings": timings_body(self.usage())} if last else {}))
             return frames
         delta = {}
         if ev.reasoning:
@@ -222,14 +257,17 @@ class ChatOutput(ChoicesOutput):
             return []
         frames = self._open()
         if self.req.include_usage:
-            frames.append(frame({**self._head(), "choices": [], "usage": usage_body(self.usage())}))
+            usage = self.usage()
+            frames.append(frame({**self._head(), "choices": [], "usage": usage_body(usage),
+                                 "timings": timings_body(usage)}))
         return frames + [DONE]
 
     def body(self) -> dict:
         usage = self.usage()
         return {"id": self.meta.id, "object": "chat.completion", "created": self.meta.created,
-                "model": self.meta.model, "choices": [self._choice_body(i) for i in range(self.req.n)],
-                "usage": usage_body(usage)}
+                "model": self.meta.model, "system_fingerprint": BUILD_INFO,
+                "choices": [self._choice_body(i) for i in range(self.req.n)], "usage": usage_body(usage),
+                "timings": timings_body(usage)}
 
     def _choice_body(self, i: int) -> dict:
         state = self.choices[i]
@@ -246,15 +284,16 @@ class ChatOutput(ChoicesOutput):
         if self._opened:
             return []
         self._opened = True
-        return [self._chunk(i, {"role": "assistant", "content": ""}) for i in range(self.req.n)]
+        return [self._chunk(i, {"role": "assistant", "content": None}) for i in range(self.req.n)]
 
     def _head(self) -> dict:
         return {"id": self.meta.id, "object": "chat.completion.chunk", "created": self.meta.created,
-                "model": self.meta.model}
+                "model": self.meta.model, "system_fingerprint": BUILD_INFO}
 
-    def _chunk(self, index: int, delta: dict, logprobs: dict | None = None, finish_reason: str | None = None) -> str:
+    def _chunk(self, index: int, delta: dict, logprobs: dict | None = None, finish_reason: str | None = None,
+               extra: dict | None = None) -> str:
         chunk = {**self._head(), "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
-                                              "finish_reason": finish_reason}]}
+                                              "finish_reason": finish_reason}], **(extra or {})}
         if self.req.include_usage:
             chunk["usage"] = None  # the SDK expects the key on every chunk once usage is asked for
         return frame(chunk)

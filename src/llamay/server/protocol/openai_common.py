@@ -65,11 +65,9 @@ def require_body(body: Any) -> dict:
     return body
 
 
-def require_model(body: dict) -> str:
-    model = get_str(body, "model")
-    if not model:
-        raise bad_request("'model' is required", "model")
-    return model
+def optional_model(body: dict) -> str | None:
+    """The model named, or None (absent, null or ""): the server's default model."""
+    return get_str(body, "model") or None
 
 
 def parse_sampling(body: dict) -> dict[str, Any]:
@@ -208,25 +206,27 @@ def usage_body(usage: Usage) -> dict:
             "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}}
 
 
-# ProtocolError.kind -> (OpenAI error type, code); codes as OpenAI sends them (openai.md §6).
+# ProtocolError.kind -> (OpenAI error type, code); codes as OpenAI sends them (openai.md §6); a prompt over
+# the context has llama-server's type beside OpenAI's code (and llama-server's n_prompt_tokens, n_ctx).
 ERROR_TYPES = {
     "invalid_request": ("invalid_request_error", None),
     "rate_limit": ("rate_limit_error", "rate_limit_exceeded"),
     "permission": ("invalid_request_error", "forbidden"),
     "not_found": ("invalid_request_error", "model_not_found"),
-    "context_length": ("invalid_request_error", "context_length_exceeded"),
+    "context_length": ("exceed_context_size_error", "context_length_exceeded"),
     "authentication": ("invalid_request_error", "invalid_api_key"),
     "overloaded": ("server_error", None),
+    "not_supported": ("not_supported_error", None),
     "internal": ("server_error", None),
 }
 
 
 def error_object(err: ProtocolError) -> dict:
-    """The four keys OpenAI always sends: message, type, param, code."""
+    """The four keys OpenAI always sends: message, type, param, code (and the error's detail)."""
     kind, code = ERROR_TYPES.get(err.kind, ("server_error", None))
     if err.kind == "not_found" and err.param != "model":
         code = None  # something else not found (a context): not OpenAI's model_not_found
-    return {"message": err.message, "type": kind, "param": err.param, "code": code}
+    return {"message": err.message, "type": kind, "param": err.param, "code": code, **err.detail}
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...events import Delta, Finish, TokenLogprob
-from .base import GenRequest, ResponseMeta, bad_request
+from .base import GenRequest, ResponseMeta, bad_request, sent_keys
+from .llamacpp_params import parse_extras
 from .openai_common import (
     DONE,
     FINISH_REASONS,
@@ -20,7 +21,7 @@ from .openai_common import (
     parse_stop,
     parse_stream,
     require_body,
-    require_model,
+    optional_model,
     usage_body,
 )
 
@@ -33,19 +34,22 @@ def parse_completion(body: Any) -> GenRequest:
     """max_tokens left unset means until end of generation (llama-server's n_predict -1), not OpenAI's
     16: local users send long prompts without it and expect a full answer."""
     body = require_body(body)
-    model = require_model(body)
+    model = optional_model(body)
     stream, include_usage = parse_stream(body)
     n = parse_n(body)
     best_of = get_int(body, "best_of", 1)
     if best_of is not None and best_of > n:
         raise bad_request("'best_of' (server-side candidates) is not supported; use 'n' instead", "best_of")
     top = get_int(body, "logprobs", 0, MAX_LOGPROBS)
+    extra_sampling, options = parse_extras(body)
+    if grammar := get_str(body, "grammar"):
+        options["grammar"] = grammar
     return GenRequest(
         model=model, prompt=parse_prompt(body.get("prompt")), raw=True, suffix=get_str(body, "suffix"),
         echo=bool(get_bool(body, "echo")), stream=stream, include_usage=include_usage, n=n,
-        stop=parse_stop(body), max_tokens=parse_max_tokens(body, "max_tokens"), sampling=parse_sampling(body),
-        logprobs=top is not None, top_logprobs=top or 0, format=parse_response_format(body),
-        options={"grammar": grammar} if (grammar := get_str(body, "grammar")) else {})
+        stop=parse_stop(body), max_tokens=parse_max_tokens(body, "max_tokens"),
+        sampling={**parse_sampling(body), **extra_sampling}, sent=sent_keys(body, extra_sampling),
+        logprobs=top is not None, top_logprobs=top or 0, format=parse_response_format(body), options=options)
 
 
 def parse_prompt(prompt: Any) -> str | list[int]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...events import Delta, Finish, TokenLogprob, ToolCallDelta, Usage
-from .base import GenRequest, ProtocolError, ResponseMeta, bad_request
+from .base import GenRequest, ProtocolError, ResponseMeta, bad_request, sent_keys
 from .openai_common import (
     check_function,
     check_tool_choice,
@@ -19,7 +19,7 @@ from .openai_common import (
     parse_max_tokens,
     parse_sampling,
     require_body,
-    require_model,
+    optional_model,
 )
 
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
@@ -31,7 +31,7 @@ TOOL_CHOICES = ("none", "auto", "required")
 
 def parse_responses(body: Any) -> GenRequest:
     body = require_body(body)
-    model = require_model(body)
+    model = optional_model(body)
     for name in ("previous_response_id", "conversation"):
         if body.get(name) is not None:
             raise bad_request(f"'{name}' is not supported: this server stores no responses, "
@@ -48,7 +48,7 @@ def parse_responses(body: Any) -> GenRequest:
                "parallel_tool_calls": get_bool(body, "parallel_tool_calls") is not False}
     return GenRequest(
         model=model, messages=messages, stream=bool(get_bool(body, "stream")),
-        max_tokens=parse_max_tokens(body, "max_output_tokens"), sampling=parse_sampling(body),
+        max_tokens=parse_max_tokens(body, "max_output_tokens"), sampling=parse_sampling(body), sent=sent_keys(body),
         logprobs=bool(top) or LOGPROBS_INCLUDE in include, top_logprobs=top or 0,
         tools=tools,
         format=None if fmt is None or fmt.get("type") == "text" else fmt, options=options)

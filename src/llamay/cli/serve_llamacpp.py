@@ -1,0 +1,88 @@
+"""`llamay serve`'s llama-server flags (ref: ../shared/docs/protocols/llama-server.md §4): sampling defaults
+for requests that set none, the chat template, the reasoning split, embedding pooling and the slot files.
+add_args(p) adds them to serve's parser; settings(args) gives the server.models.Settings fields they set."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..chat import ChatTemplate, ChatTemplateError
+from ..chat.reasoning import MODES as REASONING_FORMATS
+from ..chat.template import CHATML_SOURCE
+from ..engine.sampling import SamplingParams
+from ..models.encoder_spec import POOLING
+from ..settings import SERVER
+from .common import PROBABILITY, SEED, TEMPERATURE, TOP_K, CLIError, n_predict
+
+BUILTIN_TEMPLATES = {"chatml": CHATML_SOURCE}  # --chat-template NAME; any other value must be Jinja source
+
+
+def add_args(p: argparse.ArgumentParser):
+    d = SamplingParams()  # llama.cpp's defaults, what the native routes use unless these are given
+    unset = "default: each API's own"
+    p.add_argument("--temp", type=TEMPERATURE, default=None,
+                   help=f"temperature of a request that sets none (0: greedy; {unset}, llama.cpp's {d.temperature})")
+    p.add_argument("--top-k", type=TOP_K, default=None, help=f"top-k likewise (0: off; llama.cpp's {d.top_k})")
+    p.add_argument("--top-p", type=PROBABILITY, default=None,
+                   help=f"top-p likewise (1: off; llama.cpp's {d.top_p})")
+    p.add_argument("--min-p", type=PROBABILITY, default=None,
+                   help=f"min-p likewise (0: off; llama.cpp's {d.min_p})")
+    p.add_argument("--seed", type=SEED, default=None,
+                   help="seed of a request that sets none (default, and -1: a fresh one each request)")
+    p.add_argument("-n", "--n-predict", type=n_predict, default=None,
+                   help="maximum tokens of a request that sets none (default, and -1: until the context ends)")
+    p.add_argument("--chat-template", metavar="NAME|JINJA", default=None,
+                   help=f"the chat template of every chat instead of the model's: {', '.join(BUILTIN_TEMPLATES)}, "
+                        "or a Jinja template's text")
+    p.add_argument("--chat-template-file", metavar="FILE", default=None, help="likewise, a Jinja template file")
+    p.add_argument("--jinja", dest="jinja", action="store_true", default=None,
+                   help="accepted: chat templates are always rendered with Jinja")
+    p.add_argument("--no-jinja", dest="jinja", action="store_false", default=None,
+                   help="refused: there is no other renderer")
+    p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default=SERVER.reasoning_format,
+                   help="<think>...</think> as reasoning: auto (when the chat template uses the tags; default), "
+                        "deepseek (always), none (left in the content)")
+    p.add_argument("--pooling", choices=sorted(POOLING.values()), default=None,
+                   help="embedding pooling instead of each model's own (none: per-token vectors, on /embeddings)")
+    p.add_argument("--slot-save-path", metavar="DIR", default=None,
+                   help="enables POST /slots/ID?action=save|restore with files in this directory")
+
+
+def settings(args) -> dict:
+    if args.jinja is False:
+        raise CLIError("--no-jinja: llamay renders every chat template with Jinja (in a sandbox) and has no "
+                       "other renderer; leave the flag out")
+    sampling = {k: v for k, v in (("temperature", args.temp), ("top_k", args.top_k), ("top_p", args.top_p),
+                                  ("min_p", args.min_p), ("seed", args.seed)) if v is not None and v != -1}
+    save_dir = args.slot_save_path
+    if save_dir is not None and not os.path.isdir(save_dir):
+        raise CLIError(f"--slot-save-path {save_dir}: not a directory")
+    return {"sampling": sampling, "n_predict": None if args.n_predict in (None, -1) else args.n_predict,
+            "chat_template": _chat_template(args), "reasoning_format": args.reasoning_format,
+            "pooling": args.pooling, "slot_save_path": save_dir}
+
+
+def _chat_template(args) -> str | None:
+    """--chat-template's built-in or Jinja text, or --chat-template-file's; compiled once to fail here."""
+    if args.chat_template is not None and args.chat_template_file is not None:
+        raise CLIError("give --chat-template or --chat-template-file, not both")
+    source, where = args.chat_template, "--chat-template"
+    if args.chat_template_file is not None:
+        where = args.chat_template_file
+        try:
+            with open(where, encoding="utf-8") as f:
+                source = f.read()
+        except OSError as e:
+            raise CLIError(f"cannot read {where}: {e.strerror}") from None
+    elif source in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[source]
+    elif source is not None and "{{" not in source and "{%" not in source:
+        raise CLIError(f"--chat-template {source}: not a built-in template ({', '.join(BUILTIN_TEMPLATES)}) nor "
+                       "Jinja text; give a template file with --chat-template-file")
+    if source is None:
+        return None
+    try:
+        ChatTemplate(source)
+    except ChatTemplateError as e:
+        raise CLIError(f"{where}: {e}") from None
+    return source

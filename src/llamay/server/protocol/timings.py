@@ -1,0 +1,26 @@
+"""llama-server's `timings` object (its native responses and OpenAI chat ones) and the build id it reports
+(ref: llama.cpp tools/server/server-common.cpp server_slot_stats::to_json)."""
+from __future__ import annotations
+
+from llamay import __version__
+
+from ...events import Usage
+
+BUILD_INFO = f"llamay-{__version__}"  # /props build_info and OpenAI system_fingerprint
+
+
+def timings_body(usage: Usage) -> dict:
+    """cache_n: prompt tokens found computed; prompt_n: those evaluated; predicted_n: tokens generated.
+    Rates are 0 where nothing was timed."""
+    prompt_n = usage.prompt_eval_count
+    prompt_ms, predicted_ms = usage.prompt_eval_ns / 1e6, usage.eval_ns / 1e6
+    return {"cache_n": usage.cached_tokens,
+            "prompt_n": prompt_n, "prompt_ms": prompt_ms, "prompt_per_token_ms": _ratio(prompt_ms, prompt_n),
+            "prompt_per_second": _ratio(1e3 * prompt_n, prompt_ms),
+            "predicted_n": usage.completion_tokens, "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": _ratio(predicted_ms, usage.completion_tokens),
+            "predicted_per_second": _ratio(1e3 * usage.completion_tokens, predicted_ms)}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0

@@ -1,0 +1,98 @@
+"""llama-server's slots: per model, one per sequence its scheduler runs at once (--concurrency), each
+remembering the tokens (prompt and generated) of the last request it served. A request names its slot
+(`id_slot`) or gets the idle one whose tokens share the longest prefix with its prompt.
+
+The K/V behind those tokens is the model's prefix cache, which every slot shares: a save computes what
+the cache lost (a snapshot file, engine/snapshots.py), a restore puts the file's K/V back in the cache,
+where the next prompt extending those tokens finds it; an erase forgets the slot's tokens, not the cache."""
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+
+from ..engine import snapshots
+from ..events import Finish
+from .protocol.base import GenRequest, bad_request
+
+
+@dataclass
+class Slot:
+    id: int
+    tokens: list[int] = field(default_factory=list)  # of the last request it served
+    lora: tuple | None = None  # the adapters those tokens' K/V was computed under (None: the default)
+    busy: int = 0  # requests in flight on it
+    task: int = -1  # the last request's number
+    req: GenRequest | None = None  # the last request, with the defaults it ran with
+    last: Finish | None = None  # how it ended
+    used: int = 0  # the clock when it was last taken
+
+
+class SlotTable:
+    def __init__(self, n_slots: int):
+        self.n_slots = n_slots
+        self.by_model: dict[str, list[Slot]] = {}
+        self._clock = itertools.count(1)
+
+    def slots(self, model: str) -> list[Slot]:
+        return self.by_model.setdefault(model, [Slot(i) for i in range(self.n_slots)])
+
+    def get(self, model: str, id_slot: int) -> Slot:
+        slots = self.slots(model)
+        if not 0 <= id_slot < len(slots):
+            raise bad_request("Invalid slot ID", "id_slot")
+        return slots[id_slot]
+
+    def take(self, model: str, ids: list[int], pinned: int | None) -> Slot:
+        """The pinned slot, else the idle one sharing the longest prefix with ids (then the least recently
+        used), else (all busy) the least recently used."""
+        if pinned is not None:
+            slot = self.get(model, pinned)
+        else:
+            slots = self.slots(model)
+            idle = [s for s in slots if not s.busy] or slots
+            slot = max(idle, key=lambda s: (_common_prefix(s.tokens, ids), -s.used))
+        slot.busy += 1
+        slot.used = slot.task = next(self._clock)
+        return slot
+
+    def finish(self, slot: Slot, req: GenRequest, finish: Finish, lora: tuple | None):
+        slot.tokens, slot.lora, slot.req, slot.last = list(finish.context or []), lora, req, finish
+
+    @staticmethod
+    def release(slot: Slot):
+        slot.busy -= 1
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def save(llm, slot: Slot, path: str) -> tuple[int, int]:
+    """On the scheduler thread: the slot's tokens into a snapshot at path -> (tokens saved, bytes)."""
+    runner = llm.runner
+    if not slot.tokens:
+        raise bad_request(f"slot {slot.id} holds no tokens to save")
+    ctx, _ = runner.create(slot.tokens, slot.lora)
+    try:
+        snapshots.save(llm, ctx, path)
+    finally:
+        runner.free(ctx)
+    return len(slot.tokens), os.path.getsize(path)
+
+
+def restore(llm, slot: Slot, path: str, matcher) -> int:
+    """On the scheduler thread: the snapshot at path into the prefix cache and the slot -> tokens restored
+    (matcher: snapshots.read_grammar's result for the file)."""
+    runner = llm.runner
+    ctx = snapshots.restore(llm, path, matcher)
+    slot.tokens, slot.lora = runner.tokens(ctx), runner.record(ctx).lora
+    runner.free(ctx)  # its tokens and pages stay in the radix tree
+    slot.req, slot.last = None, None
+    return len(slot.tokens)
+
+
+def erase(slot: Slot) -> int:
+    n, slot.tokens, slot.req, slot.last = len(slot.tokens), [], None, None
+    return n
+

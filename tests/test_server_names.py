@@ -1,0 +1,105 @@
+"""Which model answers a request: no model (absent, null, "") is the default model on every API; when one
+model is served, a name nobody has (what clients written for llama-server send) gets it too, with its
+real name in the response, unless --strict-model-names; routes that show, copy or delete a model want its
+exact name. --alias renames the served model; -ctk/-ctv map to --kv; one log line per request."""
+import argparse
+
+import httpx
+import pytest
+from conftest import LiveServer
+
+from llamay.cli.serve import kv_type
+from llamay.defaults import DEFAULT_NAME
+
+HI = [{"role": "user", "content": "Hi"}]
+
+
+def routes(model):
+    """(path, body, where the response names its model) for each generating API; model None: left out."""
+    m = {} if model is ... else {"model": model}
+    return [
+        ("/v1/chat/completions", {**m, "messages": HI, "max_tokens": 2}, lambda b: b["model"]),
+        ("/v1/completions", {**m, "prompt": "Hi", "max_tokens": 2}, lambda b: b["model"]),
+        ("/v1/messages", {**m, "messages": HI, "max_tokens": 2}, lambda b: b["model"]),
+        ("/api/chat", {**m, "messages": HI, "stream": False, "options": {"num_predict": 2}}, lambda b: b["model"]),
+        ("/api/generate", {**m, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}}, lambda b: b["model"]),
+        ("/v1/embeddings", {**m, "input": "Hi"}, lambda b: b["model"]),
+        ("/api/embed", {**m, "input": "Hi"}, lambda b: b["model"]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def server(smollm_path):
+    lines = []
+    s = LiveServer(["-m", str(smollm_path), "--threads", "2"], log=lines.append)
+    s.lines = lines
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("model", [..., None, ""], ids=["absent", "null", "empty"])
+def test_no_model_is_the_default_model(server, model):
+    for path, body, named in routes(model):
+        r = httpx.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 200, (path, r.text)
+        assert named(r.json()) == DEFAULT_NAME, path
+
+
+def test_any_name_is_the_one_model_served_and_the_reply_says_which(server):
+    for path, body, named in routes("gpt-3.5-turbo") + routes("text-embedding-3-small"):
+        r = httpx.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 200, (path, r.text)
+        assert named(r.json()) == DEFAULT_NAME, path
+    # a name it has is echoed as the client spelled it (Ollama's way)
+    r = httpx.post(server.url + "/api/generate", json=routes("SMOLLM2:135M")[4][1], timeout=60)
+    assert r.status_code == 200 and r.json()["model"] == "SMOLLM2:135M"
+
+
+def test_the_same_bits_whatever_the_name(server):
+    body = {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
+    texts = {httpx.post(server.url + "/v1/completions", json={**body, **m}, timeout=60).json()["choices"][0]["text"]
+             for m in ({}, {"model": DEFAULT_NAME}, {"model": "gpt-4o"})}
+    assert len(texts) == 1
+
+
+def test_exact_names_to_show_or_delete(server):
+    assert httpx.post(server.url + "/api/show", json={"model": "gpt-4"}, timeout=30).status_code == 404
+    assert httpx.get(server.url + "/v1/models/gpt-4", timeout=30).status_code == 404
+    assert httpx.request("DELETE", server.url + "/api/delete", json={"model": "gpt-4"}, timeout=30).status_code == 404
+    assert httpx.get(server.url + f"/v1/models/{DEFAULT_NAME}", timeout=30).status_code == 200
+
+
+def test_one_log_line_per_request(server):
+    before = len(server.lines)
+    httpx.post(server.url + "/v1/chat/completions", json={"messages": HI, "max_tokens": 3}, timeout=60)
+    with httpx.stream("POST", server.url + "/api/chat", json={"messages": HI, "options": {"num_predict": 3}},
+                      timeout=60) as r:
+        r.read()
+    httpx.get(server.url + "/nope", timeout=30)
+    new = server.lines[before:]
+    assert len(new) == 3, new
+    chat, stream, missing = (line.split() for line in new)
+    assert chat[2:7] == ["openai", "POST", "/v1/chat/completions", DEFAULT_NAME, "200"]
+    assert chat[7].startswith("prompt=") and chat[9] == "gen=3" and chat[10].endswith("ms")
+    assert stream[2:7] == ["ollama", "POST", "/api/chat", DEFAULT_NAME, "200"] and stream[9] == "gen=3"
+    assert missing[2:7] == ["llama-server", "GET", "/nope", "-", "404"]
+
+
+def test_strict_model_names_and_alias(smollm_path):
+    strict = LiveServer(["-m", str(smollm_path), "--threads", "2", "--strict-model-names", "--alias", "mine"])
+    try:
+        path, body, _ = routes("gpt-3.5-turbo")[0]
+        r = httpx.post(strict.url + path, json=body, timeout=60)
+        assert r.status_code == 404 and "gpt-3.5-turbo" in r.json()["error"]["message"]
+        path, body, named = routes(...)[0]
+        r = httpx.post(strict.url + path, json=body, timeout=60)
+        assert r.status_code == 200 and named(r.json()) == "mine"
+        assert [m["id"] for m in httpx.get(strict.url + "/v1/models", timeout=30).json()["data"]] == ["mine"]
+    finally:
+        strict.stop()
+
+
+@pytest.mark.parametrize("k, v, kv", [(None, None, "f16"), ("q8_0", "q8_0", "q8"), ("f16", "q8_0", "vq8"),
+                                      (None, "q8_0", "vq8"), ("f32", "f32", "f32")])
+def test_llama_server_cache_types(k, v, kv):
+    assert kv_type(argparse.Namespace(kv=None, cache_type_k=k, cache_type_v=v)) == kv
