@@ -226,6 +226,16 @@ def test_server_chooses_adapters_per_request(converted):
         assert r.status_code == 200 and r.json()["response"] == expected(["all"])
         code, body = openai("llama@nope")
         assert code == 404 and "no LoRA adapter named 'nope'" in body["error"]["message"]
+
+        def native(lora):  # llama-server's per-request field: ids as /lora-adapters lists them; left out: off
+            return httpx.post(server.url + "/completion", json={"prompt": "ab ab", "n_predict": 6, "temperature": 0,
+                                                                "lora": lora}, timeout=60)
+        for lora, want in (([{"id": 0, "scale": 1.0}], {"all": 1.0}), ([], []),
+                           ([{"id": 1, "scale": 0.5}, {"id": 0, "scale": 0.75}], {"attn": 0.5, "all": 0.75})):
+            r = native(lora)
+            assert r.status_code == 200 and r.json()["content"] == expected(want), lora
+        assert native([{"id": 9, "scale": 1}]).status_code == 400
+        assert native([{"id": 0}]).status_code == 400
         listed = httpx.get(server.url + "/lora-adapters").json()
         assert listed == [{"id": 0, "path": spec[0][1], "scale": 1.0}, {"id": 1, "path": spec[1][1], "scale": 0.5}]
         r = httpx.post(server.url + "/lora-adapters", json=[{"id": 0, "scale": 0.25}])

@@ -101,11 +101,21 @@ def test_completion_bad_fields(body, param):
 
 OFF = [("mirostat", 0), ("typical_p", 1.0), ("top_n_sigma", -1.0), ("dynatemp_range", 0.0), ("xtc_probability", 0.0),
        ("dry_multiplier", 0.0), ("min_keep", 1), ("n_indent", 0), ("t_max_predict_ms", 0), ("adaptive_target", -1.0),
-       ("post_sampling_probs", False), ("timings_per_token", False), ("return_progress", False), ("lora", [])]
+       ("post_sampling_probs", False), ("timings_per_token", False), ("return_progress", False)]
 ON = [("mirostat", 2), ("typical_p", 0.9), ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("xtc_probability", 0.5),
       ("dry_multiplier", 0.8), ("min_keep", 5), ("n_indent", 4), ("t_max_predict_ms", 100), ("adaptive_target", 0.5),
-      ("post_sampling_probs", True), ("timings_per_token", True), ("return_progress", True),
-      ("lora", [{"id": 0, "scale": 1.0}])]
+      ("post_sampling_probs", True), ("timings_per_token", True), ("return_progress", True)]
+
+
+def test_per_request_lora_ids_and_scales():
+    """llama-server's `lora` (adapters by id; test_lora.py checks what each choice generates)."""
+    lora = [{"id": 1, "scale": 0.5}, {"id": 0, "scale": 2}]
+    assert proto.parse_completion({"prompt": "a", "lora": lora})[0].options["lora"] == [(1, 0.5), (0, 2.0)]
+    assert parse_chat({"messages": [{"role": "user", "content": "a"}], "lora": []}).options["lora"] == []
+    for bad in ([{"id": "0", "scale": 1}], [{"id": 0}], [{"id": 0, "scale": float("inf")}], [3], {"id": 0}):
+        with pytest.raises(ProtocolError) as e:
+            proto.parse_completion({"prompt": "a", "lora": bad})
+        assert e.value.status == 400 and e.value.param == "lora"
 
 
 @pytest.mark.parametrize("name, value", OFF)

@@ -38,6 +38,21 @@ class Prepared:
     calls: CallFormat | None = None  # the output is read for tool calls in this format
 
 
+def adapter_choice(llm, req: GenRequest):
+    """The request's LoRA choice (LLM.lora_choice): model NAME@ADAPTER,... or llama-server's `lora` ids and
+    scales (ids in name order, as GET /lora-adapters lists them); None: the default."""
+    named, by_id = split_adapters(req.model)[1], req.options.get("lora")
+    if by_id is None:
+        return named
+    if named is not None:
+        raise bad_request("choose LoRA adapters by model NAME@ADAPTER or by 'lora', not both", "lora")
+    names = sorted(a.name for a in llm.loras)
+    for i, _ in by_id:
+        if not 0 <= i < len(names):
+            raise bad_request(f"lora id {i} names no adapter (ids 0..{len(names) - 1})", "lora")
+    return {names[i]: scale for i, scale in by_id}
+
+
 def grammar_spec(fmt, grammar_text: str | None) -> tuple[str, object] | None:
     """Each API's structured-output request -> (kind, source) for llamay.grammar, or None.
     OpenAI response_format {type: json_object | json_schema {schema} (or llama-server's flat schema;
@@ -253,7 +268,7 @@ class Generation:
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         try:
-            lora = loaded.llm.lora_choice(split_adapters(req.model)[1])
+            lora = loaded.llm.lora_choice(adapter_choice(loaded.llm, req))
         except ValueError as e:
             raise ProtocolError(404, str(e), "not_found", "model") from None
         self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),

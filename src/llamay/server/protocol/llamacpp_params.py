@@ -57,9 +57,6 @@ def check_off(body: dict) -> None:
     for name in _OFF_FLAGS:
         if get_bool(body, name):
             raise bad_request(f"'{name}' is not supported by this server: leave it out or set it to false", name)
-    if get_field(body, "lora", (list,), "an array of {id, scale}"):
-        raise bad_request("'lora' per request is not supported here: choose adapters with model NAME@ADAPTER "
-                          "(NAME@none: none)", "lora")
 
 
 def parse_samplers(body: dict) -> dict[str, Any]:
@@ -91,8 +88,25 @@ def parse_extras(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     if repeat_last_n is not None:
         sampling["repeat_last_n"] = repeat_last_n
     id_slot = get_int(body, "id_slot", -1)
-    options = {"ignore_eos": get_bool(body, "ignore_eos"), "id_slot": None if id_slot == -1 else id_slot}
+    options = {"ignore_eos": get_bool(body, "ignore_eos"), "id_slot": None if id_slot == -1 else id_slot,
+               "lora": parse_lora(body)}
     return sampling, {k: v for k, v in options.items() if v is not None}
+
+
+def parse_lora(body: dict) -> list[tuple[int, float]] | None:
+    """`lora`: [{id, scale}], the adapters of this request (ids as GET /lora-adapters lists them; an adapter
+    left out does not apply, as in llama-server)."""
+    raw = get_field(body, "lora", (list,), "an array of {id, scale}")
+    if raw is None:
+        return None
+    pairs = []
+    for e in raw:
+        i, scale = (e.get("id"), e.get("scale")) if isinstance(e, dict) else (None, None)
+        if isinstance(i, bool) or not isinstance(i, int) or isinstance(scale, bool) or \
+                not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise bad_request('\'lora\' must be an array of {"id": N, "scale": S} (S a finite number)', "lora")
+        pairs.append((i, float(scale)))
+    return pairs
 
 
 def parse_sampling(body: dict) -> dict[str, Any]:
