@@ -147,3 +147,12 @@ def _ps_and_stop(live_server, model, capsys, httpx):
     assert main(["stop", model, "--host", host]) == 0
     assert model not in live_server.registry.loaded
     assert "no server at http://127.0.0.1:1" in one_line_error(capsys, ["ps", "--host", "127.0.0.1:1"])
+
+
+def test_spec_flag_changes_no_token(smollm_path):
+    """run --spec ngram (the default) prints what --spec none prints, and --verbose shows the drafts."""
+    prompt = "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2, 3]\n"
+    base = ["run", "-m", str(smollm_path), "-p", prompt, "-n", "40", "--temp", "0", "--verbose"]
+    spec, plain = llamay(*base), llamay(*base, "--spec", "none")
+    assert spec.returncode == plain.returncode == 0 and spec.stdout == plain.stdout
+    assert "draft tokens accepted" in spec.stderr and "draft tokens" not in plain.stderr

@@ -85,6 +85,15 @@ def test_one_log_line_per_request(server):
     assert missing[2:7] == ["llama-server", "GET", "/nope", "-", "404"]
 
 
+def test_metrics_count_speculative_drafts(server):
+    body = {"prompt": "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2, 3]\n", "max_tokens": 40, "temperature": 0}
+    assert httpx.post(server.url + "/v1/completions", json=body, timeout=60).status_code == 200
+    text = httpx.get(server.url + "/metrics", timeout=30).text
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("llamay_spec")}
+    assert values["llamay_spec_drafted_tokens_total"] >= values["llamay_spec_accepted_tokens_total"] > 0
+    assert values["llamay_spec_draft_steps_total"] > 0
+
+
 def test_strict_model_names_and_alias(smollm_path):
     strict = LiveServer(["-m", str(smollm_path), "--threads", "2", "--strict-model-names", "--alias", "mine"])
     try:

@@ -90,7 +90,9 @@ def test_ten_turn_conversation_prefills_only_each_new_turn(llm):
         history += user
         before = llm.runner.n_prefilled
         out = list(llm.generate(history, max_tokens=3, temperature=0))
-        prefilled.append(llm.runner.n_prefilled - before - (llm.stats.generated_tokens - 1))
+        st = llm.stats  # decode passes computed generated - 1 tokens plus the draft tokens not kept
+        decoded = st.generated_tokens - 1 + st.drafted_tokens - st.accepted_tokens
+        prefilled.append(llm.runner.n_prefilled - before - decoded)
         history += llm.stats.token_ids
         assert out is not None
         if turn:  # the new user tokens plus the previous turn's last (sampled, never computed) token

@@ -33,7 +33,9 @@ def timings(s) -> str:
     """The --verbose line of a generation's GenerationStats."""
     return (f"prompt: {s.prompt_tokens} tokens ({s.cached_tokens} cached) in {s.prefill_s:.3f} s; "
             f"generated {s.generated_tokens} tokens in {s.decode_s:.3f} s "
-            f"({s.generated_tokens / max(s.decode_s, 1e-9):.1f} tok/s); finish: {s.finish_reason}")
+            f"({s.generated_tokens / max(s.decode_s, 1e-9):.1f} tok/s); finish: {s.finish_reason}"
+            + (f"; speculative: {s.accepted_tokens} of {s.drafted_tokens} draft tokens accepted in {s.draft_steps} "
+               "passes" if s.drafted_tokens else ""))
 
 
 @contextlib.contextmanager

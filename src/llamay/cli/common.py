@@ -132,14 +132,23 @@ def parse_size(text: str) -> int:
     return int(value * SIZE_UNITS[unit])
 
 
+def add_spec_arg(p: argparse.ArgumentParser):
+    from ..engine.draft import MODES
+    from ..settings import SPEC
+    p.add_argument("--spec", choices=MODES, default=SPEC.mode,
+                   help="speculative decoding: ngram (prompt lookup: drafts checked in one pass, the same tokens "
+                        "as without) or none")
+
+
 def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = LOAD.kv,
-               kv_budget: int | None = LOAD.kv_budget, lora=None):
+               kv_budget: int | None = LOAD.kv_budget, lora=None, spec: str | None = None):
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
     path = resolve_model(name)
     try:
-        llm = load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora)
+        llm = load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora,
+                   **({} if spec is None else {"spec": spec}))
     except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
     for note in load_notes(llm, n_ctx, kv_budget):

@@ -15,6 +15,7 @@ from .common import (
     TOP_K,
     CLIError,
     add_lora_arg,
+    add_spec_arg,
     add_model_args,
     eprint,
     load_model,
@@ -28,6 +29,7 @@ from .conversation import Conversation
 def add_parser(p):
     add_model_args(p)
     add_lora_arg(p)
+    add_spec_arg(p)
     p.add_argument("-p", "--prompt", help="text to complete (no chat template unless --system); omit for a chat")
     p.add_argument("--system", metavar="TEXT", help="the system message: the chat starts with it; with -p or -f the "
                                                   "prompt goes through the chat template as system + one user message")
@@ -108,7 +110,7 @@ def run(args):
     _read_prompt(args)
     if args.prompt == "":
         raise CLIError("the prompt is empty (-p TEXT; omit -p for a chat)")
-    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget, lora=args.lora)
+    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget, lora=args.lora, spec=args.spec)
     grammar = _grammar(llm, args)
     if args.prompt is not None:
         _stream(llm, args.prompt if args.system is None else _one_turn(llm, args.system, args.prompt), args, grammar)

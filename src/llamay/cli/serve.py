@@ -10,7 +10,19 @@ from ..defaults import DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
 from ..settings import LOAD, SCHEDULER, SERVER
 from . import serve_llamacpp
-from .common import CTX_HELP, KV_HELP, THREADS, THREADS_HELP, CLIError, add_lora_arg, budget_note, eprint, parse_size, ranged
+from .common import (
+    CTX_HELP,
+    KV_HELP,
+    THREADS,
+    THREADS_HELP,
+    CLIError,
+    add_lora_arg,
+    add_spec_arg,
+    budget_note,
+    eprint,
+    parse_size,
+    ranged,
+)
 
 # llama-server's -ctk/-ctv pairs that are one of llamay's KV types (keys, values) -> --kv
 LLAMA_KV = {("f32", "f32"): "f32", ("f16", "f16"): "f16", ("q8_0", "q8_0"): "q8", ("f16", "q8_0"): "vq8"}
@@ -47,6 +59,7 @@ def add_parser(p: argparse.ArgumentParser):
                    help=f"memory for KV pages per model, e.g. 512M (default: room for {LOAD.pool_contexts} full "
                         "contexts)")
     add_lora_arg(p)
+    add_spec_arg(p)
     p.add_argument("--grammar-file", default=None,
                    help="a GBNF grammar every request follows unless it asks for its own format")
     p.add_argument("--max-contexts", type=ranged(int, 0), default=SERVER.max_contexts,
@@ -97,7 +110,7 @@ def build_app(args, log=None):
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
                                keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
                                max_contexts=args.max_contexts, context_ttl=args.context_ttl,
-                               lora=tuple(args.lora or ()), alias=args.alias,
+                               lora=tuple(args.lora or ()), spec=args.spec, alias=args.alias,
                                strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
     try:
         default = default_model_path()

@@ -7,7 +7,8 @@ import importlib
 _EXPORTS = {
     ".llm": ("LLM", "ContextOverflow", "load"),
     ".sampling": ("Sampler", "SamplingParams", "apply_penalties", "filter_candidates"),
-    ".scheduler": ("Scheduler", "Job", "Done", "Piece", "Overloaded"),
+    ".scheduler": ("Scheduler", "Overloaded"),
+    ".job": ("Job", "Done", "Piece"),
     # errors and readers of the layers below, for the server's error mapping and model checks
     "..kv": ("OutOfPages",),
     "..kv.snapshot": ("SnapshotError",),

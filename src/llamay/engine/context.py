@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .sampling import SamplingParams, sampling_params
-from .scheduler import Job
+from .job import Job
 from .stops import stop_list
 
 
@@ -21,6 +21,9 @@ class GenerationStats:
     decode_s: float = 0.0
     finish_reason: str = ""
     token_ids: list[int] = field(default_factory=list)
+    drafted_tokens: int = 0  # speculative decoding: draft tokens verified
+    accepted_tokens: int = 0  # of them, emitted (each saved a forward pass)
+    draft_steps: int = 0  # forward passes that verified a draft
 
 
 class Context:
@@ -58,14 +61,15 @@ class Context:
         return self._do(run)
 
     def generate(self, max_tokens: int = 128, stop: str | list[str] | None = None, grammar=None,
-                 params: SamplingParams | None = None, **sampling) -> Iterator[str]:
+                 params: SamplingParams | None = None, spec: str | None = None, **sampling) -> Iterator[str]:
         """Continue this context (generated tokens are appended to it; the last one is computed by the
         next extend or generate). grammar: a llamay.grammar.Grammar the output must follow. A constrained
         generation cut off by max_tokens keeps its grammar position with the context: the next generate()
         (without a grammar) continues under it, fork() gives each child a copy, save() writes it into the
-        snapshot. params and sampling as for LLM.generate."""
+        snapshot. params, spec and sampling as for LLM.generate."""
         params = sampling_params(params, sampling, self.llm.n_vocab)
-        return self.llm.drive(Job([], params, None, max_tokens, stop_list(stop), ctx=self.id, grammar=grammar))
+        return self.llm.drive(Job([], params, None, max_tokens, stop_list(stop), ctx=self.id, grammar=grammar,
+                                  spec=spec))
 
     def fork(self, n: int = 1) -> list["Context"]:
         """n contexts sharing this one's pages (zero pages allocated; copy-on-write on divergence)."""

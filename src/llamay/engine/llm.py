@@ -15,13 +15,14 @@ from ..kernels.threads import default_threads
 from ..kv import kv_type, page_bytes
 from ..models import Decoder, arch_spec
 from ..models.lora import load_lora
-from ..settings import LOAD, SCHEDULER
+from ..settings import LOAD, SCHEDULER, SPEC
 from .context import Context, GenerationStats
 from .digest import weights_digest
 from . import snapshots
 from .embed import file_tokenizer
 from .runner import Runner
-from .scheduler import Job, Piece, Scheduler
+from .job import Job, Piece
+from .scheduler import Scheduler
 from .stops import stop_list
 from .sampling import SamplingParams, sampling_params
 
@@ -34,8 +35,9 @@ class ContextOverflow(ValueError):
 class LLM:
     def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
                  kv: str = LOAD.kv, kv_budget: int | None = None, page_size: int = LOAD.page_size,
-                 lora: list[tuple[str, str, float]] | None = None):
-        """lora: (name, adapter file, scale) of LoRA adapters applied to every request."""
+                 lora: list[tuple[str, str, float]] | None = None, spec: str = SPEC.mode):
+        """lora: (name, adapter file, scale) of LoRA adapters applied to every request. spec: speculative
+        decoding of a generation that does not choose (draft.MODES)."""
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -53,7 +55,7 @@ class LLM:
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)
         # every generation and every KV change goes through it: stepped here until a server starts it
-        self.scheduler = Scheduler(lambda: self._runner, self.tokenizer, self.n_ctx, start=False)
+        self.scheduler = Scheduler(lambda: self._runner, self.tokenizer, self.n_ctx, start=False, spec=spec)
 
     def _new_runner(self, kv_budget: int | None, pool=None) -> Runner:
         per_ctx, one_page = context_pages(self.spec, self.n_ctx, self.kv, self.page_size)
@@ -200,17 +202,19 @@ class LLM:
         return [Context(self, c, 0) for c in self.scheduler.do(lambda runner: runner.state.contexts())]
 
     def generate(self, prompt: str | list[int], max_tokens: int = 128, stop: str | list[str] | None = None,
-                 grammar=None, params: SamplingParams | None = None, lora=None, **sampling) -> Iterator[str]:
+                 grammar=None, params: SamplingParams | None = None, lora=None, spec: str | None = None,
+                 **sampling) -> Iterator[str]:
         """Yields text pieces (never half a UTF-8 character). Ends at an end-of-generation token, a stop
         string (not emitted), max_tokens, the end of the context, or a grammar's complete output
         (grammar: llamay.grammar.Grammar); self.stats says which. params: SamplingParams (default: its
         defaults, llama.cpp's); keyword arguments (temperature=..., seed=...) replace fields of it. lora:
-        the adapters to use (lora_choice; default: every one loaded)."""
+        the adapters to use (lora_choice; default: every one loaded). spec: speculative decoding for this
+        generation, "none" or "ngram" (default: the LLM's); it changes no token, only the speed."""
         params = sampling_params(params, sampling, self.n_vocab)
         ids = self._ids(prompt)
         self.check_ids(ids)
         return self.drive(Job(ids, params, None, max_tokens, stop_list(stop), grammar=grammar,
-                              lora=self.lora_choice(lora)))
+                              lora=self.lora_choice(lora), spec=spec))
 
     def drive(self, job: Job) -> Iterator[str]:
         """Runs one generation job through the scheduler (the same decode loop as the server's), yielding
@@ -228,6 +232,8 @@ class LLM:
             stats.prompt_tokens, stats.cached_tokens = ev.prompt_tokens, ev.cached_tokens
             stats.generated_tokens, stats.finish_reason = ev.completion_tokens, ev.reason
             stats.prefill_s, stats.decode_s = ev.prompt_ns / 1e9, ev.eval_ns / 1e9
+            stats.drafted_tokens, stats.accepted_tokens = ev.drafted_tokens, ev.accepted_tokens
+            stats.draft_steps = ev.draft_steps
 
 
 def context_length(spec, n_ctx: int | None) -> int:
@@ -241,8 +247,10 @@ def context_pages(spec, n_ctx: int, kv: str, page_size: int = LOAD.page_size) ->
 
 
 def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
-         kv: str = LOAD.kv, kv_budget: int | None = None, lora: list[tuple[str, str, float]] | None = None) -> LLM:
+         kv: str = LOAD.kv, kv_budget: int | None = None, lora: list[tuple[str, str, float]] | None = None,
+         spec: str = SPEC.mode) -> LLM:
     """kv: KV cache element type: 'f16' (default), 'f32', 'q8' (int8 keys and values), 'vq8' (int8
     values). kv_budget: bytes of KV pages (default: room for 4 full contexts). lora: (name, adapter GGUF,
-    scale) of LoRA adapters applied unmerged to every request, in name order."""
-    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora)
+    scale) of LoRA adapters applied unmerged to every request, in name order. spec: speculative decoding
+    by default, "ngram" (prompt lookup) or "none"; a generation may choose otherwise."""
+    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec)

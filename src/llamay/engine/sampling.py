@@ -131,6 +131,17 @@ def _logsumexp(values: np.ndarray) -> float:
     return float(top) + float(np.log(np.exp(values - top, dtype=np.float32).sum(dtype=np.float64)))
 
 
+def logprobs(logits: np.ndarray, tok: int, k: int | None) -> tuple[float | None, list[tuple[int, float]] | None]:
+    """The model's log-probabilities (log-softmax of the raw logits) of tok and of the k likeliest."""
+    if k is None:
+        return None, None
+    top = float(logits.max())
+    logz = top + float(np.log(np.exp(logits - top, dtype=np.float64).sum()))
+    ids = np.argpartition(-logits, k)[:k] if 0 < k < logits.size else np.zeros(0, np.int64)
+    ids = ids[np.lexsort((ids, -logits[ids]))]
+    return float(logits[tok]) - logz, [(int(i), float(logits[i]) - logz) for i in ids]
+
+
 def sampling_params(params: SamplingParams | None, fields: dict, n_vocab: int) -> SamplingParams:
     """params (default SamplingParams()) with `fields` replaced, checked (ValueError, TypeError)."""
     params = dataclasses.replace(params or SamplingParams(), **fields)

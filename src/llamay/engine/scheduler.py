@@ -1,10 +1,13 @@
 """Continuous batching: one thread owns the runner and steps every running sequence together.
 
-Each step is one forward pass holding the next token of every decoding sequence plus a chunk of one or more
-prompts being prefilled (up to `batch` tokens in all). Up to `concurrency` sequences run; later jobs queue;
-a full queue refuses at once (Overloaded). Every kernel is batch-invariant, so a sequence's logits do not
-depend on what it was batched with. Other work on the runner (contexts: create, fork, save, restore) goes
-through do(), which runs it on the same thread between steps: only this thread mutates KV state.
+Each step is one forward pass holding the next token of every decoding sequence (and its draft, when it
+speculates: draft.py) plus a chunk of one or more prompts being prefilled (up to `batch` tokens in all). Up
+to `concurrency` sequences run; later jobs queue; a full queue refuses at once (Overloaded). Every kernel is
+batch-invariant, so a sequence's logits do not depend on what it was batched with, and a draft token's are
+those it would get decoded alone: each position is sampled as plain decoding samples it (one random draw per
+emitted token), a draft token kept while it equals the token sampled, so speculation changes no token,
+greedy or seeded. Other work on the runner (contexts: create, fork, save, restore) goes through do(), which
+runs it on the same thread between steps: only this thread mutates KV state.
 
 Started (start(): a server), a thread of its own steps it. Not started (the Python API alone), run() steps
 it on the caller's thread: one decode loop either way."""
@@ -15,75 +18,23 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..kv import OutOfPages
-from ..settings import SCHEDULER
+from ..settings import SCHEDULER, SPEC
 from ..tokenizer import IncrementalDecoder
-from . import constrain
+from . import constrain, draft
+from .job import Done, Job, Piece
 from .runner import Runner
-from .sampling import Sampler, SamplingParams
+from .sampling import Sampler, SamplingParams, logprobs
 from .stops import StopMatcher
-
-if TYPE_CHECKING:
-    from ..grammar import Grammar
 
 ALIGN = 32  # prefill chunks end on multiples of this (fewer distinct batch sizes, so fewer graphs to build)
 
 
 class Overloaded(Exception):
     """The queue is full: the caller answers 503 (or its API's overloaded error) at once."""
-
-
-@dataclass
-class Job:
-    """One generation at the token level. With ctx, the job continues that context (prompt appended to it)
-    and the context stays; otherwise a new context is made from the prompt (prefix from the radix tree)
-    and freed at the end, its tokens left cached. n > 1: the prompt is computed once and forked."""
-    prompt: list[int]
-    params: SamplingParams
-    sink: Callable[["Piece | Done"], None]  # called on the scheduler thread; must not block
-    max_tokens: int | None = None
-    stops: list[str] = field(default_factory=list)
-    n: int = 1
-    logprobs: int | None = None  # None: none; k >= 0: the chosen token's logprob and the top k
-    ctx: int | None = None
-    grammar: Grammar | None = None  # every choice's output is constrained by it
-    lora: tuple | None = None  # a new context's adapters ((name, scale), ...); None: the default ones
-    cancelled: bool = False  # set by cancel(); seen at the next step
-
-    def cancel(self):
-        self.cancelled = True
-
-
-@dataclass
-class Piece:
-    """One sampled token; text is what is safe to show now (may be empty)."""
-    index: int
-    text: str
-    token: int
-    logprob: float | None = None
-    top: list[tuple[int, float]] | None = None
-
-
-@dataclass
-class Done:
-    """reason: 'stop', 'length', 'cancelled' or 'error' (then error says why)."""
-    index: int
-    reason: str
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    prompt_ns: int
-    eval_ns: int
-    total_ns: int
-    tokens: list[int]  # the sequence's tokens: prompt (with the context's before it) and generated
-    stop_sequence: str | None = None
-    ctx: int | None = None  # the context holding the sequence when the job continued one
-    error: Exception | None = None
 
 
 class _Seq:
@@ -97,22 +48,29 @@ class _Seq:
         self.grammar = job.grammar.matcher() if job.grammar is not None else None
         self.n_prompt, self.n_cached, self.n_gen = len(history) + len(todo), n_cached, 0
         self.next_tok: int | None = None  # sampled, its K/V not computed yet
+        self.drafter: draft.NgramDrafter | None = None
+        self.n_drafted = self.n_accepted = self.n_draft_steps = 0
         self.t_submit, self.t_start, self.t_prefilled = t_submit, time.perf_counter_ns(), 0
 
 
 class Scheduler:
     def __init__(self, runner_of: Callable[[], Runner], tokenizer, n_ctx: int, concurrency: int = SCHEDULER.concurrency,
-                 max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch, start: bool = True):
+                 max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch, start: bool = True,
+                 spec: str = SPEC.mode):
         """runner_of: the current runner (LLM.reset may replace it). start=False: stepped by run() on the
-        caller's thread until start() gives it a thread of its own."""
+        caller's thread until start() gives it a thread of its own. spec: a job's speculative decoding
+        unless it chooses (draft.MODES)."""
         self.runner_of, self.tokenizer, self.n_ctx = runner_of, tokenizer, n_ctx
         self.concurrency, self.max_queue, self.batch = concurrency, max_queue, batch
+        self.spec = draft.check_mode(spec)
         self.queue: deque[tuple[Job, int]] = deque()
         self.running: list[_Seq] = []
         self.calls: deque[tuple[Callable, Future]] = deque()
         self.cv = threading.Condition()
         self.stopping = False
         self.steps = 0
+        # every sequence's speculation so far: draft tokens verified, accepted, passes verifying a draft
+        self.drafted_tokens = self.accepted_tokens = self.draft_steps = 0
         self.thread: threading.Thread | None = None
         if start:
             self.start()
@@ -239,8 +197,49 @@ class Scheduler:
         if not self.running:
             return
         decode = [s for s in self.running if s.next_tok is not None]
-        items, rows, wants = [(s.ctx, [s.next_tok]) for s in decode], list(range(len(decode))), list(decode)
-        budget, n = self.batch - len(decode), len(decode)
+        drafts = self._drafts(decode)
+        try:
+            try:
+                items, wants, logits = self._pass(decode, drafts)
+            except OutOfPages:
+                if not any(drafts):
+                    raise
+                drafts = [[] for _ in decode]  # a draft never costs a sequence its pages: again without
+                items, wants, logits = self._pass(decode, drafts)
+        except OutOfPages as e:
+            victim = max(self.running, key=lambda s: s.t_start)
+            self._finish(victim, "error", error=e)
+            return
+        self.steps += 1
+        for seq in decode:
+            seq.history.append(seq.next_tok)
+            seq.next_tok = None
+        by_ctx = {s.ctx: s for s in self.running}
+        for ctx, chunk in items[len(decode):]:
+            by_ctx[ctx].history += chunk
+        at = 0
+        for seq, tokens in zip(wants, drafts + [[]] * (len(wants) - len(decode))):
+            self._isolated(seq, self._verify, seq, tokens, logits[at:at + 1 + len(tokens)])
+            at += 1 + len(tokens)
+
+    def _drafts(self, decode: list[_Seq]) -> list[list[int]]:
+        """Each decoding sequence's draft, no longer than plain decoding could still emit after its next token
+        (max_tokens; computed positions stay below n_ctx - 1), fitted to the step (draft.fit)."""
+        out = []
+        for seq in decode:
+            room = self.n_ctx - 2 - len(seq.history)
+            if seq.job.max_tokens is not None:
+                room = min(room, seq.job.max_tokens - seq.n_gen - 1)
+            out.append(seq.drafter.propose(seq.history, seq.next_tok, room) if seq.drafter else [])
+        return draft.fit(out, len(decode), self.batch)
+
+    def _pass(self, decode: list[_Seq], drafts: list[list[int]]) -> tuple[list, list[_Seq], np.ndarray]:
+        """One forward pass: each decoding sequence's next token and draft (logits at every position), then
+        prompt chunks in the budget left -> (items, the sequences given logits: decoding ones, then prompts
+        done; the logits in that order). A failure changes nothing (the chunks are put back)."""
+        items = [(s.ctx, [s.next_tok] + d) for s, d in zip(decode, drafts)]
+        n = sum(len(tokens) for _, tokens in items)
+        rows, wants, budget = list(range(n)), list(decode), self.batch - n
         for seq in self.running:
             if not seq.todo or budget <= 0:
                 continue
@@ -255,21 +254,41 @@ class Scheduler:
                 rows.append(n - 1)
                 wants.append(seq)
         try:
-            logits = self.runner_of().forward_batch(items, np.asarray(rows, np.int64))
-        except OutOfPages as e:
+            return items, wants, self.runner_of().forward_batch(items, np.asarray(rows, np.int64))
+        except OutOfPages:
             self._undo_chunks(items[len(decode):])
-            victim = max(self.running, key=lambda s: s.t_start)
-            self._finish(victim, "error", error=e)
-            return
-        self.steps += 1
-        for seq in decode:
+            raise
+
+    def _verify(self, seq: _Seq, tokens: list[int], logits: np.ndarray):
+        """logits[i]: after the sequence's computed tokens and tokens[:i] (a draft). Each row is sampled as
+        plain decoding samples it; tokens[i] is kept, its K/V with it, while it equals the token just sampled.
+        The K/V of the rest is cut."""
+        if tokens:
+            seq.n_drafted += len(tokens)
+            seq.n_draft_steps += 1
+            self.drafted_tokens += len(tokens)
+            self.draft_steps += 1
+        kept = 0
+        for i, row in enumerate(logits):
+            self._logits_ready(seq, row)
+            if seq not in self.running or i == len(tokens) or seq.next_tok != tokens[i] or seq.job.cancelled:
+                break
             seq.history.append(seq.next_tok)
             seq.next_tok = None
-        by_ctx = {s.ctx: s for s in self.running}
-        for ctx, chunk in items[len(decode):]:
-            by_ctx[ctx].history += chunk
-        for seq, row in zip(wants, logits):
-            self._isolated(seq, self._logits_ready, seq, row)
+            kept += 1
+            seq.n_accepted += 1
+            self.accepted_tokens += 1
+        if seq in self.running:
+            if tokens:
+                seq.drafter.verified(len(tokens), kept)
+            self._trim(seq)
+
+    def _trim(self, seq: _Seq):
+        """Cut the K/V of draft tokens past the sequence's history (rejected, or past its end): pages
+        released, nothing copied. The context's last logits stay those after the history's last token."""
+        state = self.runner_of().state
+        if state.n_tokens(seq.ctx) > len(seq.history):
+            state.truncate(seq.ctx, len(seq.history))
 
     def _undo_chunks(self, items):
         """A failed pass computed nothing: put the prompt chunks back."""
@@ -292,6 +311,7 @@ class Scheduler:
                 job.sink(Done(0, "error", 0, 0, 0, 0, 0, 0, [], error=e))
 
     def _start(self, runner: Runner, job: Job, t_submit: int):
+        drafter = self._drafter(job)  # a mode not in draft.MODES fails here, before any KV change
         if job.ctx is None:
             ctx, n_cached = runner.open(job.prompt, job.lora)
             history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
@@ -304,6 +324,7 @@ class Scheduler:
         rec = runner.record(ctx)
         cut, rec.matcher = rec.matcher, None
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
+        seq.drafter = drafter
         if job.grammar is None and not job.prompt:
             seq.grammar = cut
         self.running.append(seq)
@@ -321,10 +342,14 @@ class Scheduler:
                 runner.record(kid).lora = runner.record(seq.ctx).lora
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
                 twin.grammar = seq.grammar.clone() if seq.grammar is not None else None
+                twin.drafter = self._drafter(seq.job)
                 twin.t_start, twin.t_prefilled = seq.t_start, seq.t_prefilled
                 self.running.append(twin)
                 self._sample(twin, logits)
         self._sample(seq, logits)
+
+    def _drafter(self, job: Job) -> draft.NgramDrafter | None:
+        return draft.new_drafter(job.spec if job.spec is not None else self.spec)
 
     def _sample(self, seq: _Seq, logits: np.ndarray):
         self._isolated(seq, self._sample_one, seq, logits)
@@ -346,7 +371,7 @@ class Scheduler:
             return self._finish(seq, "stop")
         complete = constrain.accept(seq.grammar, tok, self.tokenizer.eog_ids)
         seq.n_gen += 1
-        logprob, top = _logprobs(logits, tok, seq.job.logprobs)
+        logprob, top = logprobs(logits, tok, seq.job.logprobs)
         text = seq.matcher.feed(seq.detok.add(tok))
         seq.job.sink(Piece(seq.index, text, tok, logprob, top))
         seq.next_tok = tok
@@ -359,6 +384,7 @@ class Scheduler:
     def _finish(self, seq: _Seq, reason: str, error: Exception | None = None):
         runner = self.runner_of()
         self.running.remove(seq)
+        self._trim(seq)
         if reason != "error":
             try:
                 tail = seq.matcher.feed(seq.detok.flush()) + seq.matcher.flush()
@@ -380,15 +406,5 @@ class Scheduler:
         t_pre = seq.t_prefilled or now
         seq.job.sink(Done(seq.index, reason, seq.n_prompt, seq.n_cached, seq.n_gen, t_pre - seq.t_start,
                           now - t_pre, now - seq.t_submit, tokens, seq.matcher.matched,
-                          seq.ctx if keep else None, error))
+                          seq.ctx if keep else None, error, seq.n_drafted, seq.n_accepted, seq.n_draft_steps))
 
-
-def _logprobs(logits: np.ndarray, tok: int, k: int | None) -> tuple[float | None, list[tuple[int, float]] | None]:
-    """The model's log-probabilities (log-softmax of the raw logits) of tok and of the k likeliest."""
-    if k is None:
-        return None, None
-    top = float(logits.max())
-    logz = top + float(np.log(np.exp(logits - top, dtype=np.float64).sum()))
-    ids = np.argpartition(-logits, k)[:k] if 0 < k < logits.size else np.zeros(0, np.int64)
-    ids = ids[np.lexsort((ids, -logits[ids]))]
-    return float(logits[tok]) - logz, [(int(i), float(logits[i]) - logz) for i in ids]

@@ -27,6 +27,12 @@ class Metrics:
             gauges["running_sequences"] += sched.n_running
             gauges["kv_pages_used"] += state.n_total - state.n_free
             gauges["kv_pages_total"] += state.n_total
+        spec = {"spec_drafted_tokens_total": 0, "spec_accepted_tokens_total": 0, "spec_draft_steps_total": 0}
+        for loaded in list(registry.loaded.values()):
+            sched = loaded.scheduler
+            spec["spec_drafted_tokens_total"] += sched.drafted_tokens
+            spec["spec_accepted_tokens_total"] += sched.accepted_tokens
+            spec["spec_draft_steps_total"] += sched.draft_steps
         lines = []
         for name, value, help_ in (("requests_total", self.requests, "generation requests received"),
                                    ("prompt_tokens_total", self.prompt_tokens, "prompt tokens"),
@@ -34,6 +40,10 @@ class Metrics:
                                     "prompt tokens found in the prefix cache (not evaluated)"),
                                    ("tokens_generated_total", self.completion_tokens, "tokens generated")):
             lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {value}"]
+        for name, help_ in (("spec_drafted_tokens_total", "speculative draft tokens verified (loaded models)"),
+                            ("spec_accepted_tokens_total", "of them, emitted: each saved a forward pass"),
+                            ("spec_draft_steps_total", "forward passes that verified a draft")):
+            lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {spec[name]}"]
         for name, value in gauges.items():
             lines += [f"# HELP llamay_{name} {name.replace('_', ' ')}", f"# TYPE llamay_{name} gauge",
                       f"llamay_{name} {value}"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..defaults import DEFAULT_NAME, default_model_path
 from ..engine import GGUFError, GGUFReader, Scheduler, UnsupportedModel
 from ..engine.digest import weights_digest
-from ..settings import LOAD, SCHEDULER, SERVER
+from ..settings import LOAD, SCHEDULER, SERVER, SPEC
 from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
 
@@ -38,6 +38,7 @@ class Settings:
     grammar: str | None = None  # --grammar-file's text
     max_contexts: int = SERVER.max_contexts  # named contexts (context routes), all models together
     context_ttl: float = SERVER.context_ttl  # seconds a named context may stay unused; <= 0: forever
+    spec: str = SPEC.mode  # speculative decoding of every generation (engine/draft.py MODES)
     alias: str | None = None  # --alias: the name the default (first pinned) model is served under
     strict_model_names: bool = False  # True: an unknown name is 404 even when one model is served
     # llama-server's flags (cli/serve_llamacpp.py): SamplingParams fields and max_tokens a request that sets
@@ -271,7 +272,7 @@ class Registry:
         s = self.settings
         t0 = time.perf_counter_ns()
         llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget,
-                          lora=list(s.lora))
+                          lora=list(s.lora), spec=s.spec)
         sched = llm.serve(s.concurrency, s.max_queue, s.batch)
         return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
                       stored=self.defaults(name), default_grammar=s.grammar)
