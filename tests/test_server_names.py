@@ -94,6 +94,18 @@ def test_metrics_count_speculative_drafts(server):
     assert values["llamay_spec_draft_steps_total"] > 0
 
 
+def test_speculation_per_request_and_its_timings(server):
+    """llama-server's timings draft_n / draft_n_accepted; `spec: "none"` or `speculative.n_max: 0` opts out,
+    with the same tokens."""
+    body = {"prompt": "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2, 3]\n", "n_predict": 40, "temperature": 0}
+    runs = [httpx.post(server.url + "/completion", json={**body, **extra}, timeout=60).json()
+            for extra in ({}, {"spec": "none"}, {"speculative.n_max": 0})]
+    assert runs[0]["timings"]["draft_n"] >= runs[0]["timings"]["draft_n_accepted"] > 0
+    assert all("draft_n" not in r["timings"] for r in runs[1:])
+    assert len({r["content"] for r in runs}) == 1
+    assert httpx.post(server.url + "/completion", json={**body, "spec": "maybe"}, timeout=60).status_code == 400
+
+
 def test_strict_model_names_and_alias(smollm_path):
     strict = LiveServer(["-m", str(smollm_path), "--threads", "2", "--strict-model-names", "--alias", "mine"])
     try:

@@ -57,6 +57,8 @@ class Usage:
     prompt_eval_ns: int = 0
     eval_ns: int = 0
     total_ns: int = 0
+    drafted_tokens: int = 0  # speculative decoding: draft tokens verified
+    accepted_tokens: int = 0  # of them, emitted
 
     @property
     def prompt_eval_count(self) -> int:

@@ -273,7 +273,7 @@ class Generation:
             raise ProtocolError(404, str(e), "not_found", "model") from None
         self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
                        req.max_tokens, req.stop, req.n, req.top_logprobs if req.logprobs else None, ctx,
-                       prep.grammar, lora=lora)
+                       prep.grammar, lora=lora, spec=req.options.get("spec"))
         self.dones: list[Done] = []
         try:
             loaded.scheduler.submit(self.job)
@@ -319,7 +319,8 @@ class Generation:
                 if content or reasoning or calls:
                     yield Delta(ev.index, content, reasoning, tool_calls=calls, tokens=held[ev.index])
                 usage = Usage(ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens, self.load_ns,
-                              ev.prompt_ns, ev.eval_ns, ev.total_ns + self.load_ns)
+                              ev.prompt_ns, ev.eval_ns, ev.total_ns + self.load_ns, ev.drafted_tokens,
+                              ev.accepted_tokens)
                 reason = "tool_calls" if reader.calls and ev.reason == "stop" else ev.reason
                 yield Finish(ev.index, reason, usage, ev.tokens, ev.stop_sequence)
         finally:

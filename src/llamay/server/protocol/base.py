@@ -114,6 +114,8 @@ def merge_usage(finishes: list[Finish]) -> Usage:
         total.completion_tokens += f.usage.completion_tokens
         total.eval_ns = max(total.eval_ns, f.usage.eval_ns)
         total.total_ns = max(total.total_ns, f.usage.total_ns)
+        total.drafted_tokens += f.usage.drafted_tokens
+        total.accepted_tokens += f.usage.accepted_tokens
     return total
 
 

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ...engine.draft import MODES as DRAFT_MODES
 from .base import bad_request
 from .openai_common import NUMBER, get_bool, get_field, get_int, get_num
 
@@ -89,8 +90,18 @@ def parse_extras(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
         sampling["repeat_last_n"] = repeat_last_n
     id_slot = get_int(body, "id_slot", -1)
     options = {"ignore_eos": get_bool(body, "ignore_eos"), "id_slot": None if id_slot == -1 else id_slot,
-               "lora": parse_lora(body)}
+               "lora": parse_lora(body), "spec": parse_spec(body)}
     return sampling, {k: v for k, v in options.items() if v is not None}
+
+
+def parse_spec(body: dict) -> str | None:
+    """This request's speculative decoding: llamay's `spec` ("ngram" | "none"), or llama-server's
+    `speculative.n_max` (0: none); None: the server's. It changes no token, only the speed."""
+    spec = get_field(body, "spec", (str,), "\"ngram\" or \"none\"")
+    if spec is not None and spec not in DRAFT_MODES:
+        raise bad_request(f"'spec' must be one of {', '.join(DRAFT_MODES)}, got {spec!r}", "spec")
+    n_max = get_int(body, "speculative.n_max", 0)
+    return spec or ("none" if n_max == 0 else None)
 
 
 def parse_lora(body: dict) -> list[tuple[int, float]] | None:
