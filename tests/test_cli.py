@@ -103,12 +103,13 @@ def test_ctx_show_of_a_broken_file_is_one_line_error(capsys, tmp_path):
 
 @pytest.mark.model
 def test_verify_passes_on_the_default_model(capsys, smollm_path):
-    code, out, _ = run_cli(capsys, "verify", "-m", str(smollm_path), "--tokens", "12")
+    code, out, err = run_cli(capsys, "verify", "-m", str(smollm_path), "--tokens", "12")
     assert code == 0, out
     from llamay.kernels import _lib
     rows = [line for line in out.splitlines()[1:] if line.strip()]
     # 4 state checks, 2 other thread counts, each other kernel path, 3 KV types
     assert len(rows) == 4 + 2 + len(_lib.available()) - 1 + 3 and all("  ok  " in r for r in rows)
+    assert f"verifying  100%  {len(rows)}/{len(rows)} checks" in err  # the bar's total is the checks made
     for path in _lib.available()[:-1]:
         assert any(r.startswith(f"{path} kernels == ") for r in rows), path
 

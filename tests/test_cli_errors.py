@@ -156,3 +156,24 @@ def test_spec_flag_changes_no_token(smollm_path):
     spec, plain = llamay(*base), llamay(*base, "--spec", "none")
     assert spec.returncode == plain.returncode == 0 and spec.stdout == plain.stdout
     assert "draft tokens accepted" in spec.stderr and "draft tokens" not in plain.stderr
+
+
+def test_notes_when_a_value_is_changed(capsys, smollm_path):
+    """-c over the training context and a --kv-budget under one context load anyway, each with a note."""
+    assert main(["run", "-m", str(smollm_path), "-p", "Hi", "-n", "1", "-c", "99999", "--kv-budget", "1K"]) == 0
+    err = capsys.readouterr().err
+    assert "llamay: note: -c 99999 is over the model's training context: using 8192" in err
+    assert "llamay: note: --kv-budget 1024 bytes is under one full context: using" in err
+
+
+def test_a_taken_port_is_one_line_before_serving(capsys, smollm_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        err = one_line_error(capsys, ["serve", "-m", str(smollm_path), "--port", str(port)])
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err and "serving" not in err
+        assert main(["serve", "-m", str(smollm_path), "--port", str(port), "-ngl", "99"]) == 1
+    note, error = capsys.readouterr().err.splitlines()
+    assert note == "llamay: note: -ngl 99 is ignored: llamay runs on the CPU" and "cannot listen" in error

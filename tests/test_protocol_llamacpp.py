@@ -428,3 +428,22 @@ def test_server_defaults_fill_only_what_the_request_left_to_its_api():
     ollama = with_server_defaults(GenRequest(model=None, sampling={"temperature": 0.8, "top_k": 40},
                                              options_set=frozenset({"top_k"})), settings)
     assert ollama.sampling == {"temperature": 0.1, "top_k": 40, "seed": 9}
+
+
+def test_slots_are_chosen_by_the_longest_shared_prefix():
+    """An idle slot whose tokens share the longest prefix with the prompt, then the least recently used;
+    id_slot pins; all busy: the same choice among all."""
+    from llamay.server.slots import SlotTable
+    table = SlotTable(3)
+    a, b = table.take("m", [1, 2, 3], None), table.take("m", [9], None)
+    assert (a.id, b.id) == (0, 1)  # empty slots tie: the least recently used (never used) first
+    for slot, tokens in ((a, [1, 2, 3, 4]), (b, [1, 2, 9])):
+        slot.tokens = tokens
+        table.release(slot)
+    assert table.take("m", [1, 2, 3, 7], None).id == 0  # 3 shared beats 2
+    assert table.take("m", [1, 2, 9, 9], None).id == 1
+    assert table.take("m", [5], None).id == 2  # the last idle one
+    assert table.take("m", [1, 2, 3, 4], None).id == 0  # every slot busy: the same choice among all
+    assert table.take("m", [5], 2).id == 2  # pinned, busy or not
+    with pytest.raises(ProtocolError):
+        table.take("m", [5], 3)

@@ -25,6 +25,19 @@ class HelpFormat(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class Command:
+    """A subcommand as cli/main.py expects a module: __doc__, add_parser(p), run(args)."""
+
+    def __init__(self, doc: str, add_parser, run):
+        self.__doc__, self.add_parser, self.run = doc, add_parser, run
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell, three spaces apart (as `ollama list`)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
 class CLIError(Exception):
     """Printed as one line `llamay: error: ...`, exit status 1."""
 

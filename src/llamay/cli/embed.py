@@ -9,12 +9,7 @@ import argparse
 import json
 import sys
 
-from .common import THREADS, THREADS_HELP, CLIError, load_model, resolve_model
-
-
-class _Command:
-    def __init__(self, doc: str, add_parser, run):
-        self.__doc__, self.add_parser, self.run = doc, add_parser, run
+from .common import THREADS, THREADS_HELP, CLIError, Command, load_model, resolve_model
 
 
 def open_model(name: str | None, threads: int | None):
@@ -82,7 +77,7 @@ def run_rerank(args) -> int:
     return 0
 
 
-EMBED = _Command("Embed texts with an embedding model (or any decoder); prints JSON {model, embeddings}.",
+EMBED = Command("Embed texts with an embedding model (or any decoder); prints JSON {model, embeddings}.",
                  add_embed_parser, run_embed)
-RERANK = _Command("Rank documents against a query with a reranker (pooling type rank); prints a table.",
+RERANK = Command("Rank documents against a query with a reranker (pooling type rank); prints a table.",
                   add_rerank_parser, run_rerank)

@@ -8,8 +8,8 @@ import datetime
 
 from .. import env
 from ..settings import SERVER
-from .common import CLIError
-from .store_cmds import _Command, _table, human_bytes, human_time
+from .common import CLIError, Command, table
+from .store_cmds import human_bytes, human_time
 
 TIMEOUT_S = 10.0
 
@@ -67,7 +67,7 @@ def run_ps(args):
     for m in _call(args, "GET", "/api/ps").get("models", []):
         rows.append((m["name"], m["digest"][:12], human_bytes(m["size"]), "100% CPU", str(m.get("context_length", "")),
                      _until(m["expires_at"])))
-    print(_table(rows))
+    print(table(rows))
 
 
 def add_stop_parser(p):
@@ -82,5 +82,5 @@ def run_stop(args):
     _call(args, "POST", "/api/generate", {"model": args.name, "keep_alive": 0})
 
 
-PS = _Command("List the models loaded in a running server.", add_ps_parser, run_ps)
-STOP = _Command("Unload a model from a running server.", add_stop_parser, run_stop)
+PS = Command("List the models loaded in a running server.", add_ps_parser, run_ps)
+STOP = Command("Unload a model from a running server.", add_stop_parser, run_stop)

@@ -22,7 +22,7 @@ from ..store import (
     ollama_store,
     parse_name,
 )
-from .common import CLIError
+from .common import CLIError, Command, table
 
 TEMPLATE_LINES = 6
 
@@ -93,11 +93,6 @@ def _quant_arch(m: StoredModel) -> tuple[str, str]:
     return str(quant), str(arch)
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
 def add_list_parser(p):
     """No options: every model in llamay's store, then every model in Ollama's."""
 
@@ -111,7 +106,7 @@ def run_list(args):
     for m in models:
         rows.append((m.name, m.digest[:12], human_bytes(m.size), *_quant_arch(m), human_time(m.modified),
                      m.source))
-    print(_table(rows))
+    print(table(rows))
 
 
 def _find(text: str) -> StoredModel:
@@ -224,15 +219,9 @@ def run_cp(args):
     print(f"copied '{src.display}' to '{dst.display}'")
 
 
-class _Command:
-    """A subcommand as cli/main.py expects a module: __doc__, add_parser(p), run(args)."""
 
-    def __init__(self, doc: str, add_parser, run):
-        self.__doc__, self.add_parser, self.run = doc, add_parser, run
-
-
-LIST = _Command("List the models in llamay's store and Ollama's (read in place).", add_list_parser, run_list)
-SHOW = _Command("Show a stored model: architecture, parameters, context, quantization, template, license.",
+LIST = Command("List the models in llamay's store and Ollama's (read in place).", add_list_parser, run_list)
+SHOW = Command("Show a stored model: architecture, parameters, context, quantization, template, license.",
                 add_show_parser, run_show)
-RM = _Command("Remove models from llamay's store (a blob stays while another model uses it).", add_rm_parser, run_rm)
-CP = _Command("Copy a model to a second name in llamay's store.", add_cp_parser, run_cp)
+RM = Command("Remove models from llamay's store (a blob stays while another model uses it).", add_rm_parser, run_rm)
+CP = Command("Copy a model to a second name in llamay's store.", add_cp_parser, run_cp)

@@ -152,9 +152,8 @@ class Registry:
             model = find(spec)
         except StoreError as e:
             raise ValueError(str(e)) from None
-        default = default_model_path()
-        if model is None and spec.removesuffix(":latest") == DEFAULT_NAME and default is not None:
-            return DEFAULT_NAME, str(default)
+        if model is None and spec.removesuffix(":latest") == DEFAULT_NAME and default_model_path() is not None:
+            return DEFAULT_NAME, str(default_model_path())
         if model is None or model.model_path is None:
             raise ValueError(f"{spec} is neither a GGUF file nor a stored model (llamay list)")
         return model.name, str(model.model_path)

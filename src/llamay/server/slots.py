@@ -11,6 +11,8 @@ import itertools
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..engine import snapshots
 from ..events import Finish
 from .protocol.base import GenRequest, bad_request
@@ -45,7 +47,7 @@ class SlotTable:
 
     def take(self, model: str, ids: list[int], pinned: int | None) -> Slot:
         """The pinned slot, else the idle one sharing the longest prefix with ids (then the least recently
-        used), else (all busy) the least recently used."""
+        used); all busy: the same choice among every slot."""
         if pinned is not None:
             slot = self.get(model, pinned)
         else:
@@ -65,7 +67,10 @@ class SlotTable:
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    """Compared in numpy: every request compares its prompt with every slot's tokens, on the event loop."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:n], np.int64) != np.asarray(b[:n], np.int64))
+    return int(differ[0]) if differ.size else n
 
 
 def save(llm, slot: Slot, path: str) -> tuple[int, int]:
