@@ -1,19 +1,23 @@
-"""Speculative decoding's speed: decode tok/s with spec none vs ngram (prompt lookup) on three tasks, and
-llama.cpp's speculative mode (llama-cpp-python's prompt-lookup drafter) on the same files and prompts.
+"""Speculative decoding's speed: decode tok/s with spec none vs ngram (prompt lookup) and tree (a re-run turn:
+the first run's branch is in the radix tree), and with --draft-model a draft model's, on the tasks of
+llamay/tools/spec_tasks.py; side by side with llama.cpp on the same files and prompts: plain decoding
+(llama-cpp-python), its native speculative modes (`llama-speculative-simple --spec-type ngram-simple,
+ngram-map-k, ngram-mod, ngram-cache`, or draft-simple with the draft model) and llama-cpp-python's
+prompt-lookup drafter. Runs interleaved, medians; decode = (generated - 1) tokens over the time from the first
+token to the last (llama-speculative-simple: its own "decoded" figure). Also the cost of a decode step of 2,
+4, 8, 16 tokens inside generations relative to one of 1 (what settings.SPEC.step_cost assumes).
 
-Tasks: rewriting a given code file with a small change, listing the facts of a given document (both greedy),
-and free text with nothing to look up (seeded sampling, so no greedy loop repeats itself). Runs interleaved,
-medians; decode = (generated - 1) tokens over the time from the first token to the last. Also the cost of a
-decode step of 2, 4, 8, 16 tokens inside generations relative to one of 1 (what settings.SPEC.step_cost
-assumes).
-
-usage: python bench/spec.py [MODEL.gguf ...] [--threads 2] [--reps 5] [--tokens 128] [--no-llamacpp]
-llama.cpp's column needs llama-cpp-python: LLAMA_CPP_LIB_PATH=<dir of libllama.so> PYTHONPATH=<its source>;
-without it the column is skipped. Default models: SmolLM2-135M, and Gemma 3 270M when installed."""
+usage: python bench/spec.py [MODEL.gguf ...] [--threads 2] [--reps 5] [--tokens 128] [--tasks code,doc,...]
+       [--draft-model FILE] [--no-llamacpp] [--llamacpp-bin DIR]
+llama.cpp's columns need llama-cpp-python (LLAMA_CPP_LIB_PATH=<dir of libllama.so> PYTHONPATH=<its source>)
+and DIR holding llama-speculative-simple (built from the same llama.cpp tree); what is missing is skipped.
+Default models: SmolLM2-135M, and Gemma 3 270M when installed."""
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,54 +28,18 @@ from models import gemma_path, smollm_path  # noqa: E402
 
 import llamay  # noqa: E402
 from llamay.engine.runner import Runner  # noqa: E402
+from llamay.tools.spec_tasks import SEEDED, TASKS  # noqa: E402
 
-CODE = '''import json
-from dataclasses import dataclass
-
-
-@dataclass
-class Account:
-    owner: str
-    balance: float = 0.0
-
-    def deposit(self, amount: float) -> None:
-        if amount <= 0:
-            raise ValueError("deposit must be positive")
-        self.balance += amount
-
-    def withdraw(self, amount: float) -> None:
-        if amount > self.balance:
-            raise ValueError("insufficient funds")
-        self.balance -= amount
-
-    def to_json(self) -> str:
-        return json.dumps({"owner": self.owner, "balance": self.balance})
+LLAMACPP_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
 
 
-def total(accounts: list[Account]) -> float:
-    return sum(a.balance for a in accounts)
-'''
-DOC = ("The Harbor Street Library reopened on 3 March after an eight-month renovation. The new reading room seats "
-       "120 people and has 40 study desks with power outlets. Opening hours are 9:00 to 20:00 on weekdays and 10:00 "
-       "to 16:00 on Saturdays; the library is closed on Sundays. Membership is free for residents of the county, and "
-       "visitors can buy a day pass for 2 euros. The children's section moved to the ground floor, next to the cafe. "
-       "Printing costs 10 cents per page in black and white and 50 cents per page in colour. The library also lends "
-       "laptops for up to three hours to members with a valid card. Questions can be sent to "
-       "info@harborlibrary.example or asked at the front desk.")
-GREEDY = dict(temperature=0.0)
-SEEDED = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=1)
-TASKS = {  # name -> (prompt, sampling)
-    "code": ("Original file:\n```python\n" + CODE + "```\n\nThe same file with the method withdraw renamed to "
-             "take_out:\n```python\n", GREEDY),
-    "doc": ("Notice:\n" + DOC + "\n\nThe facts in the notice, one per line, in its own words:\n- ", GREEDY),
-    "free": ("Once upon a time, in a small village by the sea, there lived", SEEDED),
-}
-
-
-def llamay_runner(llm, spec: str):
+def llamay_runner(llm, spec: str, rerun: bool = False):
     def run(prompt: str, sampling: dict, n: int) -> tuple[float, float]:
-        """-> (decode tok/s, draft tokens accepted per pass that verified one)."""
+        """-> (decode tok/s, draft tokens accepted per pass that verified one). rerun: the prompt's answer
+        generated once before (untimed), as a re-run turn finds it in the tree."""
         llm.reset()
+        if rerun:
+            list(llm.generate(prompt, max_tokens=n, spec="none", **sampling))
         list(llm.generate(prompt, max_tokens=n, spec=spec, **sampling))
         st = llm.stats
         return (st.generated_tokens - 1) / st.decode_s, st.accepted_tokens / max(1, st.draft_steps)
@@ -101,22 +69,52 @@ def llamacpp_runner(path, threads: int, draft: int | None):
     return run
 
 
-def runners(llm, path, threads: int, llamacpp: bool) -> dict:
-    out = {"llamay none": llamay_runner(llm, "none"), "llamay ngram": llamay_runner(llm, "ngram")}
+def llamacpp_spec_runner(binary: Path, path, threads: int, spec_type: str, draft_model: str | None = None):
+    """llama.cpp's own speculative decoding: llama-speculative-simple with --spec-type (draft-simple: -md)."""
+    def run(prompt: str, sampling: dict, n: int) -> tuple[float, float]:
+        argv = [str(binary), "-m", str(path), "-p", prompt, "-n", str(n), "-t", str(threads), "-c", "2048",
+                "--spec-type", spec_type, "--temp", str(sampling["temperature"]), "--seed", str(SEEDED["seed"]),
+                "--top-k", str(sampling.get("top_k", 1)), "--top-p", str(sampling.get("top_p", 1.0)),
+                "--min-p", str(sampling.get("min_p", 0.0)), "--repeat-penalty", str(sampling.get("repeat_penalty", 1.0))]
+        if draft_model:
+            argv += ["-md", draft_model, "-td", str(threads)]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        decoded = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", out.stderr + out.stdout)
+        accept = re.search(r"n_accept\s+=\s+(\d+)", out.stderr + out.stdout)
+        if out.returncode or not decoded:
+            raise RuntimeError(f"{spec_type}: exit {out.returncode}: {out.stderr[-300:]}")
+        drafted = re.search(r"n_drafted\s+=\s+(\d+)", out.stderr + out.stdout)
+        rate = int(accept.group(1)) / max(1, int(drafted.group(1))) if accept and drafted else float("nan")
+        return int(decoded.group(1)) / float(decoded.group(2)), rate
+    return run
+
+
+def runners(llm, path, threads: int, llamacpp: bool, binary: Path | None, draft_model: str | None) -> dict:
+    out = {"llamay none": llamay_runner(llm, "none"), "llamay ngram": llamay_runner(llm, "ngram"),
+           "llamay tree (re-run)": llamay_runner(llm, "tree", rerun=True)}
+    if draft_model:
+        out["llamay draft"] = llamay_runner(llm, "draft")
     if llamacpp:
         try:
             out["llama.cpp"] = llamacpp_runner(path, threads, None)
-            out["llama.cpp lookup"] = llamacpp_runner(path, threads, 10)
+            out["llama.cpp py-lookup"] = llamacpp_runner(path, threads, 10)
         except (ImportError, OSError, RuntimeError) as e:
-            print(f"llama.cpp: skipped ({type(e).__name__}: {e})")
+            print(f"llama-cpp-python: skipped ({type(e).__name__}: {e})")
+    if binary is not None:
+        for spec_type in LLAMACPP_TYPES:
+            out[f"llama.cpp {spec_type}"] = llamacpp_spec_runner(binary, path, threads, spec_type)
+        if draft_model:
+            out["llama.cpp draft-simple"] = llamacpp_spec_runner(binary, path, threads, "draft-simple", draft_model)
     return out
 
 
-def compare(llm, path, threads: int, reps: int, n: int, llamacpp: bool):
-    run = runners(llm, path, threads, llamacpp)
-    print(f"\n{Path(path).name}: {threads} threads, {n} tokens, {reps} interleaved runs, medians (decode tok/s; "
-          "accepted draft tokens per verifying pass)")
-    for task, (prompt, sampling) in TASKS.items():
+def compare(llm, path, threads: int, reps: int, n: int, tasks: list[str], llamacpp: bool, binary: Path | None,
+            draft_model: str | None):
+    run = runners(llm, path, threads, llamacpp, binary, draft_model)
+    print(f"\n{Path(path).name}: {threads} threads, {n} tokens, {reps} interleaved runs, medians (decode tok/s, "
+          "x llamay none; llamay's accepted draft tokens per verifying pass, llama.cpp's accepted / drafted)")
+    for task in tasks:
+        prompt, sampling = TASKS[task]
         for fn in run.values():
             fn(prompt, sampling, n)  # warm-up: graphs built
         res, order = {who: [] for who in run}, list(run)
@@ -125,11 +123,15 @@ def compare(llm, path, threads: int, reps: int, n: int, llamacpp: bool):
                 res[who].append(run[who](prompt, sampling, n))
         med = {who: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for who, v in res.items()}
         base = med["llamay none"][0]
-        cells = [f"{who} {tps:7.1f} ({tps / base:.2f}x)" for who, (tps, _) in med.items()]
-        line = f"  {task:5}: " + "  ".join(cells) + f"  accepted/pass {med['llamay ngram'][1]:.1f}"
-        if "llama.cpp lookup" in med:
-            line += f"  ngram / llama.cpp lookup {med['llamay ngram'][0] / med['llama.cpp lookup'][0]:.2f}x"
-        print(line)
+        print(f"  {task}:")
+        for who, (tps, acc) in med.items():
+            what = "accepted/drafted" if who.startswith("llama.cpp") else "accepted/pass"  # its own counters
+            print(f"    {who:24} {tps:7.1f} tok/s  {tps / base:5.2f}x" + (f"  {what} {acc:4.2f}" if acc == acc else ""))
+        theirs = {who: v[0] for who, v in med.items() if who.startswith("llama.cpp ")}
+        if theirs:
+            best = max(theirs, key=theirs.get)
+            ours = max(v[0] for who, v in med.items() if who in ("llamay ngram", "llamay draft"))
+            print(f"    llamay (ngram or draft) / llama.cpp's best speculative ({best}): {ours / theirs[best]:.2f}x")
 
 
 def step_costs(llm, reps: int, n: int):
@@ -161,7 +163,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--draft-model")
     ap.add_argument("--no-llamacpp", action="store_true")
+    ap.add_argument("--llamacpp-bin", type=Path, help="the directory holding llama-speculative-simple")
     args = ap.parse_args()
     models = args.models or [smollm_path()]
     if not args.models:
@@ -171,8 +176,10 @@ def main():
             print("Gemma 3 270M not installed: SmolLM2 alone")
     print(machine.describe(args.threads))
     for path in models:
-        llm = llamay.load(path, threads=args.threads, n_ctx=2048)
-        compare(llm, path, args.threads, args.reps, args.tokens, not args.no_llamacpp)
+        llm = llamay.load(path, threads=args.threads, n_ctx=2048, draft_model=args.draft_model, spec="ngram")
+        binary = args.llamacpp_bin / "llama-speculative-simple" if args.llamacpp_bin else None
+        compare(llm, path, args.threads, args.reps, args.tokens, args.tasks.split(","), not args.no_llamacpp,
+                binary, args.draft_model)
         step_costs(llm, args.reps, args.tokens)
     print(f"\nafter: {machine.load()}")
 

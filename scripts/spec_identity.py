@@ -1,8 +1,10 @@
-"""Speculative decoding's identity campaign: every prompt generated with spec none and with ngram, on every
-model at hand (SmolLM2-135M, Gemma 3 270M when installed, tiny random llama / qwen2 / gemma3 files), with 1
-and 2 threads, greedy and seeded, some under a JSON schema; the token ids compared with ==. Prints, per
-model, threads and sampling, the prompts run, the tokens compared, the tokens that differ (the claim: zero)
-and the draft tokens accepted of those drafted; exits 1 if any token differs.
+"""Speculative decoding's identity campaign: every prompt generated with spec none and with each drafting
+mode (ngram; tree, after the plain run, so its branch is in the tree; draft: the real models drafting for
+themselves, the tiny ones with another one-layer model), on every model at hand (SmolLM2-135M, Gemma 3 270M
+when installed, tiny random llama / qwen2 / gemma3 files), with 1 and 2 threads, greedy and seeded, some
+under a JSON schema; the token ids compared with ==. Prints, per model, threads, sampling and mode, the
+prompts run, the tokens compared, the tokens that differ (the claim: zero) and the draft tokens accepted of
+those drafted; exits 1 if any token differs.
 
     python scripts/spec_identity.py [--prompts 200] [--tokens 32] [--threads 1 2] [--models smollm gemma tiny]
 
@@ -51,18 +53,23 @@ def text_prompt(rng: random.Random) -> str:
     ])
 
 
-def models(chosen: list[str], tmp: Path) -> list[tuple[str, Path, bool]]:
-    """(label, file, real): the real ones get text prompts, the tiny ones token prompts."""
+MODES = ("ngram", "tree", "draft")
+
+
+def models(chosen: list[str], tmp: Path) -> list[tuple[str, Path, Path, bool]]:
+    """(label, file, its draft model, real): the real ones get text prompts, the tiny ones token prompts."""
     out = []
     if "smollm" in chosen and smollm_file():
-        out.append(("SmolLM2-135M", smollm_file(), True))
+        out.append(("SmolLM2-135M", smollm_file(), smollm_file(), True))
     if "gemma" in chosen and gemma_file():
-        out.append(("Gemma-3-270M", gemma_file(), True))
+        out.append(("Gemma-3-270M", gemma_file(), gemma_file(), True))
     if "tiny" in chosen:
+        draft = tmp / "tiny-draft.gguf"
+        draft.write_bytes(tiny_decoder(Geometry(n_layer=1), seed=2).to_bytes())
         for g in (Geometry(), Geometry(arch="qwen2"), Geometry(arch="gemma3", n_layer=3, window=8)):
             path = tmp / f"tiny-{g.arch}.gguf"
             path.write_bytes(tiny_decoder(g, seed=1).to_bytes())
-            out.append((f"tiny {g.arch}", path, False))
+            out.append((f"tiny {g.arch}", path, draft, False))
     return out
 
 
@@ -73,9 +80,10 @@ def sampling(i: int, real: bool) -> tuple[str, dict]:
     return "seeded", dict(temperature=0.7, seed=i) if real else dict(temperature=0.5, top_k=3, seed=i)
 
 
-def campaign(label: str, path: Path, real: bool, threads: int, n_prompts: int, n_tokens: int,
+def campaign(label: str, path: Path, draft: Path, real: bool, threads: int, n_prompts: int, n_tokens: int,
              counts: dict) -> int:
-    llm = llamay.load(path, threads=threads, n_ctx=1024 if real else 128)
+    llm = llamay.load(path, threads=threads, n_ctx=1024 if real else 128, draft_model=draft, spec="ngram")
+    llm.draft.cost = 0.25  # a model drafting for itself: its sizes' ratio (1) would never draft
     grammar = Grammar.compile(llm.tokenizer, "json_schema", SCHEMA) if real else None
     differing = 0
     for i in range(n_prompts):
@@ -84,19 +92,20 @@ def campaign(label: str, path: Path, real: bool, threads: int, n_prompts: int, n
         kind, kw = sampling(i, real)
         if grammar is not None and i % 10 == 5:
             kind, kw = kind + "+json", dict(kw, grammar=grammar)
-        ids = {}
-        for spec in ("none", "ngram"):
-            list(llm.generate(prompt, max_tokens=n_tokens, spec=spec, **kw))
-            ids[spec] = llm.stats.token_ids
-        st = llm.stats
-        bad = sum(a != b for a, b in zip(ids["none"], ids["ngram"])) + abs(len(ids["none"]) - len(ids["ngram"]))
-        if bad:
-            print(f"  DIFFERS: {label} threads={threads} prompt {i} ({kind}): {bad} tokens")
-        differing += bad
-        c = counts.setdefault((label, threads, kind), Counter())
-        c.update(prompts=1, tokens=len(ids["none"]), differing=bad, drafted=st.drafted_tokens,
-                 accepted=st.accepted_tokens)
+        list(llm.generate(prompt, max_tokens=n_tokens, spec="none", **kw))
+        plain = llm.stats.token_ids
+        for mode in MODES:
+            list(llm.generate(prompt, max_tokens=n_tokens, spec=mode, **kw))
+            st, ids = llm.stats, llm.stats.token_ids
+            bad = sum(a != b for a, b in zip(plain, ids)) + abs(len(plain) - len(ids))
+            if bad:
+                print(f"  DIFFERS: {label} threads={threads} prompt {i} ({kind}, {mode}): {bad} tokens")
+            differing += bad
+            c = counts.setdefault((label, threads, kind, mode), Counter())
+            c.update(prompts=1, tokens=len(plain), differing=bad, drafted=st.drafted_tokens,
+                     accepted=st.accepted_tokens)
     llm.runner.state.check()
+    llm.draft.runner.state.check()
     print(f"  {label}, {threads} threads: {n_prompts} prompts, {differing} tokens differ", flush=True)
     return differing
 
@@ -110,13 +119,13 @@ def main() -> int:
     args = ap.parse_args()
     counts, differing = {}, 0
     with tempfile.TemporaryDirectory() as tmp:
-        for label, path, real in models(args.models, Path(tmp)):
+        for label, path, draft, real in models(args.models, Path(tmp)):
             for threads in args.threads:
-                differing += campaign(label, path, real, threads, args.prompts, args.tokens, counts)
-    print(f"{'model':14} {'threads':>7} {'sampling':13} {'prompts':>7} {'tokens':>7} {'differ':>6} "
+                differing += campaign(label, path, draft, real, threads, args.prompts, args.tokens, counts)
+    print(f"{'model':14} {'threads':>7} {'sampling':13} {'mode':6} {'prompts':>7} {'tokens':>7} {'differ':>6} "
           f"{'accepted/drafted':>17}")
-    for (label, threads, kind), c in sorted(counts.items()):
-        print(f"{label:14} {threads:7} {kind:13} {c['prompts']:7} {c['tokens']:7} {c['differing']:6} "
+    for (label, threads, kind, mode), c in sorted(counts.items()):
+        print(f"{label:14} {threads:7} {kind:13} {mode:6} {c['prompts']:7} {c['tokens']:7} {c['differing']:6} "
               f"{c['accepted']:8}/{c['drafted']:<8}")
     total = sum(c["prompts"] for c in counts.values())
     print(f"{total} generations compared, {differing} tokens differ")

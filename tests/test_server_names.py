@@ -28,6 +28,9 @@ def routes(model):
     ]
 
 
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,"  # greedy: counts on, drafted
+
+
 @pytest.fixture(scope="module")
 def server(smollm_path):
     lines = []
@@ -86,7 +89,7 @@ def test_one_log_line_per_request(server):
 
 
 def test_metrics_count_speculative_drafts(server):
-    body = {"prompt": "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2, 3]\n", "max_tokens": 40, "temperature": 0}
+    body = {"prompt": COUNTING, "max_tokens": 40, "temperature": 0}
     assert httpx.post(server.url + "/v1/completions", json=body, timeout=60).status_code == 200
     text = httpx.get(server.url + "/metrics", timeout=30).text
     values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("llamay_spec")}
@@ -97,7 +100,7 @@ def test_metrics_count_speculative_drafts(server):
 def test_speculation_per_request_and_its_timings(server):
     """llama-server's timings draft_n / draft_n_accepted; `spec: "none"` or `speculative.n_max: 0` opts out,
     with the same tokens."""
-    body = {"prompt": "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2, 3]\n", "n_predict": 40, "temperature": 0}
+    body = {"prompt": COUNTING, "n_predict": 40, "temperature": 0}
     runs = [httpx.post(server.url + "/completion", json={**body, **extra}, timeout=60).json()
             for extra in ({}, {"spec": "none"}, {"speculative.n_max": 0})]
     assert runs[0]["timings"]["draft_n"] >= runs[0]["timings"]["draft_n_accepted"] > 0

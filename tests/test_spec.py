@@ -1,9 +1,10 @@
-"""Speculative decoding changes nothing but the speed: with n-gram drafts on, every generation emits exactly
-the tokens it emits without them (==), greedy and seeded, on tiny random models of three architectures and
-on SmolLM2, 1 and 2 threads, under a JSON schema and a tool-call grammar, with stop strings, max_tokens and
-the context's end cutting inside a draft, named contexts continued in parts, choices, concurrent sequences,
-a pass out of pages and a cancel mid-draft; the state engine's invariants hold after each. And drafts are
-accepted where text repeats (accepted > 0), so a speculation that silently never runs fails here."""
+"""Speculative decoding changes nothing but the speed: with drafts on (n-gram lookup, the radix tree's other
+branches, a draft model), every generation emits exactly the tokens it emits without them (==), greedy and
+seeded, on tiny random models of three architectures and on SmolLM2, 1 and 2 threads, under a JSON schema
+and a tool-call grammar, with stop strings, max_tokens and the context's end cutting inside a draft, named
+contexts continued in parts, choices, concurrent sequences, a pass out of pages and a cancel mid-draft; the
+state engine's invariants hold after each. And drafts are accepted where text repeats (accepted > 0), so a
+speculation that silently never runs fails here."""
 import random
 import sys
 import threading
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 import llamay
-from llamay.engine.draft import NgramDrafter, fit, new_drafter
+from llamay.engine.draft import NgramDrafter, TreeDrafter, fit
+from llamay.engine.draft_model import DraftMismatch
 from llamay.engine.job import Done, Job, Piece
 from llamay.engine.sampling import SamplingParams
 from llamay.grammar import Grammar
@@ -25,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from fuzz_gguf import Geometry, tiny_decoder  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
+ON = ("ngram", "tree", "draft")  # every mode that drafts
 CODE = "def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + b\n"
 
 
@@ -47,14 +50,23 @@ def run(llm, prompt, spec: str, **kw) -> tuple[list[int], str, object]:
     return list(llm.stats.token_ids), text, llm.stats
 
 
-def both(llm, prompt, **kw):
-    """-> (the plain run's ids, the speculative run's stats), asserting the two emitted the same."""
+def both(llm, prompt, modes=ON, **kw):
+    """-> (the plain run's ids, {mode: its run's stats}), asserting that each mode emitted what plain did.
+    The tree mode runs after the others: their answers are branches the tree holds."""
     plain, plain_text, plain_stats = run(llm, prompt, "none", **kw)
-    spec, spec_text, stats = run(llm, prompt, "ngram", **kw)
-    assert spec == plain and spec_text == plain_text, (prompt, kw)
-    assert stats.finish_reason == plain_stats.finish_reason and plain_stats.drafted_tokens == 0
-    assert 0 <= stats.accepted_tokens <= stats.drafted_tokens
-    return plain, stats
+    assert plain_stats.drafted_tokens == 0
+    out = {}
+    for mode in modes:
+        spec, spec_text, stats = run(llm, prompt, mode, **kw)
+        assert spec == plain and spec_text == plain_text, (mode, prompt, kw)
+        assert stats.finish_reason == plain_stats.finish_reason
+        assert 0 <= stats.accepted_tokens <= stats.drafted_tokens
+        out[mode] = stats
+    return plain, out
+
+
+def accepted(stats: dict) -> int:
+    return sum(s.accepted_tokens for s in stats.values())
 
 
 def clean(llm):
@@ -62,6 +74,9 @@ def clean(llm):
         runner.state.check()
         return runner.state.contexts()
     assert llm.scheduler.do(check) == []
+    if llm.draft is not None:  # every sequence's draft context freed with it
+        llm.draft.runner.state.check()
+        assert llm.draft.runner.state.contexts() == []
 
 
 # --- the drafter ------------------------------------------------------------------------------------------
@@ -121,7 +136,7 @@ def test_draft_length_follows_the_outcomes():
     loop = list(range(100, 120))
     truth = loop * 20 + list(range(200, 300)) + loop * 30
     lengths, _ = _follow(NgramDrafter(), truth, 20, 8)
-    assert lengths[0] == 1 and lengths[-1] == 15  # the prior (p = 0.3) pays one token; all right: 15
+    assert lengths[:2] == [0, 1] and lengths[-1] == 15  # a free guess first; then, all right: 15
     d = NgramDrafter()
     _follow(d, truth, 20, 8)
     lengths, _ = _follow(d, truth, 400, 40)  # new tokens: every guess wrong
@@ -143,14 +158,35 @@ def test_fit_makes_the_decode_tokens_a_power_of_two():
 
 
 @pytest.mark.model
+def test_tree_drafts_follow_the_latest_branch_and_skip_a_tree_that_did_not_grow():
+    tree = {(1, 2, 3): [4, 5, 6]}
+    calls, version = [], [0]
+
+    def continuation(tokens, k):
+        calls.append(list(tokens))
+        return tree.get(tuple(tokens), [])[:k]
+    d = TreeDrafter(continuation, lambda: version[0])
+    assert d.propose([1, 2], 3, 5) == [4, 5, 6]  # the tree's prior pays at once
+    assert d.propose([1, 2, 3, 4, 5], 9, 5) == [] and len(calls) == 2  # off the tree: n-gram lookup
+    assert d.propose([1, 2, 3, 4, 5, 9], 1, 5) == [] and len(calls) == 2  # the tree did not grow: not asked
+    version[0] += 1
+    d.propose([1, 2, 3, 4, 5, 9, 1], 2, 5)
+    assert len(calls) == 3
+
+
 def test_an_unknown_mode_is_refused(smollm_path, llm):
-    with pytest.raises(ValueError, match="spec must be one of"):
-        new_drafter("tree!")
     with pytest.raises(ValueError, match="spec must be one of"):
         llamay.load(smollm_path, n_ctx=64, spec="fast")
     with pytest.raises(ValueError, match="spec must be one of"):
         list(llm.generate("Hi", max_tokens=2, spec="fast"))
+    with pytest.raises(ValueError, match="spec draft needs a draft model"):
+        llamay.load(smollm_path, n_ctx=64, spec="draft")
     clean(llm)
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(smollm_path, tiny_paths):
+    with pytest.raises(DraftMismatch, match="draft model llama.gguf has 272 tokens, the model 49152"):
+        llamay.load(smollm_path, n_ctx=64, draft_model=tiny_paths[0])
 
 
 # --- tiny random models: many prompts, 1 and 2 threads ---------------------------------------------------
@@ -176,28 +212,53 @@ def _tiny_params(rng: random.Random, i: int) -> dict:
     return kw
 
 
+@pytest.fixture(scope="module")
+def tiny_draft(tmp_path_factory):
+    """A one-layer llama of the tiny models' vocabulary and other weights: its drafts are often wrong."""
+    path = tmp_path_factory.mktemp("tiny") / "draft.gguf"
+    path.write_bytes(tiny_decoder(Geometry(n_layer=1), seed=2).to_bytes())
+    return path
+
+
+def tiny_llm(path, draft, threads: int = 2, cost: float = 0.1):
+    llm = llamay.load(path, threads=threads, n_ctx=128, draft_model=draft, spec="ngram")
+    llm.draft.cost = cost  # tiny files: their sizes' ratio is no measure of their speed
+    return llm
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_tiny_models_emit_the_same_tokens(tiny_paths, threads):
+def test_tiny_models_emit_the_same_tokens(tiny_paths, tiny_draft, threads):
     for path in tiny_paths:
-        llm = llamay.load(path, threads=threads, n_ctx=128)
-        rng, accepted = random.Random(threads), {True: 0, False: 0}
+        llm = tiny_llm(path, tiny_draft, threads)
+        rng, sent, right = random.Random(threads), {(m, s): 0 for m in ON for s in (True, False)}, {True: 0, False: 0}
         for i in range(24):
             head = [rng.randrange(256) for _ in range(rng.randrange(1, 24))]
             prompt = head + head[:rng.randrange(len(head) + 1)]
             kw = _tiny_params(rng, i)
             _, stats = both(llm, prompt, max_tokens=rng.choice([1, 2, 5, 40, 200]), **kw)  # 200: the context's end
-            accepted["seed" in kw] += stats.accepted_tokens
-        assert accepted[False] > 0 and accepted[True] > 0, (path.name, accepted)
+            for mode, st in stats.items():
+                sent[mode, "seed" in kw] += st.drafted_tokens
+                right["seed" in kw] += st.accepted_tokens
+        assert all(sent.values()) and all(right.values()), (path.name, sent, right)
         clean(llm)
 
 
-def test_every_max_tokens_cut_emits_the_same(tiny_paths):
-    llm = llamay.load(tiny_paths[2], threads=2, n_ctx=128)
+def test_a_draft_model_drafting_for_itself_is_always_right_under_greedy(tiny_paths):
+    llm = tiny_llm(tiny_paths[1], tiny_paths[1])
+    for prompt in ([3, 4, 5], [100, 7, 9, 100, 7], list(range(20, 40))):
+        _, stats = both(llm, prompt, modes=("draft",), max_tokens=60, temperature=0)
+        assert stats["draft"].accepted_tokens == stats["draft"].drafted_tokens > 20
+    clean(llm)
+
+
+def test_every_max_tokens_cut_emits_the_same(tiny_paths, tiny_draft):
+    llm = tiny_llm(tiny_paths[2], tiny_draft)
     prompt = [5, 9, 13, 5, 9, 13, 5, 9]
     full, stats = both(llm, prompt, max_tokens=60, temperature=0)
-    assert stats.accepted_tokens > 20
+    assert stats["ngram"].accepted_tokens > 20 and stats["tree"].accepted_tokens > 20
     for n in range(1, 60):
-        assert run(llm, prompt, "ngram", max_tokens=n, temperature=0)[0] == full[:n]
+        for mode in ON:
+            assert run(llm, prompt, mode, max_tokens=n, temperature=0)[0] == full[:n], (mode, n)
     clean(llm)
 
 
@@ -205,16 +266,24 @@ def test_every_max_tokens_cut_emits_the_same(tiny_paths):
 
 @pytest.fixture(scope="module")
 def llm(smollm_path):
-    return llamay.load(smollm_path, threads=2, n_ctx=1024)
+    """SmolLM2, its own draft model (always right under greedy, so acceptance shows the plumbing's)."""
+    llm = llamay.load(smollm_path, threads=2, n_ctx=1024, draft_model=smollm_path, spec="ngram")
+    llm.draft.cost = 0.25
+    return llm
 
 
 @pytest.mark.model
 def test_greedy_output_is_the_same_and_repeats_are_drafted(llm):
-    accepted = 0
+    ngram = total = 0
     for prompt in REPEATING + FREE:
-        accepted += both(llm, prompt, max_tokens=40, temperature=0)[1].accepted_tokens * (prompt in REPEATING)
-    assert accepted > 40
-    assert llm.scheduler.accepted_tokens >= accepted and llm.scheduler.draft_steps > 0
+        stats = both(llm, prompt, max_tokens=40, temperature=0)[1]
+        ngram += stats["ngram"].accepted_tokens * (prompt in REPEATING)
+        total += accepted(stats)
+        tree = stats["tree"]  # the plain run's answer, drafted from the tree: right to its end
+        assert tree.accepted_tokens == tree.drafted_tokens >= tree.generated_tokens // 2
+        assert stats["draft"].accepted_tokens == stats["draft"].drafted_tokens
+    assert ngram > 40
+    assert llm.scheduler.accepted_tokens >= total and llm.scheduler.draft_steps > 0
     ids = llm.tokenize(REPEATING[1])
     out = run(llm, ids, "ngram", max_tokens=40, temperature=0)[0]
     prefilled = llm.logits(ids + out[:-1])[len(ids) - 1:]  # one prefill, no scheduler: the argmax at each
@@ -225,18 +294,19 @@ def test_greedy_output_is_the_same_and_repeats_are_drafted(llm):
 @pytest.mark.model
 def test_one_thread_emits_the_same(smollm_path):
     one = llamay.load(smollm_path, threads=1, n_ctx=512)
-    assert sum(both(one, p, max_tokens=32, temperature=0)[1].accepted_tokens for p in REPEATING[:2]) > 0
+    assert sum(accepted(both(one, p, ("ngram", "tree"), max_tokens=32, temperature=0)[1]) for p in REPEATING[:2]) > 0
     clean(one)
 
 
 @pytest.mark.model
 def test_seeded_sampling_is_the_same_with_and_without_drafts(llm):
     """One random draw per emitted token either way, so a seed gives the same output."""
-    accepted = 0
+    got = {mode: 0 for mode in ON}
     for prompt in REPEATING[1:4]:
         for seed in (1, 2):
-            accepted += both(llm, prompt, max_tokens=32, seed=seed, repeat_penalty=1.1)[1].accepted_tokens
-    assert accepted > 0
+            for mode, st in both(llm, prompt, max_tokens=32, seed=seed, repeat_penalty=1.1)[1].items():
+                got[mode] += st.accepted_tokens
+    assert all(got.values()), got
     clean(llm)
 
 
@@ -252,11 +322,12 @@ def test_grammars_mask_every_verified_position(llm):
                                                                llm.tokenizer))
     cases = [(chat("Text: Alice Smith lives at 12 Baker Street, London.\nExtract name, street and city as JSON."),
               json_grammar), (chat('Call get_weather for "San Francisco de Macoris" over 3 days.'), call)]
-    accepted = 0
+    got = {mode: 0 for mode in ON}
     for prompt, grammar in cases:
         for kw in (dict(temperature=0), dict(seed=3)):
-            accepted += both(llm, prompt, max_tokens=48, grammar=grammar, **kw)[1].accepted_tokens
-    assert accepted > 0
+            for mode, st in both(llm, prompt, max_tokens=48, grammar=grammar, **kw)[1].items():
+                got[mode] += st.accepted_tokens
+    assert all(got.values()), got
     clean(llm)
 
 
@@ -339,10 +410,28 @@ def test_a_pass_out_of_pages_runs_again_without_its_drafts(llm, monkeypatch):
     clean(llm)
 
 
+@pytest.mark.model
+def test_a_draft_model_out_of_pages_drafts_nothing_and_changes_nothing(llm, monkeypatch):
+    prompt = llm.tokenize(REPEATING[2])
+    want = run(llm, prompt, "none", max_tokens=24, temperature=0)[0]
+    runner = llm.draft.runner
+
+    def no_pages(items, rows):
+        raise OutOfPages("the draft model's pool is full")
+    monkeypatch.setattr(runner, "forward_batch", no_pages)
+    got, _, stats = run(llm, prompt, "draft", max_tokens=24, temperature=0)
+    assert got == want and stats.drafted_tokens == 0
+    monkeypatch.undo()
+    got, _, stats = run(llm, prompt, "draft", max_tokens=24, temperature=0)
+    assert got == want and stats.accepted_tokens == stats.drafted_tokens > 0
+    clean(llm)
+
+
 @pytest.fixture(scope="module")
 def served(smollm_path):
-    """SmolLM2 with its scheduler started, as a server runs it."""
-    llm = llamay.load(smollm_path, threads=2, n_ctx=512)
+    """SmolLM2 with its scheduler started, as a server runs it (its own draft model)."""
+    llm = llamay.load(smollm_path, threads=2, n_ctx=512, draft_model=smollm_path, spec="ngram")
+    llm.draft.cost = 0.25
     sched = llm.serve(concurrency=4)
     yield llm
     sched.close()
@@ -353,9 +442,13 @@ def test_choices_and_concurrent_sequences_through_a_started_scheduler(served):
     jobs = [(REPEATING[0], GREEDY, 1), (REPEATING[1], SamplingParams(seed=5), 2), (REPEATING[2], GREEDY, 1),
             (FREE[0], SamplingParams(seed=9), 1)]
     want = _concurrently(served, jobs, "none")
-    got = _concurrently(served, jobs, "ngram")
-    assert {k: d.tokens for k, d in got.items()} == {k: d.tokens for k, d in want.items()}
-    assert sum(d.accepted_tokens for d in got.values()) == served.scheduler.accepted_tokens > 0
+    before = 0
+    for mode in ON:  # the draft model's drafts of every sequence decoded in one batch per position
+        got = _concurrently(served, jobs, mode)
+        assert {k: d.tokens for k, d in got.items()} == {k: d.tokens for k, d in want.items()}, mode
+        n = sum(d.accepted_tokens for d in got.values())
+        assert n > 0 and served.scheduler.accepted_tokens == before + n
+        before += n
     clean(served)
 
 

@@ -28,11 +28,14 @@ class SchedulerSettings:
 @dataclass(frozen=True)
 class SpecSettings:
     """Speculative decoding (engine/draft.py): llamay.load(spec=...) and a request's opt-out."""
-    mode: str = "ngram"  # draft.MODES: none | ngram (prompt lookup)
+    # draft.MODES: none | ngram (prompt lookup) | tree (the radix tree's other branches, else ngram) | draft
+    mode: str = "tree"
     ngram_max: int = 3  # the longest suffix matched; shorter ones are tried down to 1
     # a decode step of 2, 4, 8, 16 tokens (drafts of 1, 3, 7, 15) relative to one of 1 token, as measured
     # inside generations of SmolLM2 on 2 cores (Gemma 3 270M: 1.21, 1.9, 2.2, 3.6); the longest draft: 15
     step_cost: tuple[float, ...] = (1.25, 1.8, 2.8, 4.8)
+    draft_p_min: float = 0.75  # a draft model's draft stops at a token it gives less probability
+    draft_cost: float | None = None  # a draft model's token relative to a target step; None: their sizes' ratio
 
 
 @dataclass(frozen=True)

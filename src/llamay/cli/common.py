@@ -148,20 +148,25 @@ def parse_size(text: str) -> int:
 def add_spec_arg(p: argparse.ArgumentParser):
     from ..engine.draft import MODES
     from ..settings import SPEC
-    p.add_argument("--spec", choices=MODES, default=SPEC.mode,
-                   help="speculative decoding: ngram (prompt lookup: drafts checked in one pass, the same tokens "
-                        "as without) or none")
+    p.add_argument("--spec", choices=MODES, default=None,
+                   help="speculative decoding: drafts checked in one pass, the same tokens as without. ngram "
+                        "(prompt lookup), tree (what other branches of the prefix computed, else ngram), draft "
+                        f"(--draft-model's guesses) or none; default: draft with --draft-model, else {SPEC.mode}")
+    p.add_argument("--draft-model", "-md", "--model-draft", metavar="NAME|FILE", default=None,
+                   help="a smaller model of the same vocabulary drafting for --spec draft")
 
 
 def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = LOAD.kv,
-               kv_budget: int | None = LOAD.kv_budget, lora=None, spec: str | None = None):
+               kv_budget: int | None = LOAD.kv_budget, lora=None, spec: str | None = None,
+               draft_model: str | None = None):
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
     path = resolve_model(name)
+    draft = resolve_model(draft_model) if draft_model else None
     try:
-        llm = load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora,
-                   **({} if spec is None else {"spec": spec}))
+        llm = load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec,
+                   draft_model=draft)
     except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
     for note in load_notes(llm, n_ctx, kv_budget):

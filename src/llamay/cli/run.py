@@ -110,7 +110,8 @@ def run(args):
     _read_prompt(args)
     if args.prompt == "":
         raise CLIError("the prompt is empty (-p TEXT; omit -p for a chat)")
-    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget, lora=args.lora, spec=args.spec)
+    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget, lora=args.lora, spec=args.spec,
+                     draft_model=args.draft_model)
     grammar = _grammar(llm, args)
     if args.prompt is not None:
         _stream(llm, args.prompt if args.system is None else _one_turn(llm, args.system, args.prompt), args, grammar)

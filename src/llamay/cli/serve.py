@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import socket
 
 from .. import env
@@ -22,6 +23,7 @@ from .common import (
     eprint,
     parse_size,
     ranged,
+    resolve_model,
 )
 
 # llama-server's -ctk/-ctv pairs that are one of llamay's KV types (keys, values) -> --kv
@@ -111,6 +113,7 @@ def build_app(args, log=None):
                                keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
                                max_contexts=args.max_contexts, context_ttl=args.context_ttl,
                                lora=tuple(args.lora or ()), spec=args.spec, alias=args.alias,
+                               draft_model=resolve_model(args.draft_model) if args.draft_model else None,
                                strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
     try:
         default = default_model_path()
@@ -132,9 +135,9 @@ def _read(path: str | None) -> str | None:
         raise CLIError(f"cannot read {path}: {e.strerror}") from None
 
 
-def check_models(registry, n_ctx: int | None, kv: str, kv_budget: int | None):
+def check_models(registry, n_ctx: int | None, kv: str, kv_budget: int | None, draft_model: str | None = None):
     """Each pinned model's header is a GGUF llamay can run (or embed with), before the server says it
-    serves; a note for each whose context is shorter than -c."""
+    serves; a note for each whose context is shorter than -c, and for each the draft model cannot draft for."""
     from ..gguf import GGUFError, GGUFReader
     from ..models import UnsupportedModel
     from ..engine.llm import context_length
@@ -152,6 +155,21 @@ def check_models(registry, n_ctx: int | None, kv: str, kv_budget: int | None):
         note = budget_note(spec, context_length(spec, n_ctx), kv, kv_budget)
         if note:
             eprint(f"llamay: note: {name}: {note}")
+        if draft_model:
+            _check_draft(name, path, draft_model)
+
+
+def _check_draft(name: str, path: str, draft_model: str):
+    from ..engine.draft_model import DraftMismatch, check_vocab
+    from ..engine.embed import file_tokenizer
+    from ..gguf import GGUFError, GGUFReader
+    try:
+        draft = file_tokenizer(GGUFReader(draft_model))
+        check_vocab(file_tokenizer(GGUFReader(path)), draft, os.path.basename(draft_model))
+    except DraftMismatch as e:
+        eprint(f"llamay: note: {name} runs without the draft model: {e}")
+    except (GGUFError, ValueError, OSError) as e:
+        raise CLIError(f"--draft-model: {e}") from None
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -179,7 +197,7 @@ def run(args):
     from ..server.guard import is_loopback
     app = build_app(args, None if args.quiet else eprint)
     s = app.state.registry.settings
-    check_models(app.state.registry, s.n_ctx, s.kv, s.kv_budget)
+    check_models(app.state.registry, s.n_ctx, s.kv, s.kv_budget, s.draft_model)
     if args.n_gpu_layers is not None:
         eprint(f"llamay: note: -ngl {args.n_gpu_layers} is ignored: llamay runs on the CPU")
     sock = listen(args.host, args.port)

@@ -20,6 +20,7 @@ from .context import Context, GenerationStats
 from .digest import weights_digest
 from . import snapshots
 from .embed import file_tokenizer
+from .draft_model import DraftModel
 from .runner import Runner
 from .job import Job, Piece
 from .scheduler import Scheduler
@@ -35,9 +36,11 @@ class ContextOverflow(ValueError):
 class LLM:
     def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
                  kv: str = LOAD.kv, kv_budget: int | None = None, page_size: int = LOAD.page_size,
-                 lora: list[tuple[str, str, float]] | None = None, spec: str = SPEC.mode):
+                 lora: list[tuple[str, str, float]] | None = None, spec: str | None = None,
+                 draft_model: str | os.PathLike | None = None):
         """lora: (name, adapter file, scale) of LoRA adapters applied to every request. spec: speculative
-        decoding of a generation that does not choose (draft.MODES)."""
+        decoding of a generation that does not choose (draft.MODES; None: "draft" with a draft model, else
+        SPEC.mode). draft_model: a GGUF file of the same vocabulary drafting for spec "draft"."""
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -54,8 +57,18 @@ class LLM:
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
         self._runner = self._new_runner(kv_budget)
+        self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
+        spec = spec or ("draft" if self.draft else SPEC.mode)
         # every generation and every KV change goes through it: stepped here until a server starts it
-        self.scheduler = Scheduler(lambda: self._runner, self.tokenizer, self.n_ctx, start=False, spec=spec)
+        self.scheduler = Scheduler(lambda: self._runner, self.tokenizer, self.n_ctx, start=False, spec=spec,
+                                   draft_model=self.draft)
+
+    def _draft_model(self, path: str) -> DraftModel:
+        """The draft model, its KV pages as many as the target's (its contexts follow the target's); a draft
+        token costs their sizes' ratio of a target step unless SPEC.draft_cost says."""
+        cost = SPEC.draft_cost or os.path.getsize(path) / os.path.getsize(self.path)
+        return DraftModel(path, self.tokenizer, self.threads, self.n_ctx, self._runner.state.n_total, cost,
+                          self.kv, self.page_size)
 
     def _new_runner(self, kv_budget: int | None, pool=None) -> Runner:
         per_ctx, one_page = context_pages(self.spec, self.n_ctx, self.kv, self.page_size)
@@ -153,6 +166,8 @@ class LLM:
         the built graphs are kept: only the bookkeeping starts over."""
         def fresh(runner):
             self._runner = self._new_runner(self.kv_budget, pool=runner.pool)
+            if self.draft is not None:
+                self.draft.reset()
         self.scheduler.do(fresh)
 
     def logits(self, ids: list[int]) -> np.ndarray:
@@ -209,7 +224,7 @@ class LLM:
         (grammar: llamay.grammar.Grammar); self.stats says which. params: SamplingParams (default: its
         defaults, llama.cpp's); keyword arguments (temperature=..., seed=...) replace fields of it. lora:
         the adapters to use (lora_choice; default: every one loaded). spec: speculative decoding for this
-        generation, "none" or "ngram" (default: the LLM's); it changes no token, only the speed."""
+        generation, one of draft.MODES (default: the LLM's); it changes no token, only the speed."""
         params = sampling_params(params, sampling, self.n_vocab)
         ids = self._ids(prompt)
         self.check_ids(ids)
@@ -248,9 +263,12 @@ def context_pages(spec, n_ctx: int, kv: str, page_size: int = LOAD.page_size) ->
 
 def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
          kv: str = LOAD.kv, kv_budget: int | None = None, lora: list[tuple[str, str, float]] | None = None,
-         spec: str = SPEC.mode) -> LLM:
+         spec: str | None = None, draft_model: str | os.PathLike | None = None) -> LLM:
     """kv: KV cache element type: 'f16' (default), 'f32', 'q8' (int8 keys and values), 'vq8' (int8
     values). kv_budget: bytes of KV pages (default: room for 4 full contexts). lora: (name, adapter GGUF,
     scale) of LoRA adapters applied unmerged to every request, in name order. spec: speculative decoding
-    by default, "ngram" (prompt lookup) or "none"; a generation may choose otherwise."""
-    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec)
+    by default: "tree" (continuations other branches of the prefix computed, else ngram; the default
+    without a draft model), "ngram" (prompt lookup), "draft" (the default with draft_model: a GGUF file
+    of the same vocabulary, DraftMismatch otherwise) or "none"; a generation may choose otherwise."""
+    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec,
+               draft_model=draft_model)

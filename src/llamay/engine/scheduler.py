@@ -48,7 +48,7 @@ class _Seq:
         self.grammar = job.grammar.matcher() if job.grammar is not None else None
         self.n_prompt, self.n_cached, self.n_gen = len(history) + len(todo), n_cached, 0
         self.next_tok: int | None = None  # sampled, its K/V not computed yet
-        self.drafter: draft.NgramDrafter | None = None
+        self.drafter = None  # draft.py / draft_model.py; None: no speculation
         self.n_drafted = self.n_accepted = self.n_draft_steps = 0
         self.t_submit, self.t_start, self.t_prefilled = t_submit, time.perf_counter_ns(), 0
 
@@ -56,13 +56,14 @@ class _Seq:
 class Scheduler:
     def __init__(self, runner_of: Callable[[], Runner], tokenizer, n_ctx: int, concurrency: int = SCHEDULER.concurrency,
                  max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch, start: bool = True,
-                 spec: str = SPEC.mode):
+                 spec: str = SPEC.mode, draft_model=None):
         """runner_of: the current runner (LLM.reset may replace it). start=False: stepped by run() on the
         caller's thread until start() gives it a thread of its own. spec: a job's speculative decoding
-        unless it chooses (draft.MODES)."""
+        unless it chooses (draft.MODES). draft_model: draft_model.DraftModel, for spec "draft"."""
         self.runner_of, self.tokenizer, self.n_ctx = runner_of, tokenizer, n_ctx
         self.concurrency, self.max_queue, self.batch = concurrency, max_queue, batch
-        self.spec = draft.check_mode(spec)
+        self.draft_model = draft_model
+        self.spec = self.check_mode(spec)
         self.queue: deque[tuple[Job, int]] = deque()
         self.running: list[_Seq] = []
         self.calls: deque[tuple[Callable, Future]] = deque()
@@ -225,12 +226,20 @@ class Scheduler:
     def _drafts(self, decode: list[_Seq]) -> list[list[int]]:
         """Each decoding sequence's draft, no longer than plain decoding could still emit after its next token
         (max_tokens; computed positions stay below n_ctx - 1), fitted to the step (draft.fit)."""
-        out = []
-        for seq in decode:
+        out: list[list[int]] = [[] for _ in decode]
+        groups: dict[int, tuple[object, list]] = {}  # drafters that draft together (a draft model's)
+        for i, seq in enumerate(decode):
             room = self.n_ctx - 2 - len(seq.history)
             if seq.job.max_tokens is not None:
                 room = min(room, seq.job.max_tokens - seq.n_gen - 1)
-            out.append(seq.drafter.propose(seq.history, seq.next_tok, room) if seq.drafter else [])
+            d = seq.drafter
+            if d is not None and d.group is None:
+                out[i] = d.propose(seq.history, seq.next_tok, room)
+            elif d is not None:
+                groups.setdefault(id(d.group), (d.group, []))[1].append((i, (d, seq.history, seq.next_tok, room)))
+        for group, asks in groups.values():
+            for (i, _), tokens in zip(asks, group.propose_many([ask for _, ask in asks])):
+                out[i] = tokens
         return draft.fit(out, len(decode), self.batch)
 
     def _pass(self, decode: list[_Seq], drafts: list[list[int]]) -> tuple[list, list[_Seq], np.ndarray]:
@@ -311,7 +320,7 @@ class Scheduler:
                 job.sink(Done(0, "error", 0, 0, 0, 0, 0, 0, [], error=e))
 
     def _start(self, runner: Runner, job: Job, t_submit: int):
-        drafter = self._drafter(job)  # a mode not in draft.MODES fails here, before any KV change
+        mode = self.check_mode(job.spec or self.spec)  # fails here, before any KV change
         if job.ctx is None:
             ctx, n_cached = runner.open(job.prompt, job.lora)
             history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
@@ -324,7 +333,7 @@ class Scheduler:
         rec = runner.record(ctx)
         cut, rec.matcher = rec.matcher, None
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
-        seq.drafter = drafter
+        seq.drafter = self._drafter(mode, ctx)
         if job.grammar is None and not job.prompt:
             seq.grammar = cut
         self.running.append(seq)
@@ -342,14 +351,27 @@ class Scheduler:
                 runner.record(kid).lora = runner.record(seq.ctx).lora
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
                 twin.grammar = seq.grammar.clone() if seq.grammar is not None else None
-                twin.drafter = self._drafter(seq.job)
+                twin.drafter = self._drafter(seq.job.spec or self.spec, kid)
                 twin.t_start, twin.t_prefilled = seq.t_start, seq.t_prefilled
                 self.running.append(twin)
                 self._sample(twin, logits)
         self._sample(seq, logits)
 
-    def _drafter(self, job: Job) -> draft.NgramDrafter | None:
-        return draft.new_drafter(job.spec if job.spec is not None else self.spec)
+    def check_mode(self, mode: str) -> str:
+        """mode, if it is one (draft.MODES) this scheduler can run, else ValueError."""
+        if draft.check_mode(mode) == "draft" and self.draft_model is None:
+            raise ValueError("spec draft needs a draft model (serve/run --draft-model, llamay.load(draft_model=...))")
+        return mode
+
+    def _drafter(self, mode: str, ctx: int):
+        """A new drafter of mode for the sequence of context ctx (None for mode none)."""
+        if mode == "ngram":
+            return draft.NgramDrafter()
+        if mode == "tree":
+            ns = self.runner_of().state.namespace(ctx)
+            return draft.TreeDrafter(lambda tokens, k: self.runner_of().state.continuation(tokens, ns, k),
+                                     lambda: self.runner_of().state.tree.version)
+        return self.draft_model.drafter() if mode == "draft" else None
 
     def _sample(self, seq: _Seq, logits: np.ndarray):
         self._isolated(seq, self._sample_one, seq, logits)
@@ -385,6 +407,8 @@ class Scheduler:
         runner = self.runner_of()
         self.running.remove(seq)
         self._trim(seq)
+        if seq.drafter is not None:
+            seq.drafter.close()
         if reason != "error":
             try:
                 tail = seq.matcher.feed(seq.detok.flush()) + seq.matcher.flush()

@@ -39,6 +39,7 @@ class RadixTree:
         self.page_size = page_size
         self.root = Node((), -1, None, 0)
         self._by_page: dict[int, Node] = {}  # every non-root node, by its page
+        self.version = 0  # bumped when nodes are added: a match that failed cannot succeed before it changes
 
     def __len__(self) -> int:
         return len(self._by_page)
@@ -69,6 +70,19 @@ class RadixTree:
                 best, best_rank = child, rank
         return best, best_rank[0]
 
+    def continuation(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that follow tokens in the tree, along the most recently used branch at each fork;
+        [] unless the tree holds all of tokens. Pure: no stamp changes."""
+        path, n = self.match(tokens)
+        if n < len(tokens) or k <= 0:
+            return []
+        node = path[-1] if path else self.root
+        out = list(node.key[n - self.page_size * (len(path) - 1):]) if path else []
+        while len(out) < k and node.children:
+            node = max(node.children.values(), key=lambda c: c.stamp)
+            out += node.key
+        return out[:k]
+
     @staticmethod
     def touch(path: list[Node], stamp: int):
         for node in path:
@@ -89,6 +103,7 @@ class RadixTree:
                 dropped += self._drop_extended(node, key)
                 child = self._add(node, key, page, stamp)
                 taken.append(page)
+                self.version += 1
             child.stamp = stamp
             node = child
         return taken, dropped

@@ -97,6 +97,12 @@ class KVState:
         mask = (1 << NS_SHIFT) - 1
         return [(tuple(t & mask for t in key), page) for key, page in self.tree.entries()]
 
+    def continuation(self, tokens: Sequence[int], ns: int, k: int) -> list[int]:
+        """Up to k tokens the tree holds after tokens in namespace ns (speculative decoding's drafts from other
+        branches: RadixTree.continuation); a query, changing nothing."""
+        mask = (1 << NS_SHIFT) - 1
+        return [t & mask for t in self.tree.continuation(_keys(tokens, ns), k)]
+
     def namespace(self, ctx_id: int) -> int:
         return self._get(ctx_id).ns
 

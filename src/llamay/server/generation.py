@@ -271,9 +271,15 @@ class Generation:
             lora = loaded.llm.lora_choice(adapter_choice(loaded.llm, req))
         except ValueError as e:
             raise ProtocolError(404, str(e), "not_found", "model") from None
+        spec = req.options.get("spec")
+        try:
+            if spec:
+                loaded.scheduler.check_mode(spec)
+        except ValueError as e:
+            raise ProtocolError(400, str(e), param="spec") from None
         self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
                        req.max_tokens, req.stop, req.n, req.top_logprobs if req.logprobs else None, ctx,
-                       prep.grammar, lora=lora, spec=req.options.get("spec"))
+                       prep.grammar, lora=lora, spec=spec)
         self.dones: list[Done] = []
         try:
             loaded.scheduler.submit(self.job)

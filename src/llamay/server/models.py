@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..defaults import DEFAULT_NAME, default_model_path
 from ..engine import GGUFError, GGUFReader, Scheduler, UnsupportedModel
 from ..engine.digest import weights_digest
+from ..engine.draft_model import DraftMismatch
 from ..settings import LOAD, SCHEDULER, SERVER, SPEC
 from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
@@ -38,7 +39,8 @@ class Settings:
     grammar: str | None = None  # --grammar-file's text
     max_contexts: int = SERVER.max_contexts  # named contexts (context routes), all models together
     context_ttl: float = SERVER.context_ttl  # seconds a named context may stay unused; <= 0: forever
-    spec: str = SPEC.mode  # speculative decoding of every generation (engine/draft.py MODES)
+    spec: str | None = None  # speculative decoding (engine/draft.py MODES); None: draft with a draft model, else SPEC.mode
+    draft_model: str | None = None  # --draft-model's file: drafts for every model of its vocabulary
     alias: str | None = None  # --alias: the name the default (first pinned) model is served under
     strict_model_names: bool = False  # True: an unknown name is 404 even when one model is served
     # llama-server's flags (cli/serve_llamacpp.py): SamplingParams fields and max_tokens a request that sets
@@ -270,8 +272,11 @@ class Registry:
             raise ProtocolError(400, f"{name} is an embedding model: it cannot generate", param="model")
         s = self.settings
         t0 = time.perf_counter_ns()
-        llm = llamay.load(self.paths[name], threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget,
-                          lora=list(s.lora), spec=s.spec)
+        kw = dict(threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget, lora=list(s.lora), spec=s.spec)
+        try:
+            llm = llamay.load(self.paths[name], draft_model=s.draft_model, **kw)
+        except DraftMismatch:  # a model of another vocabulary runs without it (its default spec)
+            llm = llamay.load(self.paths[name], **{**kw, "spec": None if s.spec == "draft" else s.spec})
         sched = llm.serve(s.concurrency, s.max_queue, s.batch)
         return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
                       stored=self.defaults(name), default_grammar=s.grammar)

@@ -73,3 +73,59 @@ def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: in
     tg = [timed(time_decode, llm, n_decode, ids[:1]) for _ in range(reps)]
     return BenchResult(path, llm.threads, n_prefill, n_decode, n_prefill / statistics.median(pp),
                        n_decode / statistics.median(tg), pp, tg, load_s, first_token_s)
+
+
+@dataclass
+class SpecBenchResult:
+    model: str
+    threads: int
+    mode: str
+    task: str
+    n_decode: int
+    plain_tok_s: float  # decode tok/s with spec none
+    spec_tok_s: float  # decode tok/s with the mode
+    drafted_tokens: int  # of the median speculative run
+    accepted_tokens: int
+    draft_steps: int  # passes that verified a draft
+    decode_passes: int  # every decode pass: generated tokens - 1 - accepted ones
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return (self.n_decode - 1) / max(1, self.decode_passes)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tokens_per_pass": self.tokens_per_pass}
+
+
+def run_spec_bench(path: str, threads: int | None, mode: str, task: str = "code", n_decode: int = 128,
+                   reps: int = 3, kv: str = "f16", draft_model: str | None = None, progress=None) -> SpecBenchResult:
+    """A task of tools/spec_tasks.py decoded with spec none and with mode, interleaved, medians. A run is
+    from an empty cache (the tree mode's second run of the same prompt is what a re-run turn gets)."""
+    from .. import load
+    from .spec_tasks import TASKS
+    prompt, sampling = TASKS[task]
+    llm = load(path, threads=threads, n_ctx=2048, kv=kv, draft_model=draft_model, spec=mode)
+    if mode == "none":
+        raise ValueError("spec none is the baseline: bench a mode that drafts")
+    runs, done = {"none": [], mode: []}, 0
+
+    def once(spec: str, keep: bool = False):
+        llm.reset()
+        if keep:  # the tree: a branch of this prompt computed before, as a re-run turn finds it
+            list(llm.generate(prompt, max_tokens=n_decode, spec="none", **sampling))
+        list(llm.generate(prompt, max_tokens=n_decode, spec=spec, **sampling))
+        st = llm.stats
+        return (st.generated_tokens - 1) / st.decode_s, st
+    for i in range(reps + 1):  # the first pair warms up (graphs built)
+        for spec in ("none", mode) if i % 2 else (mode, "none"):
+            out = once(spec, keep=spec == "tree")
+            if i:
+                runs[spec].append(out)
+            done += 1
+            if progress:
+                progress(done, 2 * reps + 2)
+    med = {spec: sorted(v, key=lambda r: r[0])[len(v) // 2] for spec, v in runs.items()}
+    st = med[mode][1]
+    return SpecBenchResult(path, llm.threads, mode, task, st.generated_tokens, med["none"][0], med[mode][0],
+                           st.drafted_tokens, st.accepted_tokens, st.draft_steps,
+                           st.generated_tokens - 1 - st.accepted_tokens)

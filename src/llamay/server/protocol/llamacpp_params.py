@@ -95,9 +95,9 @@ def parse_extras(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def parse_spec(body: dict) -> str | None:
-    """This request's speculative decoding: llamay's `spec` ("ngram" | "none"), or llama-server's
+    """This request's speculative decoding: llamay's `spec` (engine/draft.py MODES), or llama-server's
     `speculative.n_max` (0: none); None: the server's. It changes no token, only the speed."""
-    spec = get_field(body, "spec", (str,), "\"ngram\" or \"none\"")
+    spec = get_field(body, "spec", (str,), "one of " + ", ".join(DRAFT_MODES))
     if spec is not None and spec not in DRAFT_MODES:
         raise bad_request(f"'spec' must be one of {', '.join(DRAFT_MODES)}, got {spec!r}", "spec")
     n_max = get_int(body, "speculative.n_max", 0)
