@@ -1,7 +1,7 @@
 """`llamay serve` under load: batching gain, multi-turn agent reuse, and a mixed 200-request load.
 
     python bench/serve.py batching [--clients 8] [--tokens 64] [--llamacpp]
-    python bench/serve.py agent [--conversations 3] [--turns 6]
+    python bench/serve.py agent [--conversations 3] [--turns 6] [--kv-budget 48M --cache-disk 2G]
     python bench/serve.py load [--requests 200] [--concurrency 16] [--server-queue 4]
 
 The server runs in this process (so the load test can check the state engine's invariants afterwards);
@@ -17,6 +17,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -94,13 +95,15 @@ def agent(args, url: str, model: str) -> dict:
             r = sse_chat(url, model, conv, args.tokens)
             conv.append({"role": "assistant", "content": r["text"]})
             u = r["usage"]
-            rows.append((r["ttft"], u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]))
+            rows.append((r["ttft"], u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"],
+                         u.get("llamay", {}).get("cached_disk_tokens", 0)))
         per_turn.append({"turn": turn, "ttft_ms": 1000 * statistics.mean(x[0] for x in rows),
                          "prompt_tokens": statistics.mean(x[1] for x in rows),
-                         "cached_tokens": statistics.mean(x[2] for x in rows)})
+                         "cached_tokens": statistics.mean(x[2] for x in rows),
+                         "disk_tokens": statistics.mean(x[3] for x in rows)})
     for row in per_turn:
         print(f"  turn {row['turn']}: ttft {row['ttft_ms']:7.1f} ms  prompt {row['prompt_tokens']:6.0f}  "
-              f"cached {row['cached_tokens']:6.0f}")
+              f"cached {row['cached_tokens']:6.0f} (from disk {row['disk_tokens']:6.0f})")
     return {"turns": per_turn, "ttft_first_ms": per_turn[0]["ttft_ms"], "ttft_last_ms": per_turn[-1]["ttft_ms"]}
 
 
@@ -184,10 +187,14 @@ def main():
     p.add_argument("--system-rules", type=int, default=40)
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--kv-budget", help="the server's --kv-budget (memory for KV pages)")
+    p.add_argument("--cache-disk", default="0", help="the server's --cache-disk (default 0: no disk tier)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     server = ServerThread(["-m", args.model, "-t", str(args.threads), "-c", str(args.ctx),
-                           "--concurrency", str(args.server_concurrency), "--queue", str(args.server_queue)])
+                           "--concurrency", str(args.server_concurrency), "--queue", str(args.server_queue),
+                           "--cache-disk", args.cache_disk, "--cache-dir", tempfile.mkdtemp(prefix="llamay-bench-kv-")]
+                          + (["--kv-budget", args.kv_budget] if args.kv_budget else []))  # a fresh disk tier
     try:
         model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
         if args.mode == "batching":

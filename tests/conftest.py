@@ -16,6 +16,7 @@ FIXTURES = SHARED / "fixtures"
 CACHE = Path(os.environ.get("LLAMAY_TEST_CACHE", Path.home() / ".cache" / "llamay-tests"))
 os.environ["LLAMAY_HOME"] = tempfile.mkdtemp(prefix="llamay-home-")  # tests never touch ~/.llamay
 os.environ["OLLAMA_MODELS"] = tempfile.mkdtemp(prefix="ollama-models-")  # nor read ~/.ollama
+os.environ["LLAMAY_CACHE_DISK"] = "0"  # a test's prefix cache never outlives it unless it asks (--cache-disk)
 for _made in (os.environ["LLAMAY_HOME"], os.environ["OLLAMA_MODELS"]):
     atexit.register(shutil.rmtree, _made, True)  # removed when the test run ends
 

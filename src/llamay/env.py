@@ -34,6 +34,12 @@ def home() -> Path:
     return Path(value).expanduser() if value else Path.home() / ".llamay"
 
 
+def cache_disk() -> str | None:
+    """LLAMAY_CACHE_DISK: the disk tier's size for `serve` and `run` when --cache-disk is not given (a
+    size: 512M, 4G; 0: no disk tier); unset: 2G."""
+    return os.environ.get("LLAMAY_CACHE_DISK") or None
+
+
 def registry() -> str | None:
     """LLAMAY_REGISTRY: base URL of the Ollama registry pulls use (unset: registry.ollama.ai)."""
     return os.environ.get("LLAMAY_REGISTRY") or None

@@ -59,6 +59,8 @@ class Usage:
     total_ns: int = 0
     drafted_tokens: int = 0  # speculative decoding: draft tokens verified
     accepted_tokens: int = 0  # of them, emitted
+    disk_tokens: int = 0  # of cached_tokens, read from the prefix cache's disk tier (the rest: memory)
+    shared_tokens: int = 0  # of cached_tokens, read from its shared tier (Redis / Valkey)
 
     @property
     def prompt_eval_count(self) -> int:

@@ -19,6 +19,14 @@ class LoadSettings:
 
 
 @dataclass(frozen=True)
+class CacheSettings:
+    """The prefix cache's tiers below memory (engine/cache_tiers.py): --cache-dir, --cache-disk, --cache-redis."""
+    disk: int = 2 << 30  # bytes of pages on disk per model for `serve` and `run` (LLAMAY_CACHE_DISK); 0: none
+    api_disk: int = 0  # the same for llamay.load: the Python API writes nothing unless asked
+    subdir: str = "kv"  # under $LLAMAY_HOME/cache, unless --cache-dir
+
+
+@dataclass(frozen=True)
 class SchedulerSettings:
     concurrency: int = 4  # sequences generated at once per model
     max_queue: int = 64  # requests waiting per model before 503
@@ -49,3 +57,4 @@ class ServerSettings:
 
 
 LOAD, SCHEDULER, SPEC, SERVER = LoadSettings(), SchedulerSettings(), SpecSettings(), ServerSettings()
+CACHE = CacheSettings()

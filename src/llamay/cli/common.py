@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 
+from .. import env
 from ..defaults import DEFAULT_NAME, DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
 from ..settings import LOAD
@@ -158,7 +159,8 @@ def add_spec_arg(p: argparse.ArgumentParser):
 
 def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = LOAD.kv,
                kv_budget: int | None = LOAD.kv_budget, lora=None, spec: str | None = None,
-               draft_model: str | None = None):
+               draft_model: str | None = None, cache_disk: int = 0, cache_dir: str | None = None,
+               cache_redis: str | None = None):
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
@@ -166,7 +168,8 @@ def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, 
     draft = resolve_model(draft_model) if draft_model else None
     try:
         llm = load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec,
-                   draft_model=draft)
+                   draft_model=draft, cache_disk=cache_disk, cache_dir=cache_dir,
+                   cache_redis=cache_redis)
     except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
     for note in load_notes(llm, n_ctx, kv_budget):
@@ -215,6 +218,36 @@ def lora_arg(text: str):
     if not os.path.isfile(path):
         raise argparse.ArgumentTypeError(f"LoRA adapter not found: {path}")
     return name, path, scale
+
+
+def disk_size(text: str) -> int:
+    """parse_size, or 0 (none)."""
+    return 0 if text.strip() == "0" else parse_size(text)
+
+
+def add_cache_args(p: argparse.ArgumentParser):
+    from ..settings import CACHE
+    p.add_argument("--cache-disk", type=disk_size, default=None, metavar="SIZE",
+                   help="the prefix cache's disk tier: computed pages kept on disk and read back by later prompts "
+                        "of the same prefix, in this process or the next (default: LLAMAY_CACHE_DISK, else "
+                        f"{CACHE.disk >> 30}G per model; 0: none)")
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="where the disk tier keeps its pages (default $LLAMAY_HOME/cache/kv)")
+    p.add_argument("--cache-redis", metavar="URL", default=None,
+                   help="a shared tier on Redis or Valkey (redis://host:port/db): pages published there and read "
+                        "back by every server of the same weights")
+
+
+def cache_disk(args) -> int:
+    """--cache-disk, else LLAMAY_CACHE_DISK, else CACHE.disk: bytes of the disk tier (0: none)."""
+    from ..settings import CACHE
+    if args.cache_disk is not None:
+        return args.cache_disk
+    value = env.cache_disk()
+    try:
+        return disk_size(value) if value else CACHE.disk
+    except argparse.ArgumentTypeError as e:
+        raise CLIError(f"LLAMAY_CACHE_DISK: {e}") from None
 
 
 def add_lora_arg(p: argparse.ArgumentParser):

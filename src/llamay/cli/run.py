@@ -15,6 +15,8 @@ from .common import (
     TOP_K,
     CLIError,
     add_lora_arg,
+    add_cache_args,
+    cache_disk,
     add_spec_arg,
     add_model_args,
     eprint,
@@ -30,6 +32,7 @@ def add_parser(p):
     add_model_args(p)
     add_lora_arg(p)
     add_spec_arg(p)
+    add_cache_args(p)
     p.add_argument("-p", "--prompt", help="text to complete (no chat template unless --system); omit for a chat")
     p.add_argument("--system", metavar="TEXT", help="the system message: the chat starts with it; with -p or -f the "
                                                   "prompt goes through the chat template as system + one user message")
@@ -111,7 +114,8 @@ def run(args):
     if args.prompt == "":
         raise CLIError("the prompt is empty (-p TEXT; omit -p for a chat)")
     llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget, lora=args.lora, spec=args.spec,
-                     draft_model=args.draft_model)
+                     draft_model=args.draft_model, cache_disk=cache_disk(args), cache_dir=args.cache_dir,
+                     cache_redis=args.cache_redis)
     grammar = _grammar(llm, args)
     if args.prompt is not None:
         _stream(llm, args.prompt if args.system is None else _one_turn(llm, args.system, args.prompt), args, grammar)

@@ -18,6 +18,8 @@ from .common import (
     THREADS_HELP,
     CLIError,
     add_lora_arg,
+    add_cache_args,
+    cache_disk,
     add_spec_arg,
     budget_note,
     eprint,
@@ -62,6 +64,7 @@ def add_parser(p: argparse.ArgumentParser):
                         "contexts)")
     add_lora_arg(p)
     add_spec_arg(p)
+    add_cache_args(p)
     p.add_argument("--grammar-file", default=None,
                    help="a GBNF grammar every request follows unless it asks for its own format")
     p.add_argument("--max-contexts", type=ranged(int, 0), default=SERVER.max_contexts,
@@ -114,6 +117,7 @@ def build_app(args, log=None):
                                max_contexts=args.max_contexts, context_ttl=args.context_ttl,
                                lora=tuple(args.lora or ()), spec=args.spec, alias=args.alias,
                                draft_model=resolve_model(args.draft_model) if args.draft_model else None,
+                               cache_disk=cache_disk(args), cache_dir=args.cache_dir, cache_redis=args.cache_redis,
                                strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
     try:
         default = default_model_path()

@@ -24,6 +24,8 @@ class GenerationStats:
     drafted_tokens: int = 0  # speculative decoding: draft tokens verified
     accepted_tokens: int = 0  # of them, emitted (each saved a forward pass)
     draft_steps: int = 0  # forward passes that verified a draft
+    disk_tokens: int = 0  # of cached_tokens, read from the disk tier (the rest were in memory)
+    shared_tokens: int = 0  # of cached_tokens, read from the shared tier (Redis / Valkey)
 
 
 class Context:

@@ -62,3 +62,5 @@ class Done:
     drafted_tokens: int = 0  # draft tokens verified (speculative decoding)
     accepted_tokens: int = 0  # of them, emitted: each saved a forward pass
     draft_steps: int = 0  # forward passes that verified a draft of this sequence
+    disk_tokens: int = 0  # of cached_tokens, those read from the prefix cache's disk tier
+    shared_tokens: int = 0  # and from its shared tier (Redis / Valkey)

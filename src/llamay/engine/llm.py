@@ -15,11 +15,12 @@ from ..kernels.threads import default_threads
 from ..kv import kv_type, page_bytes
 from ..models import Decoder, arch_spec
 from ..models.lora import load_lora
-from ..settings import LOAD, SCHEDULER, SPEC
+from ..settings import CACHE, LOAD, SCHEDULER, SPEC
 from .context import Context, GenerationStats
 from .digest import weights_digest
 from . import snapshots
 from .embed import file_tokenizer
+from .cache_tiers import cache_tiers
 from .draft_model import DraftModel
 from .runner import Runner
 from .job import Job, Piece
@@ -37,10 +38,13 @@ class LLM:
     def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
                  kv: str = LOAD.kv, kv_budget: int | None = None, page_size: int = LOAD.page_size,
                  lora: list[tuple[str, str, float]] | None = None, spec: str | None = None,
-                 draft_model: str | os.PathLike | None = None):
+                 draft_model: str | os.PathLike | None = None, cache_disk: int = CACHE.api_disk,
+                 cache_dir: str | os.PathLike | None = None, cache_redis: str | None = None):
         """lora: (name, adapter file, scale) of LoRA adapters applied to every request. spec: speculative
         decoding of a generation that does not choose (draft.MODES; None: "draft" with a draft model, else
-        SPEC.mode). draft_model: a GGUF file of the same vocabulary drafting for spec "draft"."""
+        SPEC.mode). draft_model: a GGUF file of the same vocabulary drafting for spec "draft". cache_disk:
+        bytes of the prefix cache's disk tier (0: none) under cache_dir (default $LLAMAY_HOME/cache/kv);
+        cache_redis: the URL of a Redis/Valkey shared tier (None: none)."""
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -56,6 +60,7 @@ class LLM:
         self._default_lora = self.lora_choice({a.name: a.scale for a in self.loras})
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
+        self.cache = cache_tiers(self, cache_dir, cache_disk, cache_redis) if cache_disk or cache_redis else None
         self._runner = self._new_runner(kv_budget)
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
         spec = spec or ("draft" if self.draft else SPEC.mode)
@@ -74,7 +79,7 @@ class LLM:
         per_ctx, one_page = context_pages(self.spec, self.n_ctx, self.kv, self.page_size)
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
-        runner = Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool)
+        runner = Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool, tiers=self.cache)
         runner.default_lora = self.default_lora
         return runner
 
@@ -165,6 +170,8 @@ class LLM:
         """Forget every cached prefix and context (the next prompt prefills from scratch). The page pool and
         the built graphs are kept: only the bookkeeping starts over."""
         def fresh(runner):
+            if self.cache is not None:
+                self.cache.flush()  # its writer reads pages of this pool the new state will reuse
             self._runner = self._new_runner(self.kv_budget, pool=runner.pool)
             if self.draft is not None:
                 self.draft.reset()
@@ -189,12 +196,14 @@ class LLM:
         self.check_ids(ids)
 
         def run(runner):
+            before = dict(runner.tier_tokens)
             ctx, n_cached = runner.create(ids)
             out = runner.record(ctx).last_logits
             runner.free(ctx)
-            return out, n_cached
-        out, n_cached = self.scheduler.do(run)
-        self.stats = GenerationStats(prompt_tokens=len(ids), cached_tokens=n_cached)
+            return out, n_cached, {k: v - before.get(k, 0) for k, v in runner.tier_tokens.items()}
+        out, n_cached, tiers = self.scheduler.do(run)
+        self.stats = GenerationStats(prompt_tokens=len(ids), cached_tokens=n_cached, disk_tokens=tiers.get("disk", 0),
+                                     shared_tokens=tiers.get("shared", 0))
         return out
 
     def create_context(self, prompt: str | list[int], lora=None) -> Context:
@@ -248,7 +257,7 @@ class LLM:
             stats.generated_tokens, stats.finish_reason = ev.completion_tokens, ev.reason
             stats.prefill_s, stats.decode_s = ev.prompt_ns / 1e9, ev.eval_ns / 1e9
             stats.drafted_tokens, stats.accepted_tokens = ev.drafted_tokens, ev.accepted_tokens
-            stats.draft_steps = ev.draft_steps
+            stats.draft_steps, stats.disk_tokens, stats.shared_tokens = ev.draft_steps, ev.disk_tokens, ev.shared_tokens
 
 
 def context_length(spec, n_ctx: int | None) -> int:
@@ -263,12 +272,18 @@ def context_pages(spec, n_ctx: int, kv: str, page_size: int = LOAD.page_size) ->
 
 def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
          kv: str = LOAD.kv, kv_budget: int | None = None, lora: list[tuple[str, str, float]] | None = None,
-         spec: str | None = None, draft_model: str | os.PathLike | None = None) -> LLM:
+         spec: str | None = None, draft_model: str | os.PathLike | None = None, cache_disk: int = CACHE.api_disk,
+         cache_dir: str | os.PathLike | None = None, cache_redis: str | None = None) -> LLM:
     """kv: KV cache element type: 'f16' (default), 'f32', 'q8' (int8 keys and values), 'vq8' (int8
     values). kv_budget: bytes of KV pages (default: room for 4 full contexts). lora: (name, adapter GGUF,
     scale) of LoRA adapters applied unmerged to every request, in name order. spec: speculative decoding
     by default: "tree" (continuations other branches of the prefix computed, else ngram; the default
     without a draft model), "ngram" (prompt lookup), "draft" (the default with draft_model: a GGUF file
-    of the same vocabulary, DraftMismatch otherwise) or "none"; a generation may choose otherwise."""
+    of the same vocabulary, DraftMismatch otherwise) or "none"; a generation may choose otherwise.
+    cache_disk: bytes of the prefix cache's disk tier (default 0: none; the CLI's default is CACHE.disk):
+    computed pages kept under cache_dir (default $LLAMAY_HOME/cache/kv), read back by a later prompt of
+    the same prefix, in this process or the next. cache_redis: redis://host:port of a Redis or Valkey
+    shared tier: the same pages published there and read back by any server of the same weights."""
     return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec,
-               draft_model=draft_model)
+               draft_model=draft_model, cache_disk=cache_disk, cache_dir=cache_dir,
+               cache_redis=cache_redis)

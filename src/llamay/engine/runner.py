@@ -7,6 +7,7 @@ Every kernel is batch-invariant, so a context's logits are the same whether its 
 prefill, a radix-tree hit, a fork or a restored snapshot."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,9 @@ from ..kernels.ops import BatchMeta
 from ..kv import KVState
 from ..models import Decoder
 from ..settings import SCHEDULER
+
+PREFILL_MIN = 64  # a pass of at least this many tokens measures prefill speed (disk reads are weighed by it)
+EMA = 0.3  # the weight of a new measurement
 
 
 @dataclass
@@ -31,9 +35,10 @@ class CtxRecord:
 
 class Runner:
     def __init__(self, decoder: Decoder, n_pages: int, page_size: int, kv: str, budget_pages: int | None = None,
-                 pool=None):
+                 pool=None, tiers=None):
         """pool: an existing page pool of that shape to reuse (its contents are never read before being
-        written: a fresh KVState holds no page)."""
+        written: a fresh KVState holds no page). tiers: the prefix cache's tiers below memory
+        (cache_tiers.CacheTiers)."""
         self.decoder, self.page_size = decoder, page_size
         self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
         self.state = KVState(n_pages, page_size, budget_pages)
@@ -41,6 +46,9 @@ class Runner:
         self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
         self.default_lora: tuple = ()  # the adapters of a context opened without a choice
         self._namespaces: dict[tuple, int] = {(): 0}  # adapter choice -> its namespace in the radix tree
+        self.tiers = tiers
+        self.tier_tokens: dict[str, int] = {}  # tier -> tokens of opened contexts read from it, not computed
+        self.prefill_tps: float | None = None  # measured: tokens per second of passes of PREFILL_MIN tokens or more
 
     def namespace(self, lora: tuple) -> int:
         """The radix tree's namespace of K/V computed under these adapters (0: none)."""
@@ -52,6 +60,11 @@ class Runner:
         lora = self.default_lora if lora is None else lora
         ctx, n_cached = self.state.create(tokens, self.namespace(lora))
         self.record(ctx).lora = lora
+        if self.tiers is not None:
+            read = self.tiers.load(self, ctx, tokens, n_cached, self.prefill_tps)
+            for name, n in read.items():
+                self.tier_tokens[name] = self.tier_tokens.get(name, 0) + n
+            n_cached = self.state.n_tokens(ctx)
         return ctx, n_cached
 
     def create(self, tokens: list[int], lora: tuple | None = None) -> tuple[int, int]:
@@ -125,7 +138,11 @@ class Runner:
                 table[i, :len(t)] = t
             meta = BatchMeta(np.concatenate(pos), np.concatenate(seq), table, self.page_size)
             ids = np.asarray([t for _, tokens in items for t in tokens], np.int32)
+            t = time.perf_counter()
             out = self.decoder.forward(ids, meta, self.pool, rows, lora=self._lora_scales(items, len(ids)))
+            if len(ids) >= PREFILL_MIN:
+                tps = len(ids) / max(time.perf_counter() - t, 1e-9)
+                self.prefill_tps = tps if self.prefill_tps is None else (1 - EMA) * self.prefill_tps + EMA * tps
         except BaseException:
             for ctx in applied:
                 st.commit(ctx, [])  # the applied slots are released; the context is unchanged
@@ -172,8 +189,11 @@ class Runner:
         return ids[keep:], keep
 
     def free(self, ctx: int, cache: bool = True):
-        """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted)."""
-        if cache and self.state.tokens(ctx):
+        """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted) and its
+        full pages go to the tiers below memory."""
+        if cache and self.state.n_tokens(ctx):
             self.state.cache(ctx)
+            if self.tiers is not None:
+                self.tiers.save(self, ctx)
         self.state.free(ctx)
         self.records.pop(ctx, None)

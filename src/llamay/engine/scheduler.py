@@ -50,6 +50,7 @@ class _Seq:
         self.next_tok: int | None = None  # sampled, its K/V not computed yet
         self.drafter = None  # draft.py / draft_model.py; None: no speculation
         self.n_drafted = self.n_accepted = self.n_draft_steps = 0
+        self.n_disk = self.n_shared = 0  # of n_cached, tokens read from the disk and the shared tier
         self.t_submit, self.t_start, self.t_prefilled = t_submit, time.perf_counter_ns(), 0
 
 
@@ -321,6 +322,7 @@ class Scheduler:
 
     def _start(self, runner: Runner, job: Job, t_submit: int):
         mode = self.check_mode(job.spec or self.spec)  # fails here, before any KV change
+        before = dict(runner.tier_tokens)
         if job.ctx is None:
             ctx, n_cached = runner.open(job.prompt, job.lora)
             history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
@@ -333,6 +335,8 @@ class Scheduler:
         rec = runner.record(ctx)
         cut, rec.matcher = rec.matcher, None
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
+        seq.n_disk = runner.tier_tokens.get("disk", 0) - before.get("disk", 0)
+        seq.n_shared = runner.tier_tokens.get("shared", 0) - before.get("shared", 0)
         seq.drafter = self._drafter(mode, ctx)
         if job.grammar is None and not job.prompt:
             seq.grammar = cut
@@ -350,6 +354,7 @@ class Scheduler:
             for i, kid in enumerate(runner.state.fork(seq.ctx, seq.job.n - 1), start=1):
                 runner.record(kid).lora = runner.record(seq.ctx).lora
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
+                twin.n_disk, twin.n_shared = seq.n_disk, seq.n_shared
                 twin.grammar = seq.grammar.clone() if seq.grammar is not None else None
                 twin.drafter = self._drafter(seq.job.spec or self.spec, kid)
                 twin.t_start, twin.t_prefilled = seq.t_start, seq.t_prefilled
@@ -430,5 +435,6 @@ class Scheduler:
         t_pre = seq.t_prefilled or now
         seq.job.sink(Done(seq.index, reason, seq.n_prompt, seq.n_cached, seq.n_gen, t_pre - seq.t_start,
                           now - t_pre, now - seq.t_submit, tokens, seq.matcher.matched,
-                          seq.ctx if keep else None, error, seq.n_drafted, seq.n_accepted, seq.n_draft_steps))
+                          seq.ctx if keep else None, error, seq.n_drafted, seq.n_accepted, seq.n_draft_steps,
+                          seq.n_disk, seq.n_shared))
 

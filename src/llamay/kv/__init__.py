@@ -7,7 +7,7 @@ slots; token i of a context lives in page_table[i // page_size], slot i % page_s
 
 Invariants, checked by KVState.check() (raises InvariantError):
   1. free + held == total (total = the budget): a page is free iff its refcount is 0, never listed twice.
-  2. every page's refcount == its holders: the contexts' page tables plus the radix tree's nodes.
+  2. every page's refcount == its holders: the contexts' page tables, the radix tree's nodes and pins.
   3. a page is in at most one tree node; a tree node's page is always held.
   4. no context page table points at a free page (follows from 2, checked as part of it).
   5. a context of n committed tokens with p applied-not-committed slots holds ceil((n + p) / page_size) pages.

@@ -67,6 +67,7 @@ class KVState:
         self._clock = 0  # LRU stamps
         self._version = 0  # bumped by every mutation; a plan is valid for one version
         self.owner: threading.Thread | None = None  # the only thread that may change it (claim)
+        self._pins: Counter = Counter()  # page -> pins (pin): holders besides contexts and the tree
 
     @property
     def n_total(self) -> int:
@@ -178,6 +179,26 @@ class KVState:
             self.alloc.decref(page)
         return len(taken)
 
+    def pin(self, pages: Sequence[int]):
+        """Hold pages (held already) until unpin: not evicted meanwhile, so a reader on another thread (the
+        disk tier's writer) may copy a full page's K/V out of the pool."""
+        self._mutating()
+        for page in pages:
+            self.alloc.incref(page)
+            self._pins[page] += 1
+        self._version += 1
+
+    def unpin(self, pages: Sequence[int]):
+        self._mutating()
+        for page in pages:
+            if self._pins[page] <= 0:
+                raise KVError(f"page {page} is not pinned")
+            self._pins[page] -= 1
+            if not self._pins[page]:
+                del self._pins[page]
+            self.alloc.decref(page)
+        self._version += 1
+
     def restore(self, tokens: Sequence[int], ns: int = 0) -> tuple[int, list[int]]:
         """-> (ctx_id, pages): a context of tokens (of namespace ns) on fresh pages the caller fills with
         the snapshot's K/V (page_table order) before using it."""
@@ -277,6 +298,7 @@ class KVState:
                                      f"{len(ctx.tokens)}+{ctx.n_pending} tokens, want {want}")
             holders.update(ctx.pages)
         holders.update(page for _, page in self.tree.entries())
+        holders.update(self._pins)
         self._check_pages(holders)
 
     def _check_pages(self, holders: Counter):

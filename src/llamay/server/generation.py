@@ -326,7 +326,7 @@ class Generation:
                     yield Delta(ev.index, content, reasoning, tool_calls=calls, tokens=held[ev.index])
                 usage = Usage(ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens, self.load_ns,
                               ev.prompt_ns, ev.eval_ns, ev.total_ns + self.load_ns, ev.drafted_tokens,
-                              ev.accepted_tokens)
+                              ev.accepted_tokens, ev.disk_tokens, ev.shared_tokens)
                 reason = "tool_calls" if reader.calls and ev.reason == "stop" else ev.reason
                 yield Finish(ev.index, reason, usage, ev.tokens, ev.stop_sequence)
         finally:

@@ -11,11 +11,15 @@ class Metrics:
     requests: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    disk_tokens: int = 0  # of them, read from its disk tier
+    shared_tokens: int = 0  # of them, read from its shared tier
     completion_tokens: int = 0
 
     def count(self, usage: Usage):
         self.prompt_tokens += usage.prompt_tokens
         self.cached_tokens += usage.cached_tokens
+        self.disk_tokens += usage.disk_tokens
+        self.shared_tokens += usage.shared_tokens
         self.completion_tokens += usage.completion_tokens
 
     def render(self, registry) -> str:
@@ -38,12 +42,29 @@ class Metrics:
                                    ("prompt_tokens_total", self.prompt_tokens, "prompt tokens"),
                                    ("prompt_cache_hit_tokens_total", self.cached_tokens,
                                     "prompt tokens found in the prefix cache (not evaluated)"),
+                                   ("prompt_cache_memory_tokens_total",
+                                    self.cached_tokens - self.disk_tokens - self.shared_tokens,
+                                    "of them, found in memory"),
+                                   ("prompt_cache_disk_tokens_total", self.disk_tokens,
+                                    "of them, read from the disk tier"),
+                                   ("prompt_cache_shared_tokens_total", self.shared_tokens,
+                                    "of them, read from the shared tier (Redis / Valkey)"),
                                    ("tokens_generated_total", self.completion_tokens, "tokens generated")):
             lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {value}"]
         for name, help_ in (("spec_drafted_tokens_total", "speculative draft tokens verified (loaded models)"),
                             ("spec_accepted_tokens_total", "of them, emitted: each saved a forward pass"),
                             ("spec_draft_steps_total", "forward passes that verified a draft")):
             lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {spec[name]}"]
+        disk = {"cache_disk_pages_written_total": 0, "cache_disk_dropped_total": 0}
+        for loaded in list(registry.loaded.values()):
+            tiers = loaded.llm.cache
+            if tiers is not None and tiers.disk is not None:
+                gauges["cache_disk_bytes"] = gauges.get("cache_disk_bytes", 0) + tiers.disk.bytes
+                disk["cache_disk_pages_written_total"] += tiers.pages_written["disk"]
+                disk["cache_disk_dropped_total"] += tiers.disk.dropped
+        for name, help_ in (("cache_disk_pages_written_total", "pages written to the disk tier (loaded models)"),
+                            ("cache_disk_dropped_total", "disk tier segments dropped as torn or corrupt")):
+            lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {disk[name]}"]
         for name, value in gauges.items():
             lines += [f"# HELP llamay_{name} {name.replace('_', ' ')}", f"# TYPE llamay_{name} gauge",
                       f"llamay_{name} {value}"]

@@ -41,6 +41,9 @@ class Settings:
     context_ttl: float = SERVER.context_ttl  # seconds a named context may stay unused; <= 0: forever
     spec: str | None = None  # speculative decoding (engine/draft.py MODES); None: draft with a draft model, else SPEC.mode
     draft_model: str | None = None  # --draft-model's file: drafts for every model of its vocabulary
+    cache_disk: int = 0  # bytes of each model's prefix-cache disk tier (the CLI's default: CACHE.disk)
+    cache_dir: str | None = None  # None: $LLAMAY_HOME/cache/kv
+    cache_redis: str | None = None  # --cache-redis: the shared tier's URL
     alias: str | None = None  # --alias: the name the default (first pinned) model is served under
     strict_model_names: bool = False  # True: an unknown name is 404 even when one model is served
     # llama-server's flags (cli/serve_llamacpp.py): SamplingParams fields and max_tokens a request that sets
@@ -272,7 +275,8 @@ class Registry:
             raise ProtocolError(400, f"{name} is an embedding model: it cannot generate", param="model")
         s = self.settings
         t0 = time.perf_counter_ns()
-        kw = dict(threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget, lora=list(s.lora), spec=s.spec)
+        kw = dict(threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget, lora=list(s.lora), spec=s.spec,
+                  cache_disk=s.cache_disk, cache_dir=s.cache_dir, cache_redis=s.cache_redis)
         try:
             llm = llamay.load(self.paths[name], draft_model=s.draft_model, **kw)
         except DraftMismatch:  # a model of another vocabulary runs without it (its default spec)
@@ -286,6 +290,8 @@ class Registry:
         if loaded is None:
             return False
         loaded.scheduler.close()
+        if loaded.llm.cache is not None:
+            loaded.llm.cache.close()  # its queued pages written first
         return True
 
     def reap(self, now: float | None = None) -> list[str]:

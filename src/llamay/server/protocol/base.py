@@ -109,7 +109,8 @@ class ResponseMeta:
 def merge_usage(finishes: list[Finish]) -> Usage:
     """One request's usage over its n choices: the prompt counted once, completions summed."""
     first = finishes[0].usage
-    total = Usage(first.prompt_tokens, first.cached_tokens, 0, first.load_ns, first.prompt_eval_ns)
+    total = Usage(first.prompt_tokens, first.cached_tokens, 0, first.load_ns, first.prompt_eval_ns,
+                  disk_tokens=first.disk_tokens, shared_tokens=first.shared_tokens)
     for f in finishes:
         total.completion_tokens += f.usage.completion_tokens
         total.eval_ns = max(total.eval_ns, f.usage.eval_ns)

@@ -200,10 +200,17 @@ FINISH_REASONS = {"stop": "stop", "length": "length"}
 
 
 def usage_body(usage: Usage) -> dict:
-    """Chat/completions usage; prefix-cache hits in prompt_tokens_details.cached_tokens."""
+    """Chat/completions usage; prefix-cache hits in prompt_tokens_details.cached_tokens, and by tier (memory,
+    disk, shared) in llamay's own `llamay` object."""
     return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}, "llamay": cache_tiers(usage)}
+
+
+def cache_tiers(usage: Usage) -> dict:
+    """The prompt tokens not computed, by where they came from (llamay's usage extension)."""
+    return {"cached_memory_tokens": usage.cached_tokens - usage.disk_tokens - usage.shared_tokens,
+            "cached_disk_tokens": usage.disk_tokens, "cached_shared_tokens": usage.shared_tokens}
 
 
 # ProtocolError.kind -> (OpenAI error type, code); codes as OpenAI sends them (openai.md §6); a prompt over

@@ -11,8 +11,9 @@ BUILD_INFO = f"llamay-{__version__}"  # /props build_info and OpenAI system_fing
 
 def timings_body(usage: Usage) -> dict:
     """cache_n: prompt tokens found computed; prompt_n: those evaluated; predicted_n: tokens generated;
-    draft_n / draft_n_accepted (when drafts were verified): speculative tokens checked / emitted. Rates are
-    0 where nothing was timed."""
+    draft_n / draft_n_accepted (when drafts were verified): speculative tokens checked / emitted;
+    cache_n_disk / cache_n_shared (when either tier served some): of cache_n, those read from the disk and
+    the shared tier. Rates are 0 where nothing was timed."""
     prompt_n = usage.prompt_eval_count
     prompt_ms, predicted_ms = usage.prompt_eval_ns / 1e6, usage.eval_ns / 1e6
     return {"cache_n": usage.cached_tokens,
@@ -22,7 +23,9 @@ def timings_body(usage: Usage) -> dict:
             "predicted_per_token_ms": _ratio(predicted_ms, usage.completion_tokens),
             "predicted_per_second": _ratio(1e3 * usage.completion_tokens, predicted_ms),
             **({"draft_n": usage.drafted_tokens, "draft_n_accepted": usage.accepted_tokens}
-               if usage.drafted_tokens else {})}
+               if usage.drafted_tokens else {}),
+            **({"cache_n_disk": usage.disk_tokens, "cache_n_shared": usage.shared_tokens}
+               if usage.disk_tokens or usage.shared_tokens else {})}
 
 
 def _ratio(a: float, b: float) -> float:

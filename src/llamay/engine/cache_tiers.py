@@ -1,0 +1,220 @@
+"""The prefix cache's tiers below memory: the disk (kv/disk.py) and a shared Redis/Valkey (kv/shared.py).
+
+Write-through: when a context's tokens enter the radix tree (Runner.free with cache), its full pages go to
+every tier that lacks them, on a writer thread of this object's own, off the scheduler's critical path.
+Those pages are pinned (KVState.pin: not evicted; full pages are never written) until the writer has read
+them out of the pool; the scheduler unpins them at its next call (poll). So the tiers hold what memory
+holds and what it evicted, and a restarted process, or another server, finds it.
+
+Reading: a prompt whose computed prefix in memory ends before its last full page looks up the following
+pages' keys in the disk tier, then the shared one from where the disk's run ends, and reads those runs into
+fresh pages of the context instead of prefilling them, where reading is estimated faster than computing
+(each tier's read bytes/s and the prefill's tokens/s, measured as they happen; until measured, reading is
+assumed to pay). Those pages then enter the tree as if computed. A page that fails to read (missing, torn,
+corrupt) ends the run there: the rest is computed.
+
+Keys (kv/disk.py chain_keys) start from a root naming the weights digest, the adapters and their scales,
+the KV type, the page size and the RoPE variant: K/V is only ever read back into the model that made it."""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import env
+from ..files import write_atomic
+from ..kv import OutOfPages, kv_type, page_bytes
+from ..kv.disk import DiskTier, chain_keys, root_key
+from ..kv.pool import PagePool
+from ..settings import CACHE
+from .digest import weights_digest
+from .runner import EMA
+
+TIERS = ("disk", "shared")  # the order a prompt's pages are looked up in
+SCOPE_FILE = "scope.json"  # what a scope's folder holds pages of: `llamay cache ls` names it
+
+
+def page_buffers(pool: PagePool, page: int) -> list[memoryview]:
+    """The page's bytes in the tiers' order: K then V of every layer in turn."""
+    out = []
+    for k, v in zip(pool.k, pool.v):
+        out.append(memoryview(pool.page_view(k)[page]).cast("B"))
+        out.append(memoryview(pool.page_view(v)[page]).cast("B"))
+    return out
+
+
+class CacheTiers:
+    def __init__(self, tiers: dict, root_of: Callable[[tuple], bytes], page_size: int, page_bytes: int):
+        """tiers: name (TIERS) -> DiskTier or SharedTier; root_of(lora choice) -> the chain root of K/V
+        computed under those adapters (see above)."""
+        self.tiers = {name: tiers[name] for name in TIERS if name in tiers}
+        self.root_of, self.page_size, self.page_bytes = root_of, page_size, page_bytes
+        self.read_bps: dict[str, float] = {}  # measured: bytes read per second, per tier
+        self.pages_written = {name: 0 for name in self.tiers}
+        self.pages_read = {name: 0 for name in self.tiers}
+        self.errors = 0  # writes that failed (a full disk, ...): those pages are simply not there
+        self._jobs: queue.Queue = queue.Queue()
+        self._done: deque = deque()  # (state, pages) the writer is through with: unpinned by poll
+        self._busy = threading.Condition()
+        self._in_flight = 0
+        self._thread = threading.Thread(target=self._write_loop, name="llamay-cache-tiers", daemon=True)
+        self._thread.start()
+        ref = weakref.ref(self)
+        atexit.register(lambda: (c := ref()) and c.flush(timeout=30))
+
+    @property
+    def disk(self) -> DiskTier | None:
+        return self.tiers.get("disk")
+
+    def keys_of(self, lora: tuple, tokens: list[int], n_pages: int) -> list[bytes]:
+        return chain_keys(self.root_of(lora), tokens, self.page_size, n_pages)
+
+    # --- the scheduler's thread ----------------------------------------------------------------
+
+    def save(self, runner, ctx: int):
+        """Queue the context's full pages for every tier (the ones a tier holds already are skipped)."""
+        self.poll(runner)
+        state = runner.state
+        tokens = state.tokens(ctx)
+        n_full = len(tokens) // self.page_size
+        if not n_full:
+            return
+        pages = state.page_table(ctx)[:n_full]
+        state.pin(pages)
+        with self._busy:
+            self._in_flight += 1
+        self._jobs.put((state, runner.pool, runner.record(ctx).lora, tokens[:n_full * self.page_size], pages))
+
+    def load(self, runner, ctx: int, tokens: list[int], n_cached: int, prefill_tps: float | None) -> dict[str, int]:
+        """Extend the context (holding tokens[:n_cached]) with the pages of tokens the tiers hold, up to the
+        last full page before the last token -> tokens read, per tier."""
+        self.poll(runner)
+        ps, state = self.page_size, runner.state
+        start, usable = n_cached // ps, (len(tokens) - 1) // ps
+        if usable <= start:
+            return {}
+        keys = self.keys_of(runner.record(ctx).lora, tokens, usable)[start:]
+        runs, at = [], 0  # (tier name, first key, pages)
+        for name, tier in self.tiers.items():
+            n = tier.find(keys[at:])
+            if n and not self._pays(name, n, prefill_tps):
+                break
+            if n:
+                runs.append((name, at, n))
+                at += n
+        if not at:
+            return {}
+        try:
+            if n_cached > start * ps:
+                state.truncate(ctx, start * ps)  # a partly matched page: its full version is in a tier
+            for src, dst in state.apply(state.plan_append(ctx, at * ps)):
+                runner.pool.copy_page(src, dst)
+        except OutOfPages:
+            return {}
+        pages, good, out = state.page_table(ctx)[start:start + at], 0, {}
+        for name, first, n in runs:
+            t = time.perf_counter()
+            got = self.tiers[name].read(keys[first:first + n], [page_buffers(runner.pool, p) for p in pages[first:first + n]])
+            if got:
+                self._measured(name, got * self.page_bytes / max(time.perf_counter() - t, 1e-9))
+                out[name] = got * ps
+                self.pages_read[name] += got
+            good += got
+            if got < n:
+                break
+        state.commit(ctx, tokens[start * ps:(start + good) * ps])
+        if good:
+            state.cache(ctx)  # in the tree now: another request of this prefix finds it in memory
+        return out
+
+    def poll(self, runner):
+        """Unpin the pages the writer is through with (on the thread that owns the state)."""
+        while self._done:
+            state, pages = self._done.popleft()
+            if state is runner.state:  # pins of a state replaced since (LLM.reset) went with it
+                state.unpin(pages)
+
+    def _pays(self, name: str, n_pages: int, prefill_tps: float | None) -> bool:
+        bps = self.read_bps.get(name)
+        if not prefill_tps or not bps:
+            return True
+        return n_pages * self.page_bytes / bps < n_pages * self.page_size / prefill_tps
+
+    def _measured(self, name: str, bps: float):
+        old = self.read_bps.get(name)
+        self.read_bps[name] = bps if old is None else (1 - EMA) * old + EMA * bps
+
+    # --- any thread ----------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued page is written (or failed) -> whether it finished in time."""
+        with self._busy:
+            return self._busy.wait_for(lambda: self._in_flight == 0, timeout)
+
+    def close(self, timeout: float = 60.0):
+        """Write what is queued (up to timeout), then stop the writer."""
+        self.flush(timeout)
+        self._jobs.put(None)
+
+    # --- the writer's thread -------------------------------------------------------------------
+
+    def _write_loop(self):
+        while (job := self._jobs.get()) is not None:
+            state, pool, lora, tokens, pages = job
+            try:
+                keys = self.keys_of(lora, tokens, len(pages))
+                for name, tier in self.tiers.items():
+                    todo = [(k, p) for k, p, held in zip(keys, pages, tier.has(keys)) if not held]
+                    if todo:
+                        tier.write([k for k, _ in todo], [page_buffers(pool, p) for _, p in todo])
+                        self.pages_written[name] += len(todo)
+            except Exception:  # noqa: BLE001 - a page not written is only a page to compute again
+                self.errors += 1
+            finally:
+                self._done.append((state, pages))
+                with self._busy:
+                    self._in_flight -= 1
+                    self._busy.notify_all()
+
+
+def cache_root() -> Path:
+    """Where the disk tier keeps its scopes unless told: $LLAMAY_HOME/cache/kv."""
+    return env.home() / "cache" / CACHE.subdir
+
+
+def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redis_url: str | None) -> CacheTiers:
+    """The LLM's tiers: a disk folder per weights digest, KV type and page size under directory (default
+    cache_root()) holding disk_budget bytes of pages (0: no disk tier), and the Redis/Valkey at redis_url."""
+    from ..kv.shared import SharedTier
+    digest, ps = weights_digest(llm.path), llm.page_size
+    dims = llm.spec.kv_dims
+    one_page = page_bytes(dims, ps, kv_type(llm.kv, *(d for _, d in dims)))
+    tiers = {}
+    if disk_budget:
+        folder = Path(directory or cache_root()) / f"{digest[:16]}-{llm.kv}-p{ps}"
+        tiers["disk"] = DiskTier(folder, disk_budget, one_page)
+        _describe(folder, {"model": os.path.basename(llm.path), "path": llm.path, "digest": digest, "kv": llm.kv,
+                           "page_size": ps})
+    if redis_url:
+        tiers["shared"] = SharedTier(redis_url, one_page)
+    adapters = {a.name: a.digest for a in llm.loras}
+    rope = llm.decoder.rope_variant or ""
+
+    def root_of(lora: tuple) -> bytes:
+        return root_key("llamay-kv-1", digest, llm.kv, str(ps), rope, *(f"{adapters[n]}*{s!r}" for n, s in lora))
+    return CacheTiers(tiers, root_of, ps, one_page)
+
+
+def _describe(folder: Path, meta: dict):
+    try:
+        if not (folder / SCOPE_FILE).exists():
+            write_atomic(folder / SCOPE_FILE, lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    except OSError:
+        pass  # only `llamay cache ls` reads it

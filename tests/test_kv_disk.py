@@ -1,0 +1,135 @@
+"""The disk tier's storage (kv/disk.py): pages written as segments come back byte for byte under their
+content keys; a torn or corrupted segment is detected (at open, or by the page checksum on reading) and
+dropped, never read as K/V; kill -9 in the middle of writing leaves a tier that opens; LRU under the budget."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamay.kv.disk import SUFFIX, DiskTier, chain_keys, root_key
+
+PAGE = 3 * 1000  # three buffers of 1000 bytes per page
+
+
+def pages(n: int, seed: int) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [[rng.integers(0, 256, 1000, dtype=np.uint8) for _ in range(3)] for _ in range(n)]
+
+
+def empty(n: int) -> list[list[np.ndarray]]:
+    return [[np.zeros(1000, np.uint8) for _ in range(3)] for _ in range(n)]
+
+
+def views(page_list):
+    return [[memoryview(b) for b in p] for p in page_list]
+
+
+def keys(n: int, root: str = "model", start: int = 0) -> list[bytes]:
+    return chain_keys(root_key(root), list(range(start, start + 4 * n)), 4, n)
+
+
+def test_keys_name_the_whole_prefix_and_the_root():
+    a = chain_keys(root_key("w1"), [1, 2, 3, 4, 5, 6, 7, 8], 4, 2)
+    assert chain_keys(root_key("w1"), [1, 2, 3, 4, 5, 6, 7, 8, 9], 4, 2) == a  # only full pages
+    assert chain_keys(root_key("w1"), [0, 2, 3, 4, 5, 6, 7, 8], 4, 2)[1] != a[1]  # the first page changes the second's
+    assert chain_keys(root_key("w2"), [1, 2, 3, 4, 5, 6, 7, 8], 4, 2)[0] != a[0]  # other weights: other keys
+    assert len(set(a)) == 2 and all(len(k) == 16 for k in a)
+
+
+def test_pages_come_back_byte_for_byte_in_runs(tmp_path):
+    tier = DiskTier(tmp_path, 1 << 20, PAGE)
+    k, data = keys(6), pages(6, 1)
+    tier.write(k[:4], views(data[:4]))
+    tier.write(k[4:], views(data[4:]))
+    assert tier.find(k) == 6 and tier.find(keys(2, "other")) == 0 and tier.n_pages == 6
+    out = empty(6)
+    assert tier.read(k, views(out)) == 6
+    assert all(np.array_equal(x, y) for p, q in zip(out, data) for x, y in zip(p, q))
+    again = DiskTier(tmp_path, 1 << 20, PAGE)  # another process: the same pages found
+    out = empty(6)
+    assert again.find(k) == 6 and again.read(k, views(out)) == 6
+    assert np.array_equal(out[5][2], data[5][2])
+
+
+def test_a_page_corrupted_on_disk_is_never_read_as_kv(tmp_path):
+    tier = DiskTier(tmp_path, 1 << 20, PAGE)
+    k, data = keys(4), pages(4, 2)
+    tier.write(k, views(data))
+    seg = next(tmp_path.glob("*" + SUFFIX))
+    raw = bytearray(seg.read_bytes())
+    raw[-10] ^= 0xFF  # a byte of the last page's payload
+    seg.write_bytes(bytes(raw))
+    out = empty(4)
+    assert tier.read(k, views(out)) == 3  # the first three verified; the fourth refused
+    assert tier.find(k) == 0 and tier.dropped == 1 and not seg.exists()  # the segment went with it
+
+
+@pytest.mark.parametrize("damage", ["truncate", "header", "magic", "empty"])
+def test_a_torn_segment_is_dropped_when_the_tier_opens(tmp_path, damage):
+    tier = DiskTier(tmp_path, 1 << 20, PAGE)
+    tier.write(keys(3), views(pages(3, 3)))
+    tier.write(keys(2, start=100), views(pages(2, 4)))
+    seg = sorted(tmp_path.glob("*" + SUFFIX), key=lambda p: p.stat().st_size)[-1]  # the three-page one
+    raw = seg.read_bytes()
+    seg.write_bytes({"truncate": raw[:-1], "header": raw[:20] + bytes([raw[20] ^ 1]) + raw[21:],
+                     "magic": b"X" + raw[1:], "empty": b""}[damage])
+    (tmp_path / ".leftover.seg.123.tmp").write_bytes(b"half")
+    os.utime(tmp_path / ".leftover.seg.123.tmp", (time.time() - 3600,) * 2)
+    again = DiskTier(tmp_path, 1 << 20, PAGE)
+    assert again.dropped == 1 and again.find(keys(3)) == 0 and again.find(keys(2, start=100)) == 2
+    assert not seg.exists() and not (tmp_path / ".leftover.seg.123.tmp").exists()
+
+
+def test_lru_keeps_the_tier_within_its_budget(tmp_path):
+    seg_bytes = 4 * PAGE + 1000  # four pages and their header, about
+    tier = DiskTier(tmp_path, 3 * seg_bytes, PAGE)
+    groups = [keys(4, start=100 * i) for i in range(5)]
+    for i, k in enumerate(groups):
+        tier.write(k, views(pages(4, i)))
+        time.sleep(0.01)
+        if i == 2:
+            assert tier.read(groups[0], views(empty(4))) == 4  # used again: newer than groups 1 and 2
+            time.sleep(0.01)
+    assert tier.bytes <= 3 * seg_bytes
+    held = [tier.find(k) == 4 for k in groups]
+    assert held == [True, False, False, True, True]
+
+
+WRITER = """
+import sys, numpy as np
+from llamay.kv.disk import DiskTier, chain_keys, root_key
+tier = DiskTier(sys.argv[1], 1 << 30, 3000)
+rng = np.random.default_rng(0)
+i = 0
+while True:
+    ks = chain_keys(root_key("kill"), list(range(i * 40, i * 40 + 40)), 4, 10)
+    tier.write(ks, [[memoryview(np.full(1000, (i + j) % 256, np.uint8)) for _ in range(3)] for j in range(10)])
+    print(i, flush=True)
+    i += 1
+"""
+
+
+def test_kill_9_while_writing_leaves_a_tier_that_opens_and_reads_true(tmp_path):
+    rng = random.Random(0)
+    for attempt in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        proc.stdout.readline()  # writing has begun
+        time.sleep(rng.uniform(0.0, 0.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        tier = DiskTier(tmp_path, 1 << 30, PAGE)  # opens, whatever the kill left
+        for i in range(200):
+            ks = chain_keys(root_key("kill"), list(range(i * 40, i * 40 + 40)), 4, 10)
+            n = tier.find(ks)
+            if not n:
+                continue
+            out = empty(n)
+            assert tier.read(ks[:n], views(out)) == n, (attempt, i)
+            assert all(int(b[0]) == (i + j) % 256 for j, p in enumerate(out) for b in p)
+    assert tier.n_pages > 0
