@@ -2,6 +2,7 @@
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -80,3 +81,18 @@ def url(live_server) -> str:
 def model(live_server) -> str:
     """The live server's default model name."""
     return live_server.registry.resolve(None)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory) -> list[Path]:
+    """Two tiny llamas of one vocabulary and shape, other weights (seeds 1 and 2), 512-token context: the
+    prefix cache tiers' tests (a file that made pages, and one that must never read them)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from fuzz_gguf import Geometry, tiny_decoder
+    folder = tmp_path_factory.mktemp("tiny-pair")
+    out = []
+    for seed in (1, 2):
+        path = folder / f"tiny{seed}.gguf"
+        path.write_bytes(tiny_decoder(Geometry(n_ctx=512), seed=seed).to_bytes())
+        out.append(path)
+    return out

@@ -2,8 +2,6 @@
 read back from disk by the next instead of prefilled, with the same logits (==) and the same tokens; other
 weights never read it; a corrupted page is computed again; pins hold pages only until written; reading is
 skipped where computing is faster; and the CLI's `cache ls|du|clear`."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,21 +10,10 @@ import llamay
 from llamay.cli.main import main
 from llamay.kv.disk import SUFFIX
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from fuzz_gguf import Geometry, tiny_decoder  # noqa: E402
 
 MB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("disk")
-    out = []
-    for seed in (1, 2):
-        path = folder / f"tiny{seed}.gguf"
-        path.write_bytes(tiny_decoder(Geometry(n_ctx=512), seed=seed).to_bytes())
-        out.append(path)
-    return out
 
 
 def load(path, folder, **kw):
@@ -37,58 +24,58 @@ def prompt(n: int, seed: int = 0) -> list[int]:
     return np.random.default_rng(seed).integers(10, 250, n).tolist()
 
 
-def test_a_new_process_reads_the_prefix_from_disk_with_the_same_logits(tiny, tmp_path):
+def test_a_new_process_reads_the_prefix_from_disk_with_the_same_logits(tiny_pair, tmp_path):
     ids = prompt(200)
-    first = load(tiny[0], tmp_path)
+    first = load(tiny_pair[0], tmp_path)
     want = first.eval_last(ids)
     assert first.stats.cached_tokens == 0
     first.cache.flush()
     assert first.cache.pages_written["disk"] == 200 // 32
-    second = load(tiny[0], tmp_path)  # a restart: nothing in memory
+    second = load(tiny_pair[0], tmp_path)  # a restart: nothing in memory
     got = second.eval_last(ids)
     assert second.stats.cached_tokens == second.stats.disk_tokens == 192  # six full pages; the rest computed
     assert np.array_equal(got, want)
-    plain = llamay.load(tiny[0], threads=2, n_ctx=512)  # no disk tier at all
+    plain = llamay.load(tiny_pair[0], threads=2, n_ctx=512)  # no disk tier at all
     assert np.array_equal(plain.eval_last(ids), want)
     gen = lambda llm: (list(llm.generate(ids + [7], max_tokens=24, temperature=0)), llm.stats)
     (_, stats), (_, plain_stats) = gen(second), gen(plain)
     assert stats.token_ids == plain_stats.token_ids and stats.disk_tokens == 0  # memory has it now
-    third = load(tiny[0], tmp_path)
+    third = load(tiny_pair[0], tmp_path)
     _, stats = gen(third)
     assert stats.token_ids == plain_stats.token_ids and stats.disk_tokens == 192
     for llm in (first, second, third):
         llm.runner.state.check()
 
 
-def test_other_weights_never_read_it(tiny, tmp_path):
+def test_other_weights_never_read_it(tiny_pair, tmp_path):
     ids = prompt(100)
-    a = load(tiny[0], tmp_path)
+    a = load(tiny_pair[0], tmp_path)
     a.eval_last(ids)
     a.cache.flush()
-    b = load(tiny[1], tmp_path)  # the same folder, another file
+    b = load(tiny_pair[1], tmp_path)  # the same folder, another file
     b.eval_last(ids)
     assert b.stats.cached_tokens == 0 and b.stats.disk_tokens == 0
     assert a.cache.root_of(()) != b.cache.root_of(())
 
 
-def test_a_page_corrupted_on_disk_is_computed_again(tiny, tmp_path):
+def test_a_page_corrupted_on_disk_is_computed_again(tiny_pair, tmp_path):
     ids = prompt(161, seed=3)  # five full pages before the last token
-    a = load(tiny[0], tmp_path)
+    a = load(tiny_pair[0], tmp_path)
     want = a.eval_last(ids)
     a.cache.flush()
     seg = next(tmp_path.rglob("*" + SUFFIX))
     raw = bytearray(seg.read_bytes())
     raw[-100] ^= 0x55  # inside the last page of the segment
     seg.write_bytes(bytes(raw))
-    b = load(tiny[0], tmp_path)
+    b = load(tiny_pair[0], tmp_path)
     got = b.eval_last(ids)
     assert np.array_equal(got, want) and b.stats.disk_tokens == 4 * 32  # pages 0..3 verified, page 4 computed
     assert b.cache.disk.dropped == 1
     b.runner.state.check()
 
 
-def test_pages_are_pinned_only_until_written(tiny, tmp_path):
-    llm = load(tiny[0], tmp_path)
+def test_pages_are_pinned_only_until_written(tiny_pair, tmp_path):
+    llm = load(tiny_pair[0], tmp_path)
     state = llm.runner.state
     llm.eval_last(prompt(100, seed=4))
     state.check()  # pins are holders: the invariants hold while the writer works
@@ -98,27 +85,27 @@ def test_pages_are_pinned_only_until_written(tiny, tmp_path):
     state.check()
 
 
-def test_reading_is_skipped_where_computing_is_faster(tiny, tmp_path):
+def test_reading_is_skipped_where_computing_is_faster(tiny_pair, tmp_path):
     ids = prompt(200, seed=5)
-    a = load(tiny[0], tmp_path)
+    a = load(tiny_pair[0], tmp_path)
     a.eval_last(ids)
     a.cache.flush()
-    b = load(tiny[0], tmp_path)
+    b = load(tiny_pair[0], tmp_path)
     b.cache.read_bps["disk"], b.runner.prefill_tps = 1.0, 1e12  # a slow disk, a fast prefill
     b.eval_last(ids)
     assert b.stats.disk_tokens == 0 and b.stats.cached_tokens == 0
 
 
-def test_a_prompt_shorter_than_a_page_or_a_tier_of_nothing(tiny, tmp_path):
-    llm = load(tiny[0], tmp_path)
+def test_a_prompt_shorter_than_a_page_or_a_tier_of_nothing(tiny_pair, tmp_path):
+    llm = load(tiny_pair[0], tmp_path)
     llm.eval_last([5, 6, 7])
     llm.cache.flush()
     assert llm.cache.pages_written["disk"] == 0 and llm.cache.disk.n_pages == 0
 
 
-def test_cache_ls_du_clear(tiny, tmp_path, capsys):
+def test_cache_ls_du_clear(tiny_pair, tmp_path, capsys):
     ids = prompt(100, seed=6)
-    for path in tiny:
+    for path in tiny_pair:
         llm = load(path, tmp_path)
         llm.eval_last(ids)
         llm.cache.flush()
@@ -127,7 +114,7 @@ def test_cache_ls_du_clear(tiny, tmp_path, capsys):
     assert "tiny1.gguf" in out and "tiny2.gguf" in out and "MODEL" in out
     assert main(["cache", "du", "--cache-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip().endswith("KB")
-    assert main(["cache", "clear", str(tiny[0]), "--cache-dir", str(tmp_path)]) == 0
+    assert main(["cache", "clear", str(tiny_pair[0]), "--cache-dir", str(tmp_path)]) == 0
     assert "of 1 model" in capsys.readouterr().out
     assert main(["cache", "ls", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
