@@ -2,8 +2,11 @@
 import atexit
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +99,33 @@ def tiny_pair(tmp_path_factory) -> list[Path]:
         path.write_bytes(tiny_decoder(Geometry(n_ctx=512), seed=seed).to_bytes())
         out.append(path)
     return out
+
+
+REDIS = shutil.which("redis-server") or shutil.which("valkey-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    """A real redis-server (or valkey-server) on 127.0.0.1, for one module -> (url, client, process)."""
+    if REDIS is None:
+        pytest.skip("no redis-server or valkey-server (Debian: apt-get install redis-server; .ci/run installs it)")
+    port = free_port()
+    proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0", client, proc
+    proc.kill()
+    proc.wait()

@@ -6,14 +6,12 @@ import threading
 import time
 
 
-class ServerThread:
-    def __init__(self, argv: list[str], start_timeout: float = 60.0, log=None):
-        """argv: `llamay serve` arguments (without --host/--port); log: gets each request's log line."""
+class AppThread:
+    def __init__(self, app, start_timeout: float = 60.0):
+        """app: an ASGI app, served until stop()."""
         import uvicorn
 
-        from llamay.cli import serve
-        from llamay.cli.main import build_parser
-        self.app = serve.build_app(build_parser().parse_args(["serve", *argv]), log)
+        self.app = app
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="llamay-test-server", daemon=True)
@@ -25,6 +23,18 @@ class ServerThread:
             time.sleep(0.02)
         port = self.server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+class ServerThread(AppThread):
+    def __init__(self, argv: list[str], start_timeout: float = 60.0, log=None):
+        """argv: `llamay serve` arguments (without --host/--port); log: gets each request's log line."""
+        from llamay.cli import serve
+        from llamay.cli.main import build_parser
+        super().__init__(serve.build_app(build_parser().parse_args(["serve", *argv]), log), start_timeout)
 
     @property
     def registry(self):
@@ -46,7 +56,3 @@ class ServerThread:
             named = {nc.ctx for nc in self.app.state.contexts.values() if nc.model == loaded.info.name}
             assert set(ctxs) == named, f"engine contexts {sorted(ctxs)}, named {sorted(named)}"
         return held
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(timeout=30)

@@ -1,9 +1,6 @@
 """The prefix cache's shared tier on a real redis-server (or valkey-server) on 127.0.0.1: a second process's
 model reads the pages the first computed, with the same logits (==); other weights never do; a corrupted
 value is computed again; a server that goes away costs misses, never a failed request."""
-import shutil
-import socket
-import subprocess
 import time
 
 import numpy as np
@@ -12,36 +9,7 @@ import pytest
 import llamay
 from llamay.kv.shared import TIMEOUT_S
 
-
-SERVER = shutil.which("redis-server") or shutil.which("valkey-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    if SERVER is None:
-        pytest.skip("no redis-server or valkey-server (Debian: apt-get install redis-server; .ci/run installs it)")
-    port = free_port()
-    proc = subprocess.Popen([SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0", client, proc
-    proc.kill()
-    proc.wait()
-
-
+from conftest import free_port
 
 
 def load(path, url):

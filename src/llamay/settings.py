@@ -56,5 +56,18 @@ class ServerSettings:
     reasoning_format: str = "auto"  # <think> split into reasoning by the chat template (chat/reasoning.py MODES)
 
 
+@dataclass(frozen=True)
+class RouteSettings:
+    """`llamay route`: a front over several `llamay serve` processes."""
+    host: str = "127.0.0.1"  # loopback only
+    port: int = 11436  # beside serve's 11435
+    prefix_chars: int = 128  # the routing key's text: about one KV page (32 tokens) of the prompt
+    vnodes: int = 64  # points per backend on the hash ring: an even split, few keys moved when one leaves
+    load_factor: float = 1.25  # a backend takes at most this times the mean in-flight load (bounded loads)
+    health_interval: float = 2.0  # seconds between health checks of each backend
+    health_timeout: float = 1.0  # seconds a health check may take before the backend counts as down
+    connect_timeout: float = 2.0  # seconds to connect to a backend before failing over to the next
+
+
 LOAD, SCHEDULER, SPEC, SERVER = LoadSettings(), SchedulerSettings(), SpecSettings(), ServerSettings()
-CACHE = CacheSettings()
+CACHE, ROUTE = CacheSettings(), RouteSettings()

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from . import bench, cache, ctx, embed, ps, pull, quantize, run, serve, store_cmds, tokenize, verify
+from . import bench, cache, ctx, embed, ps, pull, quantize, route, run, serve, store_cmds, tokenize, verify
 from .. import __version__, env
 from ..gguf import GGUFError
 from ..models import UnsupportedModel
@@ -15,7 +15,7 @@ from .common import CLIError, HelpFormat
 COMMANDS = {"run": run, "serve": serve, "pull": pull, "list": store_cmds.LIST, "show": store_cmds.SHOW,
             "rm": store_cmds.RM, "cp": store_cmds.CP, "tokenize": tokenize, "bench": bench, "verify": verify,
             "ctx": ctx, "embed": embed.EMBED, "rerank": embed.RERANK, "quantize": quantize, "ps": ps.PS,
-            "stop": ps.STOP, "cache": cache}
+            "stop": ps.STOP, "cache": cache, "route": route}
 
 
 class _Parser(argparse.ArgumentParser):

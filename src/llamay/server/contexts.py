@@ -3,8 +3,8 @@ after an idle time, so clients that create and forget contexts cannot take a mod
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +24,7 @@ class NamedContext:
     model: str
     ctx: int  # the engine's context id
     messages: list[dict] | None = None  # the conversation so far, when made from messages
+    parent: str | None = None  # the context it was forked from
     created: int = field(default_factory=lambda: int(time.time()))
     busy: bool = False
     last_used: float = field(default_factory=time.monotonic)
@@ -35,7 +36,6 @@ class ContextTable:
     def __init__(self, max_contexts: int = SERVER.max_contexts, ttl: float = SERVER.context_ttl):
         self.max_contexts, self.ttl = max_contexts, ttl
         self.by_id: dict[str, NamedContext] = {}
-        self._ids = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -56,8 +56,10 @@ class ContextTable:
             raise ProtocolError(429, f"{len(self.by_id)} contexts are open and {n_new} more would pass the limit "
                                      f"of {self.max_contexts} (--max-contexts): delete some first", "rate_limit")
 
-    def add(self, loaded, ctx: int, messages: list[dict] | None) -> NamedContext:
-        nc = NamedContext(f"ctx_{next(self._ids)}", loaded.info.name, ctx, messages)
+    def add(self, loaded, ctx: int, messages: list[dict] | None, parent: NamedContext | None = None) -> NamedContext:
+        # random, not a counter: ids stay unique across servers behind `llamay route`, and unguessable
+        nc = NamedContext(f"ctx_{secrets.token_hex(8)}", loaded.info.name, ctx, messages,
+                          parent.id if parent else None)
         self.by_id[nc.id] = nc
         loaded.contexts.add(nc.id)
         return nc
