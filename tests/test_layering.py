@@ -13,7 +13,8 @@ ALLOWED = {name: set() for name in LEAVES} | {
     "quantize": {"gguf", "kernels", "files"},
     "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings", "env"},
     "store": {"files", "gguf", "env", "defaults"},
-    "server": {"engine", "chat", "toolcall", "store", "events", "defaults", "settings"},
+    "server": {"engine", "chat", "toolcall", "store", "events", "defaults", "settings", "env", "files"},
+    "route": {"server", "settings"},
 }
 TOP = {"cli", "tools", "__init__", "__main__"}  # may import anything below them
 

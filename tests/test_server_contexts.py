@@ -172,6 +172,29 @@ def test_chat_form_computes_only_the_new_turn_and_answers_like_chat_completions(
     assert second.usage.prompt_tokens_details.cached_tokens == held - (first.choices[0].finish_reason == "length")
 
 
+
+def test_a_fork_at_a_message_branches_there_sharing_the_pages_before_it(http, oai, made, model):
+    conversation = [{"role": "system", "content": "You tell stories like this one. " + PROMPT},  # past two pages
+                    {"role": "user", "content": "Name one colour of the rainbow."}]
+    ctx = create(http, made, model=model, messages=conversation)
+    oai.post(f"/contexts/{ctx['id']}/chat", body=GREEDY, cast_to=openai.types.chat.ChatCompletion)
+    r = http.post(f"/v1/contexts/{ctx['id']}/fork", params={"n": 1, "messages": 1})  # keeps the system prompt
+    assert r.status_code == 201, r.text
+    branch = r.json()["ids"][0]
+    made.append(branch)
+    edited = {"role": "user", "content": "Name one fruit."}
+    got = oai.post(f"/contexts/{branch}/chat", body={**GREEDY, "messages": [edited]},
+                   cast_to=openai.types.chat.ChatCompletion)
+    want = oai.chat.completions.create(model=model, messages=[conversation[0], edited], **GREEDY)
+    assert got.choices[0].message.content == want.choices[0].message.content
+    assert got.usage.prompt_tokens_details.cached_tokens > 0  # the system prompt's tokens, not recomputed
+    rows = {c["id"]: c for c in http.get("/studio/api/contexts").json()["data"]}
+    assert rows[branch]["parent"] == ctx["id"] and rows[branch]["shared_with_parent"] >= 1
+    assert 0 < rows[branch]["forked_at"] < rows[ctx["id"]]["tokens"]
+    for bad in ("0", "4", "x"):
+        r = http.post(f"/v1/contexts/{ctx['id']}/fork", params={"n": 1, "messages": bad})
+        assert r.status_code == 400 and "messages must be an integer from 1 to 3" in r.json()["error"]["message"]
+
 def refused(call, status_error: type, param: str | None = None) -> openai.APIStatusError:
     """The openai client maps the status to status_error and reads OpenAI's {"error": {...}} shape."""
     with pytest.raises(status_error) as info:

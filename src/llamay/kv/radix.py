@@ -18,10 +18,11 @@ from .allocator import InvariantError, KVError
 
 
 class Node:
-    __slots__ = ("key", "page", "parent", "children", "stamp")
+    __slots__ = ("key", "page", "parent", "children", "stamp", "hits")
 
     def __init__(self, key: tuple[int, ...], page: int, parent: Node | None, stamp: int):
         self.key, self.page, self.parent, self.stamp = key, page, parent, stamp
+        self.hits = 0  # matches that reused this page
         self.children: dict[tuple[int, ...], Node] = {}
 
 
@@ -86,7 +87,7 @@ class RadixTree:
     @staticmethod
     def touch(path: list[Node], stamp: int):
         for node in path:
-            node.stamp = stamp
+            node.stamp, node.hits = stamp, node.hits + 1
 
     def insert(self, tokens: Sequence[int], pages: Sequence[int], stamp: int) -> tuple[list[int], list[int]]:
         """Add tokens (K/V in pages, ceil(len/page_size) of them) -> (pages taken, pages let go).
@@ -160,6 +161,20 @@ class RadixTree:
             for child in node.children.values():
                 out.append((prefix + child.key, child.page))
                 stack.append((child, prefix + child.key))
+        return out
+
+    def sequences(self) -> list[tuple[tuple[int, ...], list[int], int, int]]:
+        """(tokens, pages, hits, stamp) of every root-to-leaf path (the cached sequences): hits, the
+        matches that reused any of its pages; stamp, its last use (the leaf's: eviction's order)."""
+        out, stack = [], [(self.root, (), [], 0)]
+        while stack:
+            node, prefix, pages, hits = stack.pop()
+            for child in node.children.values():
+                item = (child, prefix + child.key, pages + [child.page], max(hits, child.hits))
+                if child.children:
+                    stack.append(item)
+                else:
+                    out.append((item[1], item[2], item[3], child.stamp))
         return out
 
     def check(self):

@@ -98,6 +98,13 @@ class KVState:
         mask = (1 << NS_SHIFT) - 1
         return [(tuple(t & mask for t in key), page) for key, page in self.tree.entries()]
 
+    def sequences(self) -> list[tuple[tuple[int, ...], list[int], int, int]]:
+        """The tree's cached sequences, most recently used first: (tokens, pages, hits, stamp) as
+        RadixTree.sequences, tokens without their namespace."""
+        mask = (1 << NS_SHIFT) - 1
+        out = [(tuple(t & mask for t in toks), pages, hits, stamp) for toks, pages, hits, stamp in self.tree.sequences()]
+        return sorted(out, key=lambda e: -e[3])
+
     def continuation(self, tokens: Sequence[int], ns: int, k: int) -> list[int]:
         """Up to k tokens the tree holds after tokens in namespace ns (speculative decoding's drafts from other
         branches: RadixTree.continuation); a query, changing nothing."""

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import (routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_llamacpp, routes_ollama,
-               routes_openai)
+               routes_openai, routes_studio)
 from .contexts import ContextTable, expire
 from .guard import Guard, GuardSettings, proto_for
 from .http import Responder, error_response
@@ -46,7 +46,7 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
     app.state.responder = Responder(registry, Metrics())
     app.state.contexts = ContextTable(registry.settings.max_contexts, registry.settings.context_ttl)
     for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed,
-                   routes_llamacpp):
+                   routes_llamacpp, routes_studio):
         app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)

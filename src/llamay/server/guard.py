@@ -20,7 +20,9 @@ from .protocol.base import ProtocolError
 # Schemes only desktop apps give their pages (Electron, Tauri, VS Code webviews), allowed by default as
 # Ollama does; not file:// nor "null": a downloaded HTML file or a sandboxed iframe sends those.
 APP_ORIGINS = ("app://*", "tauri://*", "vscode-webview://*", "vscode-file://*")
-OPEN_PATHS = frozenset({"/health", "/v1/health"})  # answered without the API key: liveness probes
+# answered without the API key: liveness probes, and the Studio's page and assets (no data: its calls need the key)
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/studio", "/studio/"})
+OPEN_PREFIXES = ("/studio/assets/",)
 # The routes that take a binary body besides JSON, and its types: the one place they are declared.
 BINARY_ROUTES = {("POST", "/v1/contexts"): ("application/octet-stream",)}  # a snapshot restore
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -92,6 +94,10 @@ def _split_host(value: str) -> tuple[str, int | None]:
     return name.rstrip("."), int(port) if port and port.isdigit() else None
 
 
+def _is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
 def _matches(value: str, patterns) -> bool:
     return any(p == "*" or fnmatch.fnmatchcase(value, p.lower()) for p in patterns)
 
@@ -133,7 +139,7 @@ class _Check:
             return self._error(403, f"Origin '{self.origin}' is not allowed (llamay serve --origins)", "permission")
         if self.origin is not None and self._is_preflight():
             return self._preflight()
-        if self.settings.api_key and self.path not in OPEN_PATHS and not self._key_ok():
+        if self.settings.api_key and not _is_open(self.path) and not self._key_ok():
             return self._error(401, "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)",
                                "authentication", {"www-authenticate": "Bearer"})
         length, limit = self.headers.get("content-length", "").strip(), self._body_limit()

@@ -42,7 +42,8 @@ def _get(request: Request, cid: str) -> NamedContext:
 
 
 def _describe(nc: NamedContext, runner) -> dict:
-    return {"id": nc.id, "object": "context", "model": nc.model, "created": nc.created, **runner.describe(nc.ctx)}
+    return {"id": nc.id, "object": "context", "model": nc.model, "created": nc.created, "parent": nc.parent,
+            **runner.describe(nc.ctx)}
 
 
 def _add(request: Request, loaded: Loaded, ctx: int, messages) -> NamedContext:
@@ -173,12 +174,27 @@ async def fork(request: Request, cid: str):
         n = 0
     if not 1 <= n <= 64:
         raise bad_request("n must be an integer from 1 to 64", "n")
+    keep = _keep_messages(request, nc)
     _check_idle(nc)
     _table(request).check_room(n)
     loaded = await _loaded(request, nc)
     kids = await on_scheduler(loaded, lambda runner: runner.fork(nc.ctx, n))
-    made = [_add(request, loaded, k, list(nc.messages) if nc.messages is not None else None) for k in kids]
+    messages = nc.messages[:keep] if nc.messages is not None else None
+    made = [_table(request).add(loaded, k, list(messages) if messages is not None else None, nc) for k in kids]
     return JSONResponse({"object": "list", "ids": [m.id for m in made]}, status_code=201)
+
+
+def _keep_messages(request: Request, nc: NamedContext) -> int | None:
+    """?messages=k: the forks keep the first k messages of the conversation (an edit or a regenerate of
+    message k branches there: their next /chat recomputes only from where the conversation differs)."""
+    value = request.query_params.get("messages")
+    if value is None:
+        return None
+    if nc.messages is None:
+        raise bad_request(f"context '{nc.id}' was not made from messages", "messages")
+    if not value.isdigit() or not 1 <= int(value) <= len(nc.messages):
+        raise bad_request(f"messages must be an integer from 1 to {len(nc.messages)}", "messages")
+    return int(value)
 
 
 @router.get("/v1/contexts/{cid}/snapshot")

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from ..events import Finish, Usage
+from . import routes_studio
 from .http import RunOptions, api, dumps, new_meta, read_json
 from .protocol import ollama as proto
 from .protocol.base import ProtocolError
@@ -17,7 +18,9 @@ OLLAMA_VERSION = "0.33.0"  # what Ollama-aware clients gate features on (ollama.
 
 
 @router.api_route("/", methods=["GET", "HEAD"])
-async def root():
+async def root(request: Request):
+    if routes_studio.wants_page(request):  # a browser: the Studio; Ollama's clients still get its text
+        return routes_studio.redirect_to_studio()
     return PlainTextResponse("Ollama is running")
 
 

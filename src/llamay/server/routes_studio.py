@@ -1,0 +1,192 @@
+"""The Studio: a web page at /studio (its assets ship in the package, studio/) and the JSON it reads
+besides the public APIs: the context tree, the prefix cache's contents, KV pages against the budget, and
+conversations kept under $LLAMAY_HOME/studio. The page is same-origin, so the guard lets it in; its
+Content-Security-Policy allows nothing but this server (no inline script, no other origin)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+
+from .. import env
+from ..files import write_atomic
+from .http import api, on_scheduler, read_json
+from .protocol import openai as proto
+from .protocol.base import ProtocolError, bad_request
+
+router = APIRouter()
+ASSETS = Path(__file__).with_name("studio")
+FILES = {p.name: p for p in ASSETS.iterdir() if p.is_file()}  # the only files served: no path from the URL
+TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+         ".svg": "image/svg+xml"}
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
+           "cache-control": "no-cache"}
+CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_CONVERSATION = 4 << 20  # bytes of one stored conversation
+MAX_CONVERSATIONS = 1000
+PREVIEW_TOKENS = 48  # tokens of a cached sequence shown as its text
+
+
+def wants_page(request: Request) -> bool:
+    """A browser navigating (Accept: text/html), not a client expecting Ollama's `GET /` text."""
+    return "text/html" in request.headers.get("accept", "")
+
+
+def redirect_to_studio() -> Response:
+    return RedirectResponse("/studio", status_code=302)
+
+
+@router.get("/studio")
+@router.get("/studio/")
+async def page():
+    return _asset("index.html")
+
+
+@router.get("/studio/assets/{name}")
+async def asset(name: str):
+    if name not in FILES:
+        return Response("not found", status_code=404, media_type="text/plain")
+    return _asset(name)
+
+
+def _asset(name: str) -> Response:
+    path = FILES[name]
+    return FileResponse(path, media_type=TYPES.get(path.suffix, "application/octet-stream"), headers=HEADERS)
+
+
+# -- the state engine's view
+
+@router.get("/studio/api/contexts")
+@api(proto)
+async def contexts(request: Request):
+    """Every named context (a tree by parent) with its tokens, pages, and pages shared with its parent;
+    per loaded model, KV pages in use against the budget."""
+    table, registry = request.app.state.contexts, request.app.state.registry
+    data, kv = [], {}
+    for name, loaded in list(registry.loaded.items()):
+        mine = [nc for nc in table.values() if nc.model == name]
+        rows, kv[name] = await on_scheduler(loaded, lambda runner, mine=mine: _context_rows(table, runner, mine))
+        data += rows
+    return JSONResponse({"data": data, "kv": kv})
+
+
+def _context_rows(table, runner, mine) -> tuple[list[dict], dict]:
+    state, pages, tokens = runner.state, {}, {}
+    for nc in mine:
+        pages[nc.id], tokens[nc.id] = state.page_table(nc.ctx), np.asarray(state.tokens(nc.ctx))
+    rows = []
+    for nc in mine:
+        parent = pages.get(nc.parent, ())
+        rows.append({"id": nc.id, "model": nc.model, "parent": nc.parent,
+                     "forked_at": _common(tokens[nc.id], tokens[nc.parent]) if nc.parent in tokens else 0,
+                     "created": nc.created, "busy": nc.busy, "tokens": runner.n_tokens(nc.ctx),
+                     "pages": len(pages[nc.id]), "shared_with_parent": len(set(pages[nc.id]) & set(parent)),
+                     "messages": len(nc.messages) if nc.messages is not None else None,
+                     "title": _title(nc.messages)})
+    held = {p for ps in pages.values() for p in ps}
+    return rows, {"pages_total": state.n_total, "pages_used": state.n_total - state.n_free,
+                  "pages_free": state.n_free, "pages_contexts": len(held), "pages_cache": len(state.tree),
+                  "page_size": state.page_size}
+
+
+def _common(a: np.ndarray, b: np.ndarray) -> int:
+    """Leading tokens a and b share: where the branch left its parent."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def _title(messages) -> str:
+    for m in messages or ():
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            return m["content"][:80]
+    return ""
+
+
+@router.get("/studio/api/cache")
+@api(proto)
+async def cache(request: Request):
+    """The prefix cache of each loaded model: every cached sequence (most recently used first) with its
+    tokens, pages, hits and the start of its text."""
+    out = {}
+    for name, loaded in list(request.app.state.registry.loaded.items()):
+        seqs = await on_scheduler(loaded, lambda runner: runner.state.sequences())
+        out[name] = [{"rank": i, "tokens": len(toks), "pages": len(pages), "hits": hits,
+                      "text": loaded.llm.detokenize(list(toks[:PREVIEW_TOKENS]))}
+                     for i, (toks, pages, hits, _) in enumerate(seqs)]
+    return JSONResponse({"models": out})
+
+
+# -- conversations, kept server-side
+
+def _folder() -> Path:
+    return env.home() / "studio" / "conversations"
+
+
+def _path(cid: str) -> Path:
+    if not CONVERSATION_ID.match(cid):
+        raise bad_request("a conversation id is 1 to 64 letters, digits, - or _", "id")
+    return _folder() / f"{cid}.json"
+
+
+@router.get("/studio/api/conversations")
+@api(proto)
+async def list_conversations(request: Request):
+    rows = []
+    for path in sorted(_folder().glob("*.json")) if _folder().is_dir() else ():
+        try:
+            doc = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue  # a torn or foreign file: not listed, never fatal
+        rows.append({"id": path.stem, "title": str(doc.get("title", ""))[:200], "model": doc.get("model"),
+                     "updated": path.stat().st_mtime})
+    rows.sort(key=lambda r: -r["updated"])
+    return JSONResponse({"data": rows})
+
+
+@router.get("/studio/api/conversations/{cid}")
+@api(proto)
+async def get_conversation(request: Request, cid: str):
+    path = _path(cid)
+    try:
+        return Response(path.read_bytes(), media_type="application/json")
+    except FileNotFoundError:
+        raise ProtocolError(404, f"no conversation '{cid}'", "not_found", "id") from None
+
+
+@router.put("/studio/api/conversations/{cid}")
+@api(proto)
+async def put_conversation(request: Request, cid: str):
+    path = _path(cid)
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_CONVERSATION:
+        raise ProtocolError(413, f"a conversation is at most {MAX_CONVERSATION >> 20} MiB")
+    doc = await read_json(request)
+    data = json.dumps(doc, ensure_ascii=False).encode()
+    if len(data) > MAX_CONVERSATION:
+        raise ProtocolError(413, f"a conversation is at most {MAX_CONVERSATION >> 20} MiB")
+    folder = _folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    if not path.exists() and sum(1 for _ in folder.glob("*.json")) >= MAX_CONVERSATIONS:
+        raise ProtocolError(429, f"{MAX_CONVERSATIONS} conversations are kept: delete some first", "rate_limit")
+    write_atomic(path, lambda f: f.write(data))
+    return JSONResponse({"id": cid, "saved": True})
+
+
+@router.delete("/studio/api/conversations/{cid}")
+@api(proto)
+async def delete_conversation(request: Request, cid: str):
+    path = _path(cid)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        raise ProtocolError(404, f"no conversation '{cid}'", "not_found", "id") from None
+    return JSONResponse({"id": cid, "deleted": True})

@@ -1,0 +1,266 @@
+// Chat: a conversation is a tree of messages kept server-side (/studio/api/conversations); each answer
+// is generated on a named context (/v1/contexts). Continuing the newest answer of a context appends to
+// it; anything else (an edit, a regenerate, a reply to an older answer) forks the context at that message
+// (?messages=k), so the branch shares the pages of everything before it. A context that is gone (the
+// server restarted) is made again from the messages: the prefix cache still has their pages.
+import { api, el, markdown, sse, uid, bytes } from "./util.js";
+
+let conv = null;
+let controller = null;
+let models = [];
+const view = () => document.getElementById("view-chat");
+
+function blank(model) {
+  return { id: uid(), title: "", model, system: "", settings: { temperature: 0.7, top_p: 0.95, max_tokens: 512,
+           seed: "", schema: "" }, nodes: {}, leaf: null, heads: {} };
+}
+
+function path(leaf) {
+  const out = [];
+  for (let id = leaf; id; id = conv.nodes[id].parent) out.unshift(conv.nodes[id]);
+  return out;
+}
+
+function children(id) {
+  return Object.values(conv.nodes).filter((n) => n.parent === id).sort((a, b) => a.t - b.t);
+}
+
+function toMessage(n) {
+  const m = { role: n.role, content: n.content };
+  if (n.tool_calls && n.tool_calls.length) m.tool_calls = n.tool_calls;
+  return m;
+}
+
+function messagesThrough(node) {
+  const head = conv.system ? [{ role: "system", content: conv.system }] : [];
+  return head.concat(path(node.id).map(toMessage));
+}
+
+const count = (node) => messagesThrough(node).length;
+
+function add(node) {
+  const n = { id: uid(), t: Date.now() + Object.keys(conv.nodes).length / 1000, ...node };
+  conv.nodes[n.id] = n;
+  return n;
+}
+
+function deepest(id) {
+  let kids;
+  while ((kids = children(id)).length) id = kids[kids.length - 1].id;
+  return id;
+}
+
+async function save() {
+  if (!conv.title) {
+    const first = Object.values(conv.nodes).find((n) => n.role === "user");
+    conv.title = first ? first.content.slice(0, 60) : "";
+  }
+  await api(`/studio/api/conversations/${conv.id}`, { method: "PUT", json: conv });
+  await listConversations();
+}
+
+function sampling() {
+  const s = conv.settings, out = { temperature: Number(s.temperature), top_p: Number(s.top_p),
+                                   max_tokens: Number(s.max_tokens) };
+  if (s.seed !== "" && s.seed !== undefined) out.seed = Number(s.seed);
+  if (s.schema && s.schema.trim()) {
+    out.response_format = { type: "json_schema", json_schema: { name: "studio", schema: JSON.parse(s.schema) } };
+  }
+  return out;
+}
+
+// The context to answer userNode on, and what to send it.
+async function contextFor(userNode, regenerate) {
+  const parent = userNode.parent ? conv.nodes[userNode.parent] : null;
+  const newTurn = regenerate ? {} : { messages: [toMessage(userNode)] };
+  if (regenerate) {
+    const old = children(userNode.id).find((n) => n.ctx);
+    if (old) {
+      const made = await fork(old.ctx, count(userNode));
+      if (made) return { ctx: made, body: {} };
+    }
+  } else if (parent && parent.ctx) {
+    if (conv.heads[parent.ctx] === parent.id) return { ctx: parent.ctx, body: newTurn };
+    const made = await fork(parent.ctx, count(parent));
+    if (made) return { ctx: made, body: newTurn };
+  }
+  const r = await api("/v1/contexts", { json: { model: conv.model, messages: messagesThrough(userNode) } });
+  return { ctx: r.id, body: {} };
+}
+
+async function fork(ctx, k) {
+  try {
+    return (await api(`/v1/contexts/${ctx}/fork?n=1&messages=${k}`, { method: "POST" })).ids[0];
+  } catch (e) {
+    if (/no context/.test(e.message)) return null; // gone: made again from the messages
+    throw e;
+  }
+}
+
+async function answer(userNode, regenerate = false) {
+  const asst = add({ parent: userNode.id, role: "assistant", content: "", reasoning: "", tool_calls: [] });
+  conv.leaf = asst.id;
+  controller = new AbortController();
+  render();
+  const t0 = performance.now();
+  let tFirst = null;
+  try {
+    const { ctx, body } = await contextFor(userNode, regenerate);
+    asst.ctx = ctx;
+    const request = { ...body, ...sampling(), stream: true, stream_options: { include_usage: true } };
+    for await (const chunk of sse(`/v1/contexts/${ctx}/chat`, request, controller.signal)) {
+      for (const choice of chunk.choices || []) {
+        const d = choice.delta || {};
+        if ((d.content || d.reasoning_content) && tFirst === null) tFirst = performance.now();
+        if (d.content) asst.content += d.content;
+        if (d.reasoning_content) asst.reasoning += d.reasoning_content;
+        for (const call of d.tool_calls || []) {
+          const slot = asst.tool_calls[call.index] ||= { id: call.id, type: "function", function: { name: "", arguments: "" } };
+          if (call.function?.name) slot.function.name += call.function.name;
+          if (call.function?.arguments) slot.function.arguments += call.function.arguments;
+        }
+      }
+      if (chunk.usage) {
+        const u = chunk.usage, secs = (performance.now() - (tFirst ?? t0)) / 1000;
+        asst.figures = { prompt: u.prompt_tokens, cached: u.prompt_tokens_details?.cached_tokens ?? 0,
+                         generated: u.completion_tokens, tps: secs > 0 ? u.completion_tokens / secs : 0,
+                         ttft: ((tFirst ?? performance.now()) - t0) / 1000 };
+      }
+      renderMessages();
+    }
+    conv.heads[ctx] = asst.id;
+  } catch (e) {
+    if (e.name === "AbortError") asst.stopped = true;
+    else asst.error = e.message;
+    if (asst.ctx) delete conv.heads[asst.ctx];
+  } finally {
+    controller = null;
+    render();
+    await save();
+  }
+}
+
+async function send() {
+  const box = document.getElementById("prompt");
+  const text = box.value.trim();
+  if (!text || controller) return;
+  box.value = "";
+  const user = add({ parent: conv.leaf, role: "user", content: text });
+  await answer(user);
+}
+
+async function edit(node) {
+  const text = prompt("Edit the message (it is sent as a new branch):", node.content);
+  if (text === null || !text.trim()) return;
+  const user = add({ parent: node.parent, role: "user", content: text.trim() });
+  await answer(user);
+}
+
+function switchTo(node, delta) {
+  const sibs = children(node.parent);
+  const next = sibs[(sibs.indexOf(node) + delta + sibs.length) % sibs.length];
+  conv.leaf = deepest(next.id);
+  render();
+  save();
+}
+
+function messageView(n) {
+  const sibs = children(n.parent).filter((s) => s.role === n.role);
+  const who = el("div", { class: "who" }, el("strong", {}, n.role));
+  if (sibs.length > 1) {
+    const i = sibs.indexOf(n) + 1;
+    who.append(el("button", { title: "previous branch", onclick: () => switchTo(n, -1) }, "‹"),
+               el("span", { class: "branch" }, `${i}/${sibs.length}`),
+               el("button", { title: "next branch", onclick: () => switchTo(n, 1) }, "›"));
+  }
+  const busy = !!controller;
+  if (n.role === "user") who.append(el("button", { onclick: () => edit(n), disabled: busy }, "edit"));
+  else who.append(el("button", { onclick: () => answer(conv.nodes[n.parent], true), disabled: busy }, "regenerate"));
+  if (n.ctx) who.append(el("span", { class: "muted" }, n.ctx));
+  const box = el("div", { class: `msg ${n.role}`, "data-role": n.role }, who);
+  if (n.reasoning) box.append(el("details", {}, el("summary", {}, "reasoning"), el("div", {}, n.reasoning)));
+  box.append(n.role === "assistant" ? markdown(n.content) : el("div", { style: "white-space: pre-wrap" }, n.content));
+  for (const c of n.tool_calls || []) {
+    box.append(el("div", { class: "tool" }, el("strong", {}, `tool call: ${c.function.name}`),
+                  el("pre", {}, c.function.arguments)));
+  }
+  if (n.error) box.append(el("div", { class: "error" }, n.error));
+  if (n.stopped) box.append(el("div", { class: "muted" }, "stopped"));
+  const f = n.figures;
+  if (f) {
+    box.append(el("div", { class: "figures", "data-figures": "" },
+      `${f.prompt} prompt tokens · ${f.cached} from the cache · ${f.generated} generated · ` +
+      `${f.tps.toFixed(1)} tok/s · first token ${(f.ttft * 1000).toFixed(0)} ms`));
+  }
+  return box;
+}
+
+function renderMessages() {
+  const list = document.getElementById("messages");
+  if (!list) return;
+  list.replaceChildren(...(conv.leaf ? path(conv.leaf).map(messageView) : [el("p", { class: "muted" }, "Say something.")]));
+  const stop = document.getElementById("stop");
+  if (stop) stop.disabled = !controller;
+}
+
+function settingsView() {
+  const s = conv.settings;
+  const field = (label, key, attrs = {}) => el("label", {}, label, el("input", { id: `set-${key}`, value: s[key], ...attrs,
+    oninput: (e) => { s[key] = e.target.value; } }));
+  const picker = el("select", { id: "model", onchange: (e) => { conv.model = e.target.value; } },
+    models.map((m) => el("option", { value: m.name, selected: m.name === conv.model },
+      `${m.name} · ${bytes(m.size)} · ${m.details?.quantization_level || "?"} · ${m.details?.family || "?"}`)));
+  return el("div", { class: "card settings" },
+    el("label", {}, "Model", picker),
+    el("label", {}, "System prompt", el("textarea", { id: "system", rows: 3,
+      oninput: (e) => { conv.system = e.target.value; } }, conv.system)),
+    field("Temperature", "temperature", { type: "number", step: "0.1", min: "0" }),
+    field("Top p", "top_p", { type: "number", step: "0.05", min: "0", max: "1" }),
+    field("Max tokens", "max_tokens", { type: "number", min: "1" }),
+    field("Seed", "seed", { type: "number" }),
+    el("label", {}, "JSON schema (structured output)", el("textarea", { id: "schema", rows: 4,
+      placeholder: '{"type": "object", ...}', oninput: (e) => { s.schema = e.target.value; } }, s.schema)));
+}
+
+async function listConversations() {
+  const side = document.getElementById("conversations");
+  if (!side) return;
+  const { data } = await api("/studio/api/conversations");
+  side.replaceChildren(...data.map((c) => el("div", {
+    class: `conv ${conv && c.id === conv.id ? "active" : ""}`, title: c.title,
+    onclick: () => open(c.id) }, c.title || "(untitled)")));
+}
+
+async function open(id) {
+  conv = await api(`/studio/api/conversations/${id}`);
+  render();
+}
+
+function fresh() {
+  conv = blank(models[0]?.name ?? null);
+  render();
+}
+
+export function render() {
+  const root = view();
+  root.replaceChildren(el("div", { class: "chat" },
+    el("div", { class: "sidebar card" },
+       el("button", { class: "primary", onclick: fresh, style: "width: 100%" }, "New chat"),
+       el("div", { id: "conversations" })),
+    el("div", {},
+       el("div", { id: "messages", class: "messages" }),
+       el("div", { class: "card" },
+          el("textarea", { id: "prompt", rows: 3, placeholder: "Message (Enter sends, Shift+Enter: new line)",
+            onkeydown: (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } } }),
+          el("div", { class: "row" }, el("button", { id: "send", class: "primary", onclick: send }, "Send"),
+             el("button", { id: "stop", onclick: () => controller?.abort(), disabled: !controller }, "Stop")))),
+    settingsView()));
+  renderMessages();
+  listConversations();
+}
+
+export async function show() {
+  if (!models.length) models = (await api("/api/tags")).models;
+  if (!conv) conv = blank(models[0]?.name ?? null);
+  render();
+}

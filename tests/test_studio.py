@@ -1,0 +1,204 @@
+"""The Studio in a real browser: headless Chromium (Debian's `chromium`) driven by Playwright, against a
+server this module starts (SmolLM2, a store of its own, a fake registry). A message streams its reply; an
+edited message becomes a second branch whose context shares its parent's pages; a pull moves its bar to
+100%; a snapshot downloads and restores, and one of other weights is refused naming both digests;
+conversations are found again after a reload. Each view's screenshot goes to docs/studio/."""
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+import llamay
+from conftest import LiveServer
+from store_servers import CONFIG_TYPE, MANIFEST_V2, FakeRegistry
+
+pytestmark = pytest.mark.model
+SHOTS = Path(__file__).resolve().parent.parent / "docs" / "studio"
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def studio(smollm_path, tiny_pair, tmp_path_factory):
+    home, ollama = tmp_path_factory.mktemp("studio-home"), tmp_path_factory.mktemp("studio-ollama")
+    with pytest.MonkeyPatch.context() as mp, FakeRegistry() as reg:
+        mp.setenv("LLAMAY_HOME", str(home))
+        mp.setenv("OLLAMA_MODELS", str(ollama))
+        mp.setenv("LLAMAY_REGISTRY", reg.url)
+        gguf = tiny_pair[0].read_bytes()
+        config = json.dumps({"model_format": "gguf", "model_family": "llama"}).encode()
+        reg.add_manifest("library/tiny", "latest", {
+            "schemaVersion": 2, "mediaType": MANIFEST_V2,
+            "config": {"mediaType": CONFIG_TYPE, "digest": reg.add_blob(config), "size": len(config)},
+            "layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": reg.add_blob(gguf),
+                        "size": len(gguf)}]})
+        reg.faults.slow_s, reg.faults.chunk = 0.05, 8192  # a pull long enough to see its bar move
+        server = LiveServer(["-m", str(smollm_path), "--threads", "2", "-c", "2048"])
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def page(studio):
+    if BROWSER is None:
+        pytest.skip("no chromium (Debian: apt-get install chromium; .ci/run installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="no playwright (pip install '.[test]')")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=BROWSER, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1360, "height": 860}, accept_downloads=True)
+        page.errors = []
+        page.on("pageerror", lambda e: page.errors.append(str(e)))
+        page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and  # refusals are expected
+                not m.text.startswith("Failed to load resource") else None)
+        page.set_default_timeout(60_000)
+        yield page
+        browser.close()
+
+
+def shoot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def test_a_browser_is_sent_to_the_studio_and_ollama_clients_still_get_text(studio):
+    r = httpx.get(studio.url + "/", headers={"accept": "text/html,application/xhtml+xml"})
+    assert r.status_code == 302 and r.headers["location"] == "/studio"
+    assert httpx.get(studio.url + "/").text == "Ollama is running"
+    page = httpx.get(studio.url + "/studio")
+    assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+    assert "http" not in page.text.replace("http-equiv", "")  # nothing fetched from elsewhere
+    assert httpx.get(studio.url + "/studio/assets/..%2Fhttp.py").status_code == 404
+
+
+# Every text length the first assistant message showed, recorded in the page as it changed.
+WATCH = """() => { window.lengths = []; new MutationObserver(() => {
+  const m = document.querySelector('.msg.assistant .md');
+  if (m && !document.querySelector('.msg.assistant [data-figures]')) window.lengths.push(m.textContent.length);
+}).observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
+
+
+def test_a_message_streams_its_reply(studio, page):
+    page.goto(studio.url + "/")
+    assert page.url.endswith("/studio")
+    page.fill("#system", "You are a helpful assistant.")
+    page.fill("#set-max_tokens", "48")
+    page.evaluate(WATCH)
+    page.fill("#prompt", "Write a short story about a robot.")
+    page.click("#send")
+    page.wait_for_selector(".msg.assistant [data-figures]")
+    partial = set(page.evaluate("window.lengths")) - {0}
+    assert len(partial) >= 3  # it grew piece by piece before it ended
+    figures = page.inner_text(".msg.assistant [data-figures]")
+    assert "prompt tokens" in figures and "tok/s" in figures and "first token" in figures
+    assert page.inner_text(".msg.assistant .md").strip()
+    shoot(page, "chat")
+
+
+def test_an_edited_message_is_a_second_branch_sharing_its_parents_pages(studio, page):
+    page.fill("#prompt", "Now name one color.")
+    page.click("#send")
+    page.wait_for_function("() => document.querySelectorAll('.msg.assistant [data-figures]').length == 2")
+    page.once("dialog", lambda d: d.accept("Now name one fruit."))
+    page.locator(".msg.user").nth(1).locator("button", has_text="edit").click()
+    page.wait_for_function("() => document.querySelectorAll('.msg.user .branch').length == 1 && "
+                           "document.querySelectorAll('.msg.assistant [data-figures]').length == 2 && "
+                           "document.querySelector('.msg.user .branch').textContent == '2/2'")
+    assert page.locator(".msg.user").nth(1).inner_text().count("Now name one fruit.") == 1
+    page.locator(".msg.user").nth(1).locator("button[title='previous branch']").click()
+    assert "Now name one color." in page.locator(".msg.user").nth(1).inner_text()
+    shoot(page, "branches")
+    page.goto(studio.url + "/studio#contexts")
+    page.wait_for_selector(".tree .kids [data-shared]")
+    shared = int(page.get_attribute(".tree .kids [data-shared]", "data-shared"))
+    assert shared > 0  # the branch's context holds its parent's pages, not copies
+    contexts = httpx.get(studio.url + "/studio/api/contexts").json()["data"]
+    child = next(c for c in contexts if c["parent"])
+    assert child["shared_with_parent"] == shared and child["forked_at"] > 0
+    for tail in ("one", "two"):  # a finished prompt stays in the prefix cache; the second reuses it
+        httpx.post(studio.url + "/v1/completions", json={"prompt": "A prefix the cache keeps for later, " + tail,
+                                                         "max_tokens": 2}, timeout=60)
+    page.wait_for_selector("#ctx-cache td:has-text('A prefix the cache keeps')")
+    cache = httpx.get(studio.url + "/studio/api/cache").json()["models"]
+    assert any(s["hits"] >= 1 and s["text"].startswith("A prefix the cache") for seqs in cache.values() for s in seqs)
+    shoot(page, "contexts")
+
+
+def test_conversations_are_kept_server_side(studio, page):
+    page.goto(studio.url + "/studio#chat")
+    page.reload()
+    page.wait_for_selector("#conversations .conv")
+    page.click("#conversations .conv")
+    page.wait_for_function("() => document.querySelectorAll('.msg').length == 4")
+    assert "a short story about a robot" in page.inner_text("#messages")
+
+
+def test_a_pull_moves_its_bar_to_100(studio, page):
+    page.goto(studio.url + "/studio#models")
+    page.wait_for_selector("#models-table tr[data-model]")
+    page.evaluate("""() => { window.widths = []; const bar = document.getElementById('pull-bar');
+      new MutationObserver(() => window.widths.push(bar.style.width)).observe(bar, {attributes: true}); }""")
+    page.fill("#pull-name", "tiny")
+    page.click("#pull")
+    page.wait_for_function("() => document.getElementById('pull-status').textContent == 'success'")
+    widths = [float(w.rstrip("%")) for w in page.evaluate("window.widths") if w]
+    assert widths[-1] == 100 and any(0 < w < 100 for w in widths)
+    page.wait_for_selector("#models-table tr[data-model='tiny:latest']")
+    shoot(page, "models")
+
+
+def test_a_snapshot_downloads_and_restores_and_other_weights_are_refused(studio, page, tmp_path, tiny_pair,
+                                                                         smollm_path):
+    page.goto(studio.url + "/studio#contexts")
+    page.fill("#ctx-prompt", "The three laws of robotics are")
+    page.click("#ctx-create")
+    page.wait_for_selector("#ctx-notice:has-text('made ctx_')")
+    cid = page.inner_text("#ctx-notice").split()[1].rstrip(":")
+    with page.expect_download() as info:
+        page.click(f"[data-context='{cid}'] ~ a:has-text('snapshot')")
+    saved = tmp_path / "snap.llamayctx"
+    info.value.save_as(saved)
+    assert saved.stat().st_size > 0
+    page.set_input_files("#ctx-upload", str(saved))
+    page.click("#ctx-restore")
+    page.wait_for_selector("#ctx-notice:has-text('restored as')")
+    restored = page.inner_text("#ctx-notice").split()[2].rstrip(":")
+    assert restored != cid
+    want = httpx.get(f"{studio.url}/v1/contexts/{cid}").json()["tokens"]
+    assert httpx.get(f"{studio.url}/v1/contexts/{restored}").json()["tokens"] == want
+
+    other = tmp_path / "other.llamayctx"
+    llamay.load(tiny_pair[0], n_ctx=512).create_context("other weights").save(str(other))
+    page.set_input_files("#ctx-upload", str(other))
+    page.click("#ctx-restore")
+    page.wait_for_selector("#ctx-notice.error")
+    refusal = page.inner_text("#ctx-notice")
+    from llamay.engine.digest import weights_digest
+    assert "snapshot refused: snapshot was made under other weights" in refusal
+    assert f"snapshot weights sha256 {weights_digest(tiny_pair[0])}" in refusal
+    assert f"loaded model sha256 {weights_digest(smollm_path)}" in refusal
+    shoot(page, "snapshots")
+
+
+def test_the_server_view_plots_the_metrics(studio, page):
+    page.goto(studio.url + "/studio#server")
+    page.wait_for_function("() => document.querySelector('#plot-pages .value').textContent.includes('pages')")
+    httpx.post(studio.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 8}, timeout=60)
+    page.wait_for_function("() => document.querySelector('#plot-tps .value').textContent != '0.0 tok/s'", timeout=10_000)
+    assert "requests" in page.inner_text("#server-totals")
+    shoot(page, "server")
+    assert page.errors == []
+
+
+def test_with_an_api_key_the_page_loads_and_its_calls_need_the_key(tiny_pair):
+    server = LiveServer(["-m", str(tiny_pair[0]), "--threads", "1", "-c", "512", "--api-key", "sekret"])
+    try:
+        assert httpx.get(server.url + "/studio").status_code == 200  # the page and assets hold no data
+        assert httpx.get(server.url + "/studio/assets/main.js").status_code == 200
+        assert httpx.get(server.url + "/studio/api/contexts").status_code == 401
+        assert httpx.get(server.url + "/studio/api/conversations", headers={"authorization": "Bearer sekret"}) \
+            .status_code == 200
+    finally:
+        server.stop()
