@@ -101,8 +101,9 @@ def test_an_edited_message_is_a_second_branch_sharing_its_parents_pages(studio, 
     page.fill("#prompt", "Now name one color.")
     page.click("#send")
     page.wait_for_function("() => document.querySelectorAll('.msg.assistant [data-figures]').length == 2")
-    page.once("dialog", lambda d: d.accept("Now name one fruit."))
     page.locator(".msg.user").nth(1).locator("button", has_text="edit").click()
+    page.fill(".msg.user textarea.edit", "Now name one fruit.")
+    page.click("button:has-text('send as a branch')")
     page.wait_for_function("() => document.querySelectorAll('.msg.user .branch').length == 1 && "
                            "document.querySelectorAll('.msg.assistant [data-figures]').length == 2 && "
                            "document.querySelector('.msg.user .branch').textContent == '2/2'")
@@ -134,6 +135,35 @@ def test_conversations_are_kept_server_side(studio, page):
     page.wait_for_function("() => document.querySelectorAll('.msg').length == 4")
     assert "a short story about a robot" in page.inner_text("#messages")
 
+
+
+def test_a_stopped_answer_is_kept_and_the_chat_goes_on(studio, page):
+    page.click("button:has-text('New chat')")
+    page.fill("#set-max_tokens", "400")
+    page.fill("#prompt", "Tell me everything you know about the history of Rome.")
+    page.click("#send")
+    page.wait_for_function("() => (document.querySelector('.msg.assistant .md') || {}).textContent?.length > 20")
+    page.click("#stop")
+    page.wait_for_selector(".msg.assistant :text('stopped')")
+    assert page.locator(".msg.assistant [data-figures]").count() == 0
+    page.fill("#set-max_tokens", "16")
+    page.fill("#prompt", "Thanks. Now in one sentence?")
+    page.click("#send")
+    page.wait_for_function("() => document.querySelectorAll('.msg.assistant [data-figures]').length == 1")
+    assert page.locator(".msg .error").count() == 0
+    assert page.locator(".msg").count() == 4
+
+
+def test_the_schema_box_makes_the_answer_follow_it(studio, page):
+    page.click("button:has-text('New chat')")
+    page.fill("#set-max_tokens", "64")
+    page.fill("#schema", json.dumps({"type": "object", "properties": {"color": {"enum": ["red", "blue"]}},
+                                     "required": ["color"], "additionalProperties": False}))
+    page.fill("#prompt", "Pick a color.")
+    page.click("#send")
+    page.wait_for_selector(".msg.assistant [data-figures]")
+    answer = json.loads(page.inner_text(".msg.assistant .md"))
+    assert answer["color"] in ("red", "blue") and set(answer) == {"color"}
 
 def test_a_pull_moves_its_bar_to_100(studio, page):
     page.goto(studio.url + "/studio#models")

@@ -63,6 +63,7 @@ function sampling() {
   const s = conv.settings, out = { temperature: Number(s.temperature), top_p: Number(s.top_p),
                                    max_tokens: Number(s.max_tokens) };
   if (s.seed !== "" && s.seed !== undefined) out.seed = Number(s.seed);
+  if (s.tools && s.tools.trim()) out.tools = JSON.parse(s.tools);
   if (s.schema && s.schema.trim()) {
     out.response_format = { type: "json_schema", json_schema: { name: "studio", schema: JSON.parse(s.schema) } };
   }
@@ -77,22 +78,23 @@ async function contextFor(userNode, regenerate) {
     const old = children(userNode.id).find((n) => n.ctx);
     if (old) {
       const made = await fork(old.ctx, count(userNode));
-      if (made) return { ctx: made, body: {} };
+      if (made) return { ctx: made, body: {}, fresh: true };
     }
   } else if (parent && parent.ctx) {
-    if (conv.heads[parent.ctx] === parent.id) return { ctx: parent.ctx, body: newTurn };
+    if (conv.heads[parent.ctx] === parent.id) return { ctx: parent.ctx, body: newTurn, fresh: false };
     const made = await fork(parent.ctx, count(parent));
-    if (made) return { ctx: made, body: newTurn };
+    if (made) return { ctx: made, body: newTurn, fresh: true };
   }
   const r = await api("/v1/contexts", { json: { model: conv.model, messages: messagesThrough(userNode) } });
-  return { ctx: r.id, body: {} };
+  return { ctx: r.id, body: {}, fresh: true };
 }
 
 async function fork(ctx, k) {
   try {
     return (await api(`/v1/contexts/${ctx}/fork?n=1&messages=${k}`, { method: "POST" })).ids[0];
   } catch (e) {
-    if (/no context/.test(e.message)) return null; // gone: made again from the messages
+    // gone (a restart, --context-ttl), or it no longer holds that message: made again from the messages
+    if (/no context|messages must be/.test(e.message)) return null;
     throw e;
   }
 }
@@ -103,9 +105,10 @@ async function answer(userNode, regenerate = false) {
   controller = new AbortController();
   render();
   const t0 = performance.now();
-  let tFirst = null;
+  let tFirst = null, made = null;
   try {
-    const { ctx, body } = await contextFor(userNode, regenerate);
+    made = await contextFor(userNode, regenerate);
+    const { ctx, body } = made;
     asst.ctx = ctx;
     const request = { ...body, ...sampling(), stream: true, stream_options: { include_usage: true } };
     for await (const chunk of sse(`/v1/contexts/${ctx}/chat`, request, controller.signal)) {
@@ -132,7 +135,10 @@ async function answer(userNode, regenerate = false) {
   } catch (e) {
     if (e.name === "AbortError") asst.stopped = true;
     else asst.error = e.message;
-    if (asst.ctx) delete conv.heads[asst.ctx];
+    // an unfinished answer is not kept in its context: what follows it is made again from the messages
+    if (made && made.fresh) api(`/v1/contexts/${made.ctx}`, { method: "DELETE" }).catch(() => {});
+    else if (made) conv.heads[made.ctx] = userNode.parent; // the context still ends at the parent's answer
+    asst.ctx = null;
   } finally {
     controller = null;
     render();
@@ -149,11 +155,18 @@ async function send() {
   await answer(user);
 }
 
-async function edit(node) {
-  const text = prompt("Edit the message (it is sent as a new branch):", node.content);
-  if (text === null || !text.trim()) return;
+async function resend(node, text) {
+  node.editing = false;
+  if (!text.trim()) { render(); return; }
   const user = add({ parent: node.parent, role: "user", content: text.trim() });
   await answer(user);
+}
+
+function editor(n) {
+  const box = el("textarea", { class: "edit", rows: 3 }, n.content);
+  return el("div", {}, box, el("div", { class: "row" },
+    el("button", { class: "primary", onclick: () => resend(n, box.value) }, "send as a branch"),
+    el("button", { onclick: () => { n.editing = false; renderMessages(); } }, "cancel")));
 }
 
 function switchTo(node, delta) {
@@ -174,12 +187,13 @@ function messageView(n) {
                el("button", { title: "next branch", onclick: () => switchTo(n, 1) }, "›"));
   }
   const busy = !!controller;
-  if (n.role === "user") who.append(el("button", { onclick: () => edit(n), disabled: busy }, "edit"));
+  if (n.role === "user") who.append(el("button", { onclick: () => { n.editing = true; renderMessages(); }, disabled: busy }, "edit"));
   else who.append(el("button", { onclick: () => answer(conv.nodes[n.parent], true), disabled: busy }, "regenerate"));
   if (n.ctx) who.append(el("span", { class: "muted" }, n.ctx));
   const box = el("div", { class: `msg ${n.role}`, "data-role": n.role }, who);
   if (n.reasoning) box.append(el("details", {}, el("summary", {}, "reasoning"), el("div", {}, n.reasoning)));
-  box.append(n.role === "assistant" ? markdown(n.content) : el("div", { style: "white-space: pre-wrap" }, n.content));
+  if (n.editing) box.append(editor(n));
+  else box.append(n.role === "assistant" ? markdown(n.content) : el("div", { class: "text" }, n.content));
   for (const c of n.tool_calls || []) {
     box.append(el("div", { class: "tool" }, el("strong", {}, `tool call: ${c.function.name}`),
                   el("pre", {}, c.function.arguments)));
@@ -219,7 +233,10 @@ function settingsView() {
     field("Max tokens", "max_tokens", { type: "number", min: "1" }),
     field("Seed", "seed", { type: "number" }),
     el("label", {}, "JSON schema (structured output)", el("textarea", { id: "schema", rows: 4,
-      placeholder: '{"type": "object", ...}', oninput: (e) => { s.schema = e.target.value; } }, s.schema)));
+      placeholder: '{"type": "object", ...}', oninput: (e) => { s.schema = e.target.value; } }, s.schema)),
+    el("label", {}, "Tools (OpenAI's JSON array)", el("textarea", { id: "tools", rows: 4,
+      placeholder: '[{"type": "function", "function": {"name": ...}}]', oninput: (e) => { s.tools = e.target.value; } },
+      s.tools || "")));
 }
 
 async function listConversations() {
