@@ -212,6 +212,22 @@ def test_a_snapshot_downloads_and_restores_and_other_weights_are_refused(studio,
     shoot(page, "snapshots")
 
 
+
+def test_the_contexts_buttons_fork_and_delete(studio, page):
+    page.goto(studio.url + "/studio#contexts")
+    page.fill("#ctx-prompt", "A context to fork from, long enough to fill a page of thirty-two tokens or so.")
+    page.click("#ctx-create")
+    page.wait_for_selector("#ctx-notice:has-text('made ctx_')")
+    cid = page.inner_text("#ctx-notice").split()[1].rstrip(":")
+    page.click(f"[data-context='{cid}'] ~ button:has-text('fork')")
+    page.wait_for_selector(f".node:has([data-context='{cid}']) .kids [data-context]")
+    kid = page.get_attribute(f".node:has([data-context='{cid}']) .kids [data-context]", "data-context")
+    row = next(c for c in httpx.get(studio.url + "/studio/api/contexts").json()["data"] if c["id"] == kid)
+    assert row["parent"] == cid and row["shared_with_parent"] == row["pages"] >= 1  # a fork copies nothing
+    page.click(f"[data-context='{kid}'] ~ button:has-text('delete')")
+    page.wait_for_selector(f"[data-context='{kid}']", state="detached")
+    assert httpx.get(f"{studio.url}/v1/contexts/{kid}").status_code == 404
+
 def test_the_server_view_plots_the_metrics(studio, page):
     page.goto(studio.url + "/studio#server")
     page.wait_for_function("() => document.querySelector('#plot-pages .value').textContent.includes('pages')")
