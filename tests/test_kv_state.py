@@ -269,3 +269,30 @@ def test_misuse_is_refused():
         s.commit(a, [1, 2, 3])
     with pytest.raises(KVError, match="bad geometry"):
         KVState(4, 2, budget_pages=5)
+
+
+def test_common_prefix_and_sequences_equal_what_the_tokens_say():
+    rng = random.Random(7)
+    s = KVState(n_pages=256, page_size=4)
+    base = [rng.randrange(50) for _ in range(37)]
+    root, _ = prefill(s, base)
+    ctxs = [root]
+    for _ in range(12):  # forks cut back at random points and grown differently
+        parent = rng.choice(ctxs)
+        kid = s.fork(parent)[0]
+        keep = rng.randrange(1, s.n_tokens(kid) + 1)
+        s.truncate(kid, keep)
+        append(s, kid, [rng.randrange(50) for _ in range(rng.randrange(0, 9))])
+        ctxs.append(kid)
+    for a in ctxs:
+        for b in ctxs:
+            ta, tb = s.tokens(a), s.tokens(b)
+            want = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+            assert s.common_prefix(a, b) == want
+    for c in ctxs:
+        s.free(c)  # their tokens go to the tree
+    entries = s.cached()
+    leaves = [k for k, _ in entries if not any(len(o) > len(k) and o[:len(k)] == k for o, _ in entries)]
+    got = s.sequences(6)
+    assert sorted((n, first) for n, first, *_ in got) == sorted((len(k), k[:6]) for k in leaves)
+    assert all(pages == -(-n // 4) for n, _, pages, *_ in got)

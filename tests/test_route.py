@@ -57,7 +57,9 @@ def test_the_key_is_the_model_and_the_first_page_of_the_prompt():
     assert chat(PREFIX, model="m") != chat(PREFIX, model="n")
     assert chat("x", system="S") == chat("x", system=[{"type": "text", "text": "S"}])  # Anthropic's two shapes
     assert route_key(b'{"prompt": [1, 2, 3]}', 128) != route_key(b'{"prompt": [1, 2, 4]}', 128)
-    assert route_key(b"\xff not json", 128) == route_key(b"\xff not json", 128)
+    assert route_key(b"\xff not json", 128) != route_key(b"\xfe not json", 128)  # keyed on its bytes
+    deep = b"[" * 100_000 + b"]" * 100_000  # past the JSON parser's depth: keyed, not a 500
+    assert route_key(deep, 128) == route_key(deep, 128) != route_key(b"[]", 128)
 
 
 # -- over two real servers
@@ -212,5 +214,17 @@ def test_a_client_that_leaves_mid_stream_cancels_the_generation_on_its_server(li
             assert sched.n_running == 1 and "[DONE]" not in "".join(seen)
         wait_for(lambda: sched.n_running == 0, timeout=3, what="the generation to be cancelled")
         wait_for(lambda: front.app.state.router.backends[live_server.url].in_flight == 0, what="the front to let go")
+    finally:
+        front.stop()
+
+
+def test_a_body_past_the_fronts_bound_is_a_413_before_any_server_sees_it(routed):
+    _, servers = routed
+    front = AppThread(create_app([s.url for s in servers], replace(FAST, max_body=1000)))
+    try:
+        r = httpx.post(front.url + "/v1/contexts?model=m", content=b"\0" * 5000,
+                       headers={"content-type": "application/octet-stream"})
+        assert r.status_code == 413 and "over" in r.json()["error"]["message"]
+        assert all(b["requests"] == 0 for b in httpx.get(front.url + "/route/backends").json()["backends"])
     finally:
         front.stop()

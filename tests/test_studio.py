@@ -93,6 +93,7 @@ def test_a_message_streams_its_reply(studio, page):
     assert len(partial) >= 3  # it grew piece by piece before it ended
     figures = page.inner_text(".msg.assistant [data-figures]")
     assert "prompt tokens" in figures and "tok/s" in figures and "first token" in figures
+    assert " 0 from the cache" in figures  # a first message: its context computed every prompt token
     assert page.inner_text(".msg.assistant .md").strip()
     shoot(page, "chat")
 

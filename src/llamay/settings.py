@@ -67,6 +67,7 @@ class RouteSettings:
     health_interval: float = 2.0  # seconds between health checks of each backend
     health_timeout: float = 1.0  # seconds a health check may take before the backend counts as down
     connect_timeout: float = 2.0  # seconds to connect to a backend before failing over to the next
+    max_body: int = 4 << 30  # bytes of a request body the front holds for failover (a large snapshot upload)
 
 
 LOAD, SCHEDULER, SPEC, SERVER = LoadSettings(), SchedulerSettings(), SpecSettings(), ServerSettings()

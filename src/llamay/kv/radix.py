@@ -163,18 +163,20 @@ class RadixTree:
                 stack.append((child, prefix + child.key))
         return out
 
-    def sequences(self) -> list[tuple[tuple[int, ...], list[int], int, int]]:
-        """(tokens, pages, hits, stamp) of every root-to-leaf path (the cached sequences): hits, the
-        matches that reused any of its pages; stamp, its last use (the leaf's: eviction's order)."""
-        out, stack = [], [(self.root, (), [], 0)]
+    def sequences(self, head: int) -> list[tuple[int, tuple[int, ...], int, int, int]]:
+        """(n_tokens, first head tokens, n_pages, hits, stamp) of every root-to-leaf path (the cached
+        sequences): hits, the matches that reused any of its pages; stamp, its last use (the leaf's:
+        eviction's order). Linear in the tree: only the first head tokens of a path are kept."""
+        out, stack = [], [(self.root, 0, (), 0, 0)]
         while stack:
-            node, prefix, pages, hits = stack.pop()
+            node, n, first, depth, hits = stack.pop()
             for child in node.children.values():
-                item = (child, prefix + child.key, pages + [child.page], max(hits, child.hits))
+                item = (child, n + len(child.key), first + child.key if len(first) < head else first, depth + 1,
+                        max(hits, child.hits))
                 if child.children:
                     stack.append(item)
                 else:
-                    out.append((item[1], item[2], item[3], child.stamp))
+                    out.append((item[1], item[2][:head], item[3], item[4], child.stamp))
         return out
 
     def check(self):

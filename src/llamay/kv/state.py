@@ -98,12 +98,27 @@ class KVState:
         mask = (1 << NS_SHIFT) - 1
         return [(tuple(t & mask for t in key), page) for key, page in self.tree.entries()]
 
-    def sequences(self) -> list[tuple[tuple[int, ...], list[int], int, int]]:
-        """The tree's cached sequences, most recently used first: (tokens, pages, hits, stamp) as
-        RadixTree.sequences, tokens without their namespace."""
+    def sequences(self, head: int) -> list[tuple[int, tuple[int, ...], int, int, int]]:
+        """The tree's cached sequences, most recently used first: RadixTree.sequences, tokens without
+        their namespace."""
         mask = (1 << NS_SHIFT) - 1
-        out = [(tuple(t & mask for t in toks), pages, hits, stamp) for toks, pages, hits, stamp in self.tree.sequences()]
-        return sorted(out, key=lambda e: -e[3])
+        out = [(n, tuple(t & mask for t in first), pages, hits, stamp)
+               for n, first, pages, hits, stamp in self.tree.sequences(head)]
+        return sorted(out, key=lambda e: -e[4])
+
+    def common_prefix(self, a: int, b: int) -> int:
+        """Leading tokens contexts a and b share, without copying them: the pages both hold first, then
+        token by token (a branch point inside a page its copy-on-write cloned)."""
+        ca, cb = self._get(a), self._get(b)
+        shared = 0
+        for pa, pb in zip(ca.pages, cb.pages):
+            if pa != pb:
+                break
+            shared += 1
+        n, i = min(len(ca.tokens), len(cb.tokens)), min(shared * self.page_size, len(ca.tokens), len(cb.tokens))
+        while i < n and ca.tokens[i] == cb.tokens[i]:
+            i += 1
+        return i
 
     def continuation(self, tokens: Sequence[int], ns: int, k: int) -> list[int]:
         """Up to k tokens the tree holds after tokens in namespace ns (speculative decoding's drafts from other

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 import httpx
@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..server.guard import Guard, GuardSettings, proto_for
+from ..server.http import read_bounded
 from ..server.protocol.base import ProtocolError
 from ..settings import ROUTE, RouteSettings
 from .keys import context_id, route_key
@@ -33,6 +34,7 @@ DROP_RESPONSE = HOP_BY_HOP - {"content-length"} | {"access-control-allow-origin"
                                                    "vary"}
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 BACKEND_HEADER = "x-llamay-backend"  # on every passed-through response: which server answered
+MAX_HOLDERS = 65536  # named context ids remembered (each server holds at most --max-contexts)
 
 
 @dataclass
@@ -43,7 +45,7 @@ class Backend:
     requests: int = 0
     failures: int = 0
     last_error: str = ""
-    checked: float = field(default=0.0)
+    checked: float = 0.0  # when the last health check ended (time.time())
 
     def down(self, why: str):
         self.up, self.last_error = False, why
@@ -102,7 +104,10 @@ class Router:
 
     async def handle(self, request: Request) -> Response:
         path, method = request.url.path, request.method
-        body = await request.body()
+        body = await read_bounded(request, self.settings.max_body)  # the guard bounds JSON; this, uploads
+        if body is None:
+            return _error(path, 413, f"the request body is over {self.settings.max_body >> 20} MiB (the front holds "
+                                     "it until a server takes it)")
         cid = context_id(path)
         if cid is not None:
             order = await self._holder_order(cid, request)
@@ -156,38 +161,45 @@ class Router:
             _done(b)
         if resp.is_success and learns:
             for new in _ids(data):
-                self.holders[new] = b.url
+                self._hold(new, b.url)
         elif resp.is_success:
             self.holders.pop(cid, None)
         return Response(data, status_code=resp.status_code, headers=headers)
+
+    def _hold(self, cid: str, url: str):
+        """Remember cid's server; the oldest entries go past MAX_HOLDERS (a context the servers expired by
+        their --context-ttl is never deleted through the front: a forgotten id is asked for again)."""
+        self.holders.pop(cid, None)
+        self.holders[cid] = url
+        while len(self.holders) > MAX_HOLDERS:
+            del self.holders[next(iter(self.holders))]
 
     async def _holder_order(self, cid: str, request: Request) -> list[Backend]:
         """The backend holding context cid (asked of each up backend when the front has not seen it made,
         e.g. after the front restarted), else every backend (their 404 answers)."""
         url = self.holders.get(cid)
         if url is None:
-            auth = {k: v for k, v in request.headers.items() if k in ("authorization", "x-api-key")}
             for b in [b for b in self.backends.values() if b.up]:
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await self.client.get(f"{b.url}/v1/contexts/{cid}", headers=auth)).status_code == 200:
-                        url = self.holders[cid] = b.url
+                    if (await self.client.get(f"{b.url}/v1/contexts/{cid}", headers=_auth(request))).status_code == 200:
+                        url = b.url
+                        self._hold(cid, url)
                         break
         return [self.backends[url]] if url else list(self.backends.values())[:1]
 
     async def _list_contexts(self, request: Request) -> Response:
         """GET /v1/contexts: every up backend's list, joined."""
-        auth = {k: v for k, v in request.headers.items() if k in ("authorization", "x-api-key")}
         data = []
         for b in [b for b in self.backends.values() if b.up]:
             try:
-                r = await self.client.get(b.url + "/v1/contexts", headers=auth)
+                r = await self.client.get(b.url + "/v1/contexts", headers=_auth(request))
             except httpx.HTTPError as e:
                 b.down(_why(e))
                 continue
             if r.status_code != 200:
                 return Response(r.content, status_code=r.status_code, media_type="application/json")
             for item in r.json().get("data", []):
-                self.holders[item.get("id")] = b.url
+                self._hold(item.get("id"), b.url)
                 data.append(item)
         return JSONResponse({"object": "list", "data": data})
 
@@ -244,6 +256,11 @@ class Passthrough(Response):
             with anyio.CancelScope(shield=True):
                 await self.resp.aclose()
             self.done()
+
+
+def _auth(request: Request) -> dict[str, str]:
+    """The client's key headers, for the front's own calls to the servers on its behalf."""
+    return {k: v for k, v in request.headers.items() if k in ("authorization", "x-api-key")}
 
 
 def _done(b: Backend):

@@ -22,7 +22,7 @@ def route_key(body: bytes, prefix_chars: int) -> bytes:
     """The key for a request body (JSON; anything else keys as its leading bytes)."""
     try:
         data = json.loads(body) if body else {}
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested past the parser's depth
         return hashlib.blake2b(body[:prefix_chars], digest_size=16).digest()
     if not isinstance(data, dict):
         data = {"prompt": data}

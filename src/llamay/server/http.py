@@ -31,6 +31,17 @@ CLIENT_GONE = 499  # nginx's "client closed request": what a log shows for an an
 log = logging.getLogger("llamay.server")
 
 
+async def read_bounded(request: Request, limit: int) -> bytes | None:
+    """The body, or None once it passes limit bytes (stops reading there)."""
+    parts, seen = [], 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def read_json(request: Request, array: bool = False) -> dict | list:
     return parse_body(await request.body(), array)
 

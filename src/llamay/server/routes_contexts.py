@@ -18,7 +18,7 @@ from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
 from .generation import check_prompt, render, render_plan, with_server_defaults
 from ..toolcall.plan import ToolPlan
-from .http import RunOptions, api, off_loop, on_scheduler, read_json
+from .http import RunOptions, api, off_loop, on_scheduler, read_bounded, read_json
 from .models import Loaded
 from .protocol import openai as proto
 from .protocol.base import GenRequest, Output, ProtocolError, bad_request
@@ -116,17 +116,11 @@ async def _restore(request: Request):
 async def _read_bounded(request: Request, limit: int) -> bytes:
     """The body, or a 413 as soon as it passes limit bytes (by Content-Length, or as it arrives)."""
     length = request.headers.get("content-length", "").strip()
-    too_big = ProtocolError(413, f"the snapshot is over {limit} bytes, the largest this model's context can "
+    body = None if length.isdigit() and int(length) > limit else await read_bounded(request, limit)
+    if body is None:
+        raise ProtocolError(413, f"the snapshot is over {limit} bytes, the largest this model's context can "
                                  "hold", param="snapshot")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    parts, seen = [], 0
-    async for chunk in request.stream():
-        seen += len(chunk)
-        if seen > limit:
-            raise too_big
-        parts.append(chunk)
-    return b"".join(parts)
+    return body
 
 
 def _restore_on(request: Request, loaded: Loaded, runner, path: str, matcher) -> int:

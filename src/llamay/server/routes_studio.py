@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
-
-import numpy as np
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
@@ -79,14 +78,14 @@ async def contexts(request: Request):
 
 
 def _context_rows(table, runner, mine) -> tuple[list[dict], dict]:
-    state, pages, tokens = runner.state, {}, {}
-    for nc in mine:
-        pages[nc.id], tokens[nc.id] = state.page_table(nc.ctx), np.asarray(state.tokens(nc.ctx))
+    state = runner.state
+    pages = {nc.id: state.page_table(nc.ctx) for nc in mine}
+    engine = {nc.id: nc.ctx for nc in mine}
     rows = []
     for nc in mine:
         parent = pages.get(nc.parent, ())
         rows.append({"id": nc.id, "model": nc.model, "parent": nc.parent,
-                     "forked_at": _common(tokens[nc.id], tokens[nc.parent]) if nc.parent in tokens else 0,
+                     "forked_at": state.common_prefix(nc.ctx, engine[nc.parent]) if nc.parent in engine else 0,
                      "created": nc.created, "busy": nc.busy, "tokens": runner.n_tokens(nc.ctx),
                      "pages": len(pages[nc.id]), "shared_with_parent": len(set(pages[nc.id]) & set(parent)),
                      "messages": len(nc.messages) if nc.messages is not None else None,
@@ -95,13 +94,6 @@ def _context_rows(table, runner, mine) -> tuple[list[dict], dict]:
     return rows, {"pages_total": state.n_total, "pages_used": state.n_total - state.n_free,
                   "pages_free": state.n_free, "pages_contexts": len(held), "pages_cache": len(state.tree),
                   "page_size": state.page_size}
-
-
-def _common(a: np.ndarray, b: np.ndarray) -> int:
-    """Leading tokens a and b share: where the branch left its parent."""
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if len(differ) else n
 
 
 def _title(messages) -> str:
@@ -118,10 +110,9 @@ async def cache(request: Request):
     tokens, pages, hits and the start of its text."""
     out = {}
     for name, loaded in list(request.app.state.registry.loaded.items()):
-        seqs = await on_scheduler(loaded, lambda runner: runner.state.sequences())
-        out[name] = [{"rank": i, "tokens": len(toks), "pages": len(pages), "hits": hits,
-                      "text": loaded.llm.detokenize(list(toks[:PREVIEW_TOKENS]))}
-                     for i, (toks, pages, hits, _) in enumerate(seqs)]
+        seqs = await on_scheduler(loaded, lambda runner: runner.state.sequences(PREVIEW_TOKENS))
+        out[name] = [{"rank": i, "tokens": n, "pages": pages, "hits": hits, "text": loaded.llm.detokenize(list(first))}
+                     for i, (n, first, pages, hits, _) in enumerate(seqs)]
     return JSONResponse({"models": out})
 
 
@@ -137,18 +128,30 @@ def _path(cid: str) -> Path:
     return _folder() / f"{cid}.json"
 
 
+def _index_path() -> Path:
+    return _folder().parent / "conversations.json"
+
+
+def _index() -> dict[str, dict]:
+    """id -> {title, model, updated}: what the list shows, kept beside the conversations so listing never
+    reads them (each up to MAX_CONVERSATION bytes). A torn or foreign index reads as empty."""
+    try:
+        index = json.loads(_index_path().read_text("utf-8"))
+        return index if isinstance(index, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_index(index: dict[str, dict]):
+    data = json.dumps(index, ensure_ascii=False).encode()
+    write_atomic(_index_path(), lambda f: f.write(data))
+
+
 @router.get("/studio/api/conversations")
 @api(proto)
 async def list_conversations(request: Request):
-    rows = []
-    for path in sorted(_folder().glob("*.json")) if _folder().is_dir() else ():
-        try:
-            doc = json.loads(path.read_text("utf-8"))
-        except (OSError, ValueError):
-            continue  # a torn or foreign file: not listed, never fatal
-        rows.append({"id": path.stem, "title": str(doc.get("title", ""))[:200], "model": doc.get("model"),
-                     "updated": path.stat().st_mtime})
-    rows.sort(key=lambda r: -r["updated"])
+    rows = [{"id": cid, **row} for cid, row in _index().items() if isinstance(row, dict)]
+    rows.sort(key=lambda r: -float(r.get("updated") or 0))
     return JSONResponse({"data": rows})
 
 
@@ -173,11 +176,15 @@ async def put_conversation(request: Request, cid: str):
     data = json.dumps(doc, ensure_ascii=False).encode()
     if len(data) > MAX_CONVERSATION:
         raise ProtocolError(413, f"a conversation is at most {MAX_CONVERSATION >> 20} MiB")
-    folder = _folder()
-    folder.mkdir(parents=True, exist_ok=True)
-    if not path.exists() and sum(1 for _ in folder.glob("*.json")) >= MAX_CONVERSATIONS:
+    _folder().mkdir(parents=True, exist_ok=True)
+    index = _index()
+    if cid not in index and len(index) >= MAX_CONVERSATIONS:
         raise ProtocolError(429, f"{MAX_CONVERSATIONS} conversations are kept: delete some first", "rate_limit")
     write_atomic(path, lambda f: f.write(data))
+    meta = doc if isinstance(doc, dict) else {}
+    index[cid] = {"title": str(meta.get("title", ""))[:200],
+                  "model": meta.get("model") if isinstance(meta.get("model"), str) else None, "updated": time.time()}
+    _write_index(index)
     return JSONResponse({"id": cid, "saved": True})
 
 
@@ -189,4 +196,7 @@ async def delete_conversation(request: Request, cid: str):
         os.unlink(path)
     except FileNotFoundError:
         raise ProtocolError(404, f"no conversation '{cid}'", "not_found", "id") from None
+    index = _index()
+    if index.pop(cid, None) is not None:
+        _write_index(index)
     return JSONResponse({"id": cid, "deleted": True})

@@ -86,7 +86,8 @@ async function contextFor(userNode, regenerate) {
     if (made) return { ctx: made, body: newTurn, fresh: true };
   }
   const r = await api("/v1/contexts", { json: { model: conv.model, messages: messagesThrough(userNode) } });
-  return { ctx: r.id, body: {}, fresh: true };
+  // the prompt was computed here, not by the chat call: its figures count what this found cached
+  return { ctx: r.id, body: {}, fresh: true, cached: r.cached_tokens };
 }
 
 async function fork(ctx, k) {
@@ -125,7 +126,8 @@ async function answer(userNode, regenerate = false) {
       }
       if (chunk.usage) {
         const u = chunk.usage, secs = (performance.now() - (tFirst ?? t0)) / 1000;
-        asst.figures = { prompt: u.prompt_tokens, cached: u.prompt_tokens_details?.cached_tokens ?? 0,
+        const cached = made.cached ?? u.prompt_tokens_details?.cached_tokens ?? 0;
+        asst.figures = { prompt: u.prompt_tokens, cached,
                          generated: u.completion_tokens, tps: secs > 0 ? u.completion_tokens / secs : 0,
                          ttft: ((tFirst ?? performance.now()) - t0) / 1000 };
       }
