@@ -27,7 +27,7 @@ import machine  # noqa: E402
 from models import gemma_path, smollm_path  # noqa: E402
 
 import llamay  # noqa: E402
-from llamay.engine.runner import Runner  # noqa: E402
+from llamay.engine.context_store import ContextStore  # noqa: E402
 from llamay.tools.spec_tasks import SEEDED, TASKS  # noqa: E402
 
 LLAMACPP_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
@@ -137,21 +137,21 @@ def compare(llm, path, threads: int, reps: int, n: int, tasks: list[str], llamac
 def step_costs(llm, reps: int, n: int):
     """Median time of the decode steps of 1, 2, 4, 8, 16 tokens inside generations of the doc task (plain
     and ngram), relative to 1: what settings.SPEC.step_cost assumes."""
-    times, forward = {size: [] for size in (1, 2, 4, 8, 16)}, Runner.forward_batch
+    times, forward = {size: [] for size in (1, 2, 4, 8, 16)}, ContextStore.compute
 
-    def timed(runner, items, rows):
+    def timed(store, items, rows):
         t = time.perf_counter()
-        out = forward(runner, items, rows)
+        out = forward(store, items, rows)
         times.get(sum(len(tokens) for _, tokens in items), []).append(time.perf_counter() - t)
         return out
-    Runner.forward_batch = timed
+    ContextStore.compute = timed
     try:
         prompt, sampling = TASKS["doc"]
         for _ in range(reps):
             for spec in ("none", "ngram"):
                 llamay_runner(llm, spec)(prompt, sampling, n)
     finally:
-        Runner.forward_batch = forward
+        ContextStore.compute = forward
     one = statistics.median(times[1])
     print(f"  decode step cost in generations, relative to 1 token ({one * 1e3:.1f} ms): "
           + ", ".join(f"{size}: {statistics.median(t) / one:.2f}" for size, t in times.items() if size > 1 and t))

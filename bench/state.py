@@ -42,12 +42,12 @@ def restore_vs_prefill(path, threads, reps):
     long_ids = np.random.default_rng(2).integers(300, llm.n_vocab - 300, 32 * llm.page_size).tolist()
     llm.reset()
     base = llm.create_context(long_ids)
-    before = llm.runner.state.stats.pages_allocated
+    before = llm.kv_view().stats.pages_allocated
     t = time.perf_counter()
     kids = base.fork(8)
     dt = (time.perf_counter() - t) / 8
     print(f"fork of a {base.n_pages}-page context 8 ways: {dt * 1e6:.1f} us per branch, "
-          f"{llm.runner.state.stats.pages_allocated - before} pages allocated")
+          f"{llm.kv_view().stats.pages_allocated - before} pages allocated")
     for k in kids + [base]:
         k.delete(cache=False)
 

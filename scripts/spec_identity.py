@@ -104,8 +104,8 @@ def campaign(label: str, path: Path, draft: Path, real: bool, threads: int, n_pr
             c = counts.setdefault((label, threads, kind, mode), Counter())
             c.update(prompts=1, tokens=len(plain), differing=bad, drafted=st.drafted_tokens,
                      accepted=st.accepted_tokens)
-    llm.runner.state.check()
-    llm.draft.runner.state.check()
+    llm.context_store.check()
+    llm.draft.store.check()
     print(f"  {label}, {threads} threads: {n_prompts} prompts, {differing} tokens differ", flush=True)
     return differing
 

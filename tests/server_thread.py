@@ -46,10 +46,10 @@ class ServerThread(AppThread):
         -> pages held by contexts (named ones) over every model."""
         held = 0
         for loaded in list(self.registry.loaded.values()):
-            def look(runner):
-                runner.state.check()
-                ctxs = runner.state.contexts()
-                return ctxs, sum(len(runner.state.page_table(c)) for c in ctxs)
+            def look(store):
+                store.check()
+                ctxs = store.contexts()
+                return ctxs, sum(len(store.pages(c)) for c in ctxs)
 
             ctxs, pages = loaded.scheduler.call(look).result(timeout=30)
             held += pages

@@ -107,8 +107,8 @@ def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
     half = len(ids) // 2
     a, b = llm.create_context(ids[:half]), llm.create_context(ids[half:][::-1])
 
-    def batched(runner):  # the rest of a beside the whole of b's reversed text, in one pass
-        return runner.forward_batch([(a.id, ids[half:]), (b.id, ids[:half])], None)
+    def batched(store):  # the rest of a beside the whole of b's reversed text, in one pass
+        return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
     assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
     c = llm.create_context(ids[:half])
     assert np.array_equal(c.fork(1)[0].extend(ids[half:]), want[-1]), name

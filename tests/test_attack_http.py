@@ -14,6 +14,7 @@ from llamay.server import guard
 from llamay.server.app import create_app
 from llamay.server.guard import Guard, GuardSettings
 from llamay.server.models import Registry, Settings
+from llamay.settings import LoadOptions
 
 BASE = "http://127.0.0.1:11435"
 EVIL = "http://evil.example"
@@ -22,7 +23,7 @@ KEY = "sk-local-test-key"
 
 @pytest.fixture(scope="module")
 def registry(smollm_path):
-    return Registry([str(smollm_path)], Settings(threads=1, n_ctx=256), use_store=False)
+    return Registry([str(smollm_path)], Settings(load=LoadOptions(threads=1, n_ctx=256)), use_store=False)
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def _bad_job(kind: str, n_vocab: int, sink):
 def test_a_failing_sequence_ends_alone_and_the_others_run_on(llm, kind):
     alone = [_alone(llm, p) for p in PROMPTS]
     llm.reset()
-    sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, concurrency=6, batch=64)
+    sched = Scheduler(lambda: llm.context_store, llm.tokenizer, llm.n_ctx, concurrency=6, batch=64)
     try:
         n_bad = 1 if kind == "logit_bias" else 2
         got = Collector(len(PROMPTS) + n_bad)

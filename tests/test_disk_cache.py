@@ -44,7 +44,7 @@ def test_a_new_process_reads_the_prefix_from_disk_with_the_same_logits(tiny_pair
     _, stats = gen(third)
     assert stats.token_ids == plain_stats.token_ids and stats.disk_tokens == 192
     for llm in (first, second, third):
-        llm.runner.state.check()
+        llm.context_store.check()
 
 
 def test_other_weights_never_read_it(tiny_pair, tmp_path):
@@ -71,16 +71,16 @@ def test_a_page_corrupted_on_disk_is_computed_again(tiny_pair, tmp_path):
     got = b.eval_last(ids)
     assert np.array_equal(got, want) and b.stats.disk_tokens == 4 * 32  # pages 0..3 verified, page 4 computed
     assert b.cache.disk.dropped == 1
-    b.runner.state.check()
+    b.context_store.check()
 
 
 def test_pages_are_pinned_only_until_written(tiny_pair, tmp_path):
     llm = load(tiny_pair[0], tmp_path)
-    state = llm.runner.state
+    state = llm.context_store._kv
     llm.eval_last(prompt(100, seed=4))
     state.check()  # pins are holders: the invariants hold while the writer works
     llm.cache.flush()
-    llm.cache.poll(llm.runner)
+    llm.context_store.unpin_written()
     assert not state._pins
     state.check()
 
@@ -91,7 +91,7 @@ def test_reading_is_skipped_where_computing_is_faster(tiny_pair, tmp_path):
     a.eval_last(ids)
     a.cache.flush()
     b = load(tiny_pair[0], tmp_path)
-    b.cache.read_bps["disk"], b.runner.prefill_tps = 1.0, 1e12  # a slow disk, a fast prefill
+    b.cache.read_bps["disk"], b.context_store.prefill_tps = 1.0, 1e12  # a slow disk, a fast prefill
     b.eval_last(ids)
     assert b.stats.disk_tokens == 0 and b.stats.cached_tokens == 0
 

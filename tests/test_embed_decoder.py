@@ -26,12 +26,12 @@ def smollm(smollm_path):
 def test_batched_equals_one_at_a_time(smollm, pooling):
     e = Embedder.for_llm(smollm, pooling=pooling)
     assert e.n_embd == smollm.spec.n_embd and e.pooling == pooling
-    n_prefilled, contexts = smollm.runner.n_prefilled, smollm.runner.state.contexts()
+    n_prefilled, contexts = smollm.context_store.n_prefilled, smollm.context_store.contexts()
     batched = e.embed(TEXTS)
     for text, b in zip(TEXTS, batched):
         assert np.array_equal(e.embed([text])[0], b)
         assert abs(np.linalg.norm(b) - 1.0) < 1e-5
-    assert smollm.runner.n_prefilled == n_prefilled and smollm.runner.state.contexts() == contexts
+    assert smollm.context_store.n_prefilled == n_prefilled and smollm.context_store.contexts() == contexts
     with pytest.raises(ValueError, match="257 tokens.*256"):
         e.embed([[1] * 257])
 

@@ -40,7 +40,7 @@ def test_cut_off_generation_continues_under_its_grammar(llm, grammar):
     rest = "".join(ctx.generate(max_tokens=200, temperature=1.0, seed=4))
     jsonschema.validate(json.loads(head + rest), SCHEMA)
     assert llm.stats.finish_reason == "stop"
-    assert llm.runner.record(ctx.id).matcher is None  # complete: nothing constrains what follows
+    assert llm.context_store._ctxs[ctx.id].matcher is None  # complete: nothing constrains what follows
     ctx.delete()
 
 
@@ -89,7 +89,7 @@ def test_a_state_that_does_not_fit_is_refused(llm, grammar):
 
 def test_snapshot_with_a_broken_grammar_state_is_refused(llm, grammar, tmp_path):
     ctx, _ = _start(llm, grammar)
-    llm.runner.record(ctx.id).matcher.tokens[0] = 10**6  # recorded state that cannot be replayed
+    llm.context_store._ctxs[ctx.id].matcher.tokens[0] = 10**6  # recorded state that cannot be replayed
     ctx.save(tmp_path / "bad.llamayctx")
     with pytest.raises(SnapshotError, match="grammar state cannot be resumed"):
         llm.restore_context(tmp_path / "bad.llamayctx")

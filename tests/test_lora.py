@@ -11,6 +11,7 @@ from arch_models import build, rewrite, sha256, token_ids
 from conftest import CACHE
 from llamay.kv.snapshot import SnapshotError
 from llamay.models import ModelFileError, UnsupportedModel
+from llamay.settings import LoadOptions
 from lora_cases import ADAPTERS, files, peft_logits
 
 TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py
@@ -76,7 +77,7 @@ def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
     assert np.array_equal(np.stack([ctx.logits] + [ctx.extend([t]) for t in IDS[1:]]), want)
     llm.reset()
     a, b = llm.create_context(IDS[:half]), llm.create_context(IDS[half:][::-1])
-    got = llm.scheduler.do(lambda r: r.forward_batch([(a.id, IDS[half:]), (b.id, IDS[:half])], None))
+    got = llm.scheduler.do(lambda s: s.compute([(a.id, IDS[half:]), (b.id, IDS[:half])], None))
     assert np.array_equal(got[:len(IDS) - half], want[half:])
     c = llm.create_context(IDS[:half])
     assert np.array_equal(c.fork(1)[0].extend(IDS[half:]), want[-1])
@@ -118,7 +119,7 @@ def test_each_request_its_adapters_in_one_batch(converted):
     half = len(IDS) // 2
     ctxs = [llm.create_context(IDS[:half], lora=c) for c in choices]
     assert [c.n_cached for c in ctxs] == [0, 0, 0, 0]  # the same tokens, none cached under another choice
-    got = llm.scheduler.do(lambda r: r.forward_batch([(c.id, IDS[half:]) for c in ctxs], None))
+    got = llm.scheduler.do(lambda s: s.compute([(c.id, IDS[half:]) for c in ctxs], None))
     n = len(IDS) - half
     for i, want in enumerate(alone):
         assert np.array_equal(got[i * n:(i + 1) * n], want[half:]), choices[i]
@@ -187,7 +188,7 @@ def test_serve_loads_every_model_with_the_adapters(converted):
     from llamay.server import models
     bases, adapters = converted
     args = build_parser().parse_args(["serve", "-m", str(bases["llama"]), "--lora", f"t={adapters['llama-all']}:0.5"])
-    registry = models.Registry(args.model, models.Settings(threads=1, lora=tuple(args.lora)), use_store=False)
+    registry = models.Registry(args.model, models.Settings(load=LoadOptions(threads=1, lora=tuple(args.lora))), use_store=False)
     loaded = asyncio.run(registry.get(None))
     try:
         assert [(a.name, a.scale) for a in loaded.llm.loras] == [("t", 0.5)]

@@ -47,9 +47,9 @@ def _alone(llm, prompt, n=16):
 
 
 def _state_clean(sched):
-    def check(runner):
-        runner.state.check()
-        return runner.state.contexts()
+    def check(store):
+        store.check()
+        return store.contexts()
     return sched.call(check).result(timeout=30)
 
 
@@ -57,7 +57,7 @@ def _state_clean(sched):
 def test_batched_sequences_compute_what_each_computes_alone(llm):
     alone = [_alone(llm, p) for p in PROMPTS]
     llm.reset()
-    sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, concurrency=3, batch=64)
+    sched = Scheduler(lambda: llm.context_store, llm.tokenizer, llm.n_ctx, concurrency=3, batch=64)
     try:
         got = Collector(len(PROMPTS))
         for i, p in enumerate(PROMPTS):  # 5 jobs, 3 at a time: some queue, some prefill beside decodes
@@ -75,7 +75,7 @@ def test_batched_sequences_compute_what_each_computes_alone(llm):
 @pytest.mark.model
 def test_choices_fork_the_prompt_and_a_repeat_hits_the_prefix_cache(llm):
     llm.reset()
-    sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, concurrency=4)
+    sched = Scheduler(lambda: llm.context_store, llm.tokenizer, llm.n_ctx, concurrency=4)
     try:
         prompt = llm.tokenize("Write a short poem about the sea. " * 6)
         got = Collector(3)
@@ -95,7 +95,7 @@ def test_choices_fork_the_prompt_and_a_repeat_hits_the_prefix_cache(llm):
 @pytest.mark.model
 def test_cancel_and_overload_leave_no_pages_held(llm):
     llm.reset()
-    sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx, concurrency=1, max_queue=1)
+    sched = Scheduler(lambda: llm.context_store, llm.tokenizer, llm.n_ctx, concurrency=1, max_queue=1)
     try:
         got = Collector(2)
         first = Job(llm.tokenize(PROMPTS[0]), GREEDY, got.sink(0), max_tokens=400)
@@ -120,7 +120,7 @@ def test_a_job_on_a_context_continues_it_like_the_python_api(llm):
     llm.reset()
     ctx = llm.create_context(PROMPTS[3])
     want = "".join(ctx.fork(1)[0].generate(max_tokens=10, temperature=0))
-    sched = Scheduler(lambda: llm.runner, llm.tokenizer, llm.n_ctx)
+    sched = Scheduler(lambda: llm.context_store, llm.tokenizer, llm.n_ctx)
     try:
         got = Collector(1)
         sched.submit(Job([], GREEDY, got.sink(0), max_tokens=10, ctx=ctx.id))
@@ -135,7 +135,7 @@ def test_a_job_on_a_context_continues_it_like_the_python_api(llm):
 @pytest.mark.model
 def test_running_out_of_pages_fails_one_sequence_cleanly(smollm_path):
     small = llamay.load(smollm_path, threads=2, n_ctx=256, kv_budget=1)  # the budget floor: one context
-    sched = Scheduler(lambda: small.runner, small.tokenizer, small.n_ctx, concurrency=2)
+    sched = Scheduler(lambda: small.context_store, small.tokenizer, small.n_ctx, concurrency=2)
     try:
         got = Collector(2)
         for i in range(2):  # two sequences that each fill the context cannot both fit
@@ -161,8 +161,8 @@ def test_only_the_scheduler_thread_changes_kv_once_it_runs(smollm_path):
         ctx = llm.create_context(ids)
         assert "".join(ctx.generate(max_tokens=6, temperature=0)) == want
         with pytest.raises(InvariantError, match="not on its owner"):
-            llm.runner.state.create(ids)
+            llm.context_store._kv.create(ids)
         ctx.delete()
     finally:
         sched.close()
-    llm.runner.state.create(ids)  # a closed scheduler gave the state back
+    llm.context_store._kv.create(ids)  # a closed scheduler gave the state back

@@ -4,7 +4,6 @@ value is computed again; a server that goes away costs misses, never a failed re
 import time
 
 import numpy as np
-import pytest
 
 import llamay
 from llamay.kv.shared import TIMEOUT_S

@@ -70,13 +70,13 @@ def accepted(stats: dict) -> int:
 
 
 def clean(llm):
-    def check(runner):
-        runner.state.check()
-        return runner.state.contexts()
+    def check(store):
+        store.check()
+        return store.contexts()
     assert llm.scheduler.do(check) == []
     if llm.draft is not None:  # every sequence's draft context freed with it
-        llm.draft.runner.state.check()
-        assert llm.draft.runner.state.contexts() == []
+        llm.draft.store.check()
+        assert llm.draft.store.contexts() == []
 
 
 # --- the drafter ------------------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def test_named_contexts_continue_alike_in_parts(llm):
             continue
         assert run_ctx(spec, "ngram", part) == run_ctx(plain, "none", part)
         assert spec.tokens == plain.tokens
-        ours, theirs = llm.runner.record(spec.id), llm.runner.record(plain.id)
+        ours, theirs = llm.context_store._ctxs[spec.id], llm.context_store._ctxs[plain.id]
         assert ours.pending == theirs.pending and np.array_equal(ours.last_logits, theirs.last_logits)
     assert run_ctx(spec.fork(1)[0], "ngram", 20) == run_ctx(plain.fork(1)[0], "none", 20)
     assert llm.scheduler.accepted_tokens > accepted
@@ -398,13 +398,14 @@ def run_ctx(ctx, spec: str, n: int) -> tuple[list[int], str]:
 def test_a_pass_out_of_pages_runs_again_without_its_drafts(llm, monkeypatch):
     prompt = llm.tokenize(REPEATING[1])
     want = run(llm, prompt, "none", max_tokens=24, temperature=0)[0]
-    runner, forward = llm.runner, llm.runner.forward_batch
+    store = llm.context_store
+    forward = store.compute
 
     def short_of_pages(items, rows):  # a decode pass holding a draft needs pages there are not
-        if any(len(tokens) > 1 and runner.state.n_tokens(ctx) >= len(prompt) for ctx, tokens in items):
+        if any(len(tokens) > 1 and store.n_tokens(ctx) >= len(prompt) for ctx, tokens in items):
             raise OutOfPages("no room for the draft")
         return forward(items, rows)
-    monkeypatch.setattr(runner, "forward_batch", short_of_pages)
+    monkeypatch.setattr(store, "compute", short_of_pages)
     got, _, stats = run(llm, prompt, "ngram", max_tokens=24, temperature=0)
     assert got == want and stats.finish_reason == "length" and stats.accepted_tokens == 0
     clean(llm)
@@ -414,11 +415,11 @@ def test_a_pass_out_of_pages_runs_again_without_its_drafts(llm, monkeypatch):
 def test_a_draft_model_out_of_pages_drafts_nothing_and_changes_nothing(llm, monkeypatch):
     prompt = llm.tokenize(REPEATING[2])
     want = run(llm, prompt, "none", max_tokens=24, temperature=0)[0]
-    runner = llm.draft.runner
+    store = llm.draft.store
 
     def no_pages(items, rows):
         raise OutOfPages("the draft model's pool is full")
-    monkeypatch.setattr(runner, "forward_batch", no_pages)
+    monkeypatch.setattr(store, "compute", no_pages)
     got, _, stats = run(llm, prompt, "draft", max_tokens=24, temperature=0)
     assert got == want and stats.drafted_tokens == 0
     monkeypatch.undo()

@@ -38,7 +38,7 @@ def test_fork_of_32_pages_eight_ways_allocates_nothing(llm):
     llm.reset()
     base = llm.create_context(list(range(200, 200 + 32 * 4)))  # 128 tokens = 32 pages of 4
     assert base.n_pages == 32
-    stats = llm.runner.state.stats
+    stats = llm.kv_view().stats
     before = stats.pages_allocated
     kids = base.fork(8)
     assert stats.pages_allocated == before and all(k.n_pages == 32 for k in kids)
@@ -78,7 +78,7 @@ def test_snapshot_under_other_weights_is_refused_with_both_digests(llm, ids, tmp
         other.restore_context(tmp_path / "a.llamayctx")
     from llamay.engine.digest import weights_digest
     assert weights_digest(str(smollm_path)) in str(e.value) and weights_digest(str(changed)) in str(e.value)
-    assert other.runner.state.n_free == other.runner.state.n_total  # nothing left allocated
+    assert other.kv_view().n_free == other.kv_view().n_total  # nothing left allocated
 
 
 def test_ten_turn_conversation_prefills_only_each_new_turn(llm):
@@ -88,11 +88,11 @@ def test_ten_turn_conversation_prefills_only_each_new_turn(llm):
     for turn in range(10):
         user = rng.integers(300, 40000, size=5 + turn).tolist()
         history += user
-        before = llm.runner.n_prefilled
+        before = llm.context_store.n_prefilled
         out = list(llm.generate(history, max_tokens=3, temperature=0))
         st = llm.stats  # decode passes computed generated - 1 tokens plus the draft tokens not kept
         decoded = st.generated_tokens - 1 + st.drafted_tokens - st.accepted_tokens
-        prefilled.append(llm.runner.n_prefilled - before - decoded)
+        prefilled.append(llm.context_store.n_prefilled - before - decoded)
         history += llm.stats.token_ids
         assert out is not None
         if turn:  # the new user tokens plus the previous turn's last (sampled, never computed) token
@@ -105,13 +105,13 @@ def test_kv_budget_evicts_cached_prefixes_not_contexts_in_use(smollm_path):
     from llamay.kv.allocator import OutOfPages
     probe = LLM(smollm_path, threads=2, n_ctx=64, page_size=4)
     want = probe.logits(list(range(300, 340)) + [7])[-1]
-    one = page_bytes(probe.spec.kv_dims, 4, probe.runner.pool.kv)
+    one = page_bytes(probe.spec.kv_dims, 4, probe.context_store.pool.kv)
     llm = LLM(smollm_path, threads=2, n_ctx=64, page_size=4, kv_budget=20 * one)  # 20 pages = 80 slots
-    assert llm.runner.state.n_total == 20
+    assert llm.kv_view().n_total == 20
     kept = llm.create_context(list(range(300, 340)))  # 10 pages, in use
     for start in (1000, 2000, 3000):  # 10 pages each, cached when done: older ones must be evicted
         list(llm.generate(list(range(start, start + 39)), max_tokens=1, temperature=0))
-    assert llm.runner.state.stats.evictions > 0
+    assert llm.kv_view().stats.evictions > 0
     assert np.array_equal(kept.extend([7]), want)
     with pytest.raises(OutOfPages):
         llm.create_context(list(range(400, 463)))  # 16 pages while 11 are held by `kept`

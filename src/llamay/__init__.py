@@ -3,7 +3,7 @@
 `llamay.load(path)` returns an LLM; the engine (and the C kernels) load on first use, so importing a
 light subpackage such as llamay.gguf stays light."""
 __version__ = "0.1.0"
-__all__ = ["LLM", "ContextOverflow", "load"]
+__all__ = ["LLM", "ContextOverflow", "LoadOptions", "load"]
 
 
 def __getattr__(name: str):

@@ -72,3 +72,35 @@ class RouteSettings:
 
 LOAD, SCHEDULER, SPEC, SERVER = LoadSettings(), SchedulerSettings(), SpecSettings(), ServerSettings()
 CACHE, ROUTE = CacheSettings(), RouteSettings()
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How one model loads: llamay.load's keyword arguments, the CLI's model flags (cli/common.load_options)
+    and `serve`'s (server/models.Settings.load). Written once, here."""
+    threads: int | None = LOAD.threads  # None: LLAMAY_THREADS, else the physical cores
+    n_ctx: int | None = None  # None: LOAD.n_ctx; 0: the model's training context; at most that
+    kv: str = LOAD.kv  # 'f16', 'f32', 'q8' (int8 keys and values), 'vq8' (int8 values)
+    kv_budget: int | None = LOAD.kv_budget  # bytes of KV pages; None: LOAD.pool_contexts full contexts
+    page_size: int = LOAD.page_size
+    # (name, adapter GGUF, scale) of LoRA adapters applied unmerged to every request, in name order
+    lora: tuple[tuple[str, str, float], ...] = ()
+    # speculative decoding of a generation that does not choose: "tree", "ngram", "draft" or "none";
+    # None: "draft" with a draft model, else SPEC.mode
+    spec: str | None = None
+    draft_model: str | None = None  # a GGUF file of the same vocabulary drafting for spec "draft"
+    cache_disk: int = CACHE.api_disk  # bytes of the prefix cache's disk tier; 0: none (the CLI's default: CACHE.disk)
+    cache_dir: str | None = None  # the disk tier's folder; None: $LLAMAY_HOME/cache/kv
+    cache_redis: str | None = None  # redis://host:port/db of a Redis or Valkey shared tier; None: none
+
+    @classmethod
+    def of(cls, base: LoadOptions | None = None, **overrides) -> LoadOptions:
+        """base (default: the defaults) with fields replaced by name; TypeError for a name that is none."""
+        import dataclasses
+        names = {f.name for f in dataclasses.fields(cls)}
+        bad = sorted(set(overrides) - names)
+        if bad:
+            raise TypeError(f"unknown load option(s) {', '.join(bad)} (options: {', '.join(sorted(names))})")
+        if "lora" in overrides:
+            overrides["lora"] = tuple(tuple(a) for a in overrides["lora"] or ())
+        return dataclasses.replace(base or cls(), **overrides)

@@ -9,7 +9,7 @@ import sys
 from .. import env
 from ..defaults import DEFAULT_NAME, DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
-from ..settings import LOAD
+from ..settings import LOAD, LoadOptions
 
 THREADS_HELP = ("kernel threads (default: the physical cores; while other work holds them the engine "
                 "runs fewer, with the same output)")
@@ -157,22 +157,30 @@ def add_spec_arg(p: argparse.ArgumentParser):
                    help="a smaller model of the same vocabulary drafting for --spec draft")
 
 
-def load_model(name: str | None, threads: int | None, n_ctx: int | None = None, kv: str = LOAD.kv,
-               kv_budget: int | None = LOAD.kv_budget, lora=None, spec: str | None = None,
-               draft_model: str | None = None, cache_disk: int = 0, cache_dir: str | None = None,
-               cache_redis: str | None = None):
+def load_options(args, **overrides) -> LoadOptions:
+    """The LoadOptions of a command's model flags, as far as it has them (-t, -c, --kv, --kv-budget, --lora,
+    --spec, --draft-model, --cache-*), fields replaced by keyword."""
+    flags = {"threads": "threads", "n_ctx": "ctx_size", "kv": "kv", "kv_budget": "kv_budget", "lora": "lora",
+             "spec": "spec", "cache_dir": "cache_dir", "cache_redis": "cache_redis"}
+    got = {field: getattr(args, flag) for field, flag in flags.items() if getattr(args, flag, None) is not None}
+    if getattr(args, "draft_model", None):
+        got["draft_model"] = resolve_model(args.draft_model)
+    if hasattr(args, "cache_disk"):
+        got["cache_disk"] = cache_disk(args)
+    return LoadOptions.of(**{**got, **overrides})
+
+
+def load_model(name: str | None, options: LoadOptions):
+    """The model -m names, loaded as options say; its load's notes (a context or budget changed) on stderr."""
     from .. import load
     from ..gguf import GGUFError
     from ..models import UnsupportedModel
     path = resolve_model(name)
-    draft = resolve_model(draft_model) if draft_model else None
     try:
-        llm = load(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec,
-                   draft_model=draft, cache_disk=cache_disk, cache_dir=cache_dir,
-                   cache_redis=cache_redis)
+        llm = load(path, options)
     except (GGUFError, UnsupportedModel, ValueError) as e:
         raise CLIError(str(e)) from None
-    for note in load_notes(llm, n_ctx, kv_budget):
+    for note in load_notes(llm, options.n_ctx, options.kv_budget):
         eprint(f"llamay: note: {note}")
     return llm
 

@@ -8,7 +8,7 @@ import time
 
 from ..kv.snapshot import SnapshotError, SnapshotFile
 from ..engine.sampling import SamplingParams
-from .common import CLIError, HelpFormat, add_lora_arg, add_model_args, load_model, progress_bar, ranged
+from .common import CLIError, HelpFormat, add_lora_arg, add_model_args, load_model, load_options, progress_bar, ranged
 
 PREFILL_CHUNK = 512  # tokens per step of a long create's progress bar (chunked prefill gives the same bits)
 
@@ -48,7 +48,7 @@ def run(args):
 
 
 def _create(args):
-    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget, lora=args.lora)
+    llm = load_model(args.model, load_options(args))
     ids = llm.tokenize(args.prompt)
     llm.check_ids(ids)
     t = time.perf_counter()
@@ -65,9 +65,10 @@ def _create(args):
 
 
 def _fork(args):
-    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget, lora=args.lora)
+    llm = load_model(args.model, load_options(args))
     base = llm.restore_context(args.input)
-    state, page_bytes = llm.runner.state, llm.runner.pool.bytes_per_page
+    state = llm.kv_view()
+    page_bytes = state.bytes_per_page
     before = state.stats.pages_allocated
     t = time.perf_counter()
     kids = base.fork(args.n)
@@ -86,7 +87,7 @@ def _fork(args):
 
 
 def _gen(args):
-    llm = load_model(args.model, args.threads, kv=args.kv, kv_budget=args.kv_budget, lora=args.lora)
+    llm = load_model(args.model, load_options(args))
     ctx = llm.restore_context(args.input)
     if args.prompt:
         ctx.extend(args.prompt)

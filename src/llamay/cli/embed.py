@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from ..settings import LoadOptions
 from .common import THREADS, THREADS_HELP, CLIError, Command, load_model, resolve_model
 
 
@@ -19,7 +20,7 @@ def open_model(name: str | None, threads: int | None):
     from ..server.embed_models import is_encoder
     path = resolve_model(name)
     if not is_encoder(path):
-        return Embedder.for_llm(load_model(path, threads))
+        return Embedder.for_llm(load_model(path, LoadOptions(threads=threads)))
     try:
         return open_embedder(path, threads=threads)
     except (GGUFError, ValueError) as e:

@@ -16,11 +16,11 @@ from .common import (
     CLIError,
     add_lora_arg,
     add_cache_args,
-    cache_disk,
     add_spec_arg,
     add_model_args,
     eprint,
     load_model,
+    load_options,
     n_predict,
     ranged,
     seed_of,
@@ -113,9 +113,7 @@ def run(args):
     _read_prompt(args)
     if args.prompt == "":
         raise CLIError("the prompt is empty (-p TEXT; omit -p for a chat)")
-    llm = load_model(args.model, args.threads, args.ctx_size, args.kv, args.kv_budget, lora=args.lora, spec=args.spec,
-                     draft_model=args.draft_model, cache_disk=cache_disk(args), cache_dir=args.cache_dir,
-                     cache_redis=args.cache_redis)
+    llm = load_model(args.model, load_options(args))
     grammar = _grammar(llm, args)
     if args.prompt is not None:
         _stream(llm, args.prompt if args.system is None else _one_turn(llm, args.system, args.prompt), args, grammar)

@@ -19,13 +19,12 @@ from .common import (
     CLIError,
     add_lora_arg,
     add_cache_args,
-    cache_disk,
+    load_options,
     add_spec_arg,
     budget_note,
     eprint,
     parse_size,
     ranged,
-    resolve_model,
 )
 
 # llama-server's -ctk/-ctv pairs that are one of llamay's KV types (keys, values) -> --kv
@@ -111,13 +110,10 @@ def build_app(args, log=None):
     """The app for these flags; log: where each request's line goes (None: nowhere)."""
     from ..server import models
     from ..server.app import create_app
-    settings = models.Settings(threads=args.threads, kv=kv_type(args), kv_budget=args.kv_budget, n_ctx=args.ctx_size,
+    settings = models.Settings(load=load_options(args, kv=kv_type(args)),
                                concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
                                keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
-                               max_contexts=args.max_contexts, context_ttl=args.context_ttl,
-                               lora=tuple(args.lora or ()), spec=args.spec, alias=args.alias,
-                               draft_model=resolve_model(args.draft_model) if args.draft_model else None,
-                               cache_disk=cache_disk(args), cache_dir=args.cache_dir, cache_redis=args.cache_redis,
+                               max_contexts=args.max_contexts, context_ttl=args.context_ttl, alias=args.alias,
                                strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
     try:
         default = default_model_path()
@@ -139,7 +135,7 @@ def _read(path: str | None) -> str | None:
         raise CLIError(f"cannot read {path}: {e.strerror}") from None
 
 
-def check_models(registry, n_ctx: int | None, kv: str, kv_budget: int | None, draft_model: str | None = None):
+def check_models(registry, options):
     """Each pinned model's header is a GGUF llamay can run (or embed with), before the server says it
     serves; a note for each whose context is shorter than -c, and for each the draft model cannot draft for."""
     from ..gguf import GGUFError, GGUFReader
@@ -147,6 +143,7 @@ def check_models(registry, n_ctx: int | None, kv: str, kv_budget: int | None, dr
     from ..engine.llm import context_length
     from ..models.spec import arch_spec
     from ..server.embed_models import is_encoder
+    n_ctx, draft_model = options.n_ctx, options.draft_model
     for name, path in registry.pinned.items():
         try:
             if is_encoder(path):
@@ -156,7 +153,7 @@ def check_models(registry, n_ctx: int | None, kv: str, kv_budget: int | None, dr
             raise CLIError(f"{name}: {e}") from None
         if n_ctx and spec.n_ctx_train < n_ctx:
             eprint(f"llamay: note: -c {n_ctx} is over {name}'s training context: it runs with {spec.n_ctx_train}")
-        note = budget_note(spec, context_length(spec, n_ctx), kv, kv_budget)
+        note = budget_note(spec, context_length(spec, n_ctx), options.kv, options.kv_budget)
         if note:
             eprint(f"llamay: note: {name}: {note}")
         if draft_model:
@@ -200,8 +197,7 @@ def run(args):
 
     from ..server.guard import is_loopback
     app = build_app(args, None if args.quiet else eprint)
-    s = app.state.registry.settings
-    check_models(app.state.registry, s.n_ctx, s.kv, s.kv_budget, s.draft_model)
+    check_models(app.state.registry, app.state.registry.settings.load)
     if args.n_gpu_layers is not None:
         eprint(f"llamay: note: -ngl {args.n_gpu_layers} is ignored: llamay runs on the CPU")
     sock = listen(args.host, args.port)

@@ -8,6 +8,8 @@ _EXPORTS = {
     ".llm": ("LLM", "ContextOverflow", "load"),
     ".sampling": ("Sampler", "SamplingParams", "apply_penalties", "filter_candidates"),
     ".scheduler": ("Scheduler", "Overloaded"),
+    ".session": ("Session",),
+    ".context_store": ("PageShare", "ShareExceeded"),
     ".job": ("Job", "Done", "Piece"),
     # errors and readers of the layers below, for the server's error mapping and model checks
     "..kv": ("OutOfPages",),

@@ -1,10 +1,10 @@
 """The prefix cache's tiers below memory: the disk (kv/disk.py) and a shared Redis/Valkey (kv/shared.py).
 
-Write-through: when a context's tokens enter the radix tree (Runner.free with cache), its full pages go to
-every tier that lacks them, on a writer thread of this object's own, off the scheduler's critical path.
-Those pages are pinned (KVState.pin: not evicted; full pages are never written) until the writer has read
-them out of the pool; the scheduler unpins them at its next call (poll). So the tiers hold what memory
-holds and what it evicted, and a restarted process, or another server, finds it.
+Write-through: when a context's tokens enter the radix tree (ContextStore.free with cache), its full pages go
+to every tier that lacks them, on a writer thread of this object's own, off the scheduler's critical path.
+The store pins those pages (not evicted; full pages are never written) until the writer has read them out
+of the pool, and unpins them when written() hands them back. This module never touches the KV state.
+So the tiers hold what memory holds and what it evicted, and a restarted process, or another server, finds it.
 
 Reading: a prompt whose computed prefix in memory ends before its last full page looks up the following
 pages' keys in the disk tier, then the shared one from where the disk's run ends, and reads those runs into
@@ -26,19 +26,29 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import env
 from ..files import write_atomic
-from ..kv import OutOfPages, kv_type, page_bytes
+from ..kv import kv_type, page_bytes
 from ..kv.disk import DiskTier, chain_keys, root_key
 from ..kv.pool import PagePool
 from ..settings import CACHE
 from .digest import weights_digest
-from .runner import EMA
+from .context_store import EMA
 
 TIERS = ("disk", "shared")  # the order a prompt's pages are looked up in
 SCOPE_FILE = "scope.json"  # what a scope's folder holds pages of: `llamay cache ls` names it
+
+
+@dataclass(frozen=True)
+class Found:
+    """Pages the tiers hold for a prompt (CacheTiers.find): n_pages from page `start` of its page chain."""
+    start: int
+    n_pages: int
+    keys: list[bytes]  # the chain keys of those pages
+    runs: tuple[tuple[str, int, int], ...]  # (tier, first page, pages): read in this order
 
 
 def page_buffers(pool: PagePool, page: int) -> list[memoryview]:
@@ -61,7 +71,7 @@ class CacheTiers:
         self.pages_read = {name: 0 for name in self.tiers}
         self.errors = 0  # writes that failed (a full disk, ...): those pages are simply not there
         self._jobs: queue.Queue = queue.Queue()
-        self._done: deque = deque()  # (state, pages) the writer is through with: unpinned by poll
+        self._done: deque = deque()  # (owner, pages) the writer is through with: handed back by written
         self._busy = threading.Condition()
         self._in_flight = 0
         self._thread = threading.Thread(target=self._write_loop, name="llamay-cache-tiers", daemon=True)
@@ -76,31 +86,33 @@ class CacheTiers:
     def keys_of(self, lora: tuple, tokens: list[int], n_pages: int) -> list[bytes]:
         return chain_keys(self.root_of(lora), tokens, self.page_size, n_pages)
 
-    # --- the scheduler's thread ----------------------------------------------------------------
+    # --- the scheduler's thread (called by the context store, which alone changes KV state) ---------
 
-    def save(self, runner, ctx: int):
-        """Queue the context's full pages for every tier (the ones a tier holds already are skipped)."""
-        self.poll(runner)
-        state = runner.state
-        tokens = state.tokens(ctx)
-        n_full = len(tokens) // self.page_size
-        if not n_full:
-            return
-        pages = state.page_table(ctx)[:n_full]
-        state.pin(pages)
+    def save(self, owner, pool: PagePool, lora: tuple, tokens: list[int], pages: list[int]):
+        """Queue full pages (pinned by owner, the context store, until written(owner) hands them back)
+        holding tokens' K/V for every tier (the ones a tier holds already are skipped)."""
         with self._busy:
             self._in_flight += 1
-        self._jobs.put((state, runner.pool, runner.record(ctx).lora, tokens[:n_full * self.page_size], pages))
+        self._jobs.put((owner, pool, lora, tokens, pages))
 
-    def load(self, runner, ctx: int, tokens: list[int], n_cached: int, prefill_tps: float | None) -> dict[str, int]:
-        """Extend the context (holding tokens[:n_cached]) with the pages of tokens the tiers hold, up to the
-        last full page before the last token -> tokens read, per tier."""
-        self.poll(runner)
-        ps, state = self.page_size, runner.state
+    def written(self, owner) -> list[list[int]]:
+        """The pages of owner's saves the writer is through with, to unpin (those of another owner, a store
+        replaced since by LLM.reset, went with it)."""
+        out = []
+        while self._done:
+            who, pages = self._done.popleft()
+            if who is owner:
+                out.append(pages)
+        return out
+
+    def find(self, lora: tuple, tokens: list[int], n_cached: int, prefill_tps: float | None) -> Found | None:
+        """The runs of pages the tiers hold after a context's n_cached computed tokens, up to the last full
+        page before the last token, worth reading rather than computing (None: none)."""
+        ps = self.page_size
         start, usable = n_cached // ps, (len(tokens) - 1) // ps
         if usable <= start:
-            return {}
-        keys = self.keys_of(runner.record(ctx).lora, tokens, usable)[start:]
+            return None
+        keys = self.keys_of(lora, tokens, usable)[start:]
         runs, at = [], 0  # (tier name, first key, pages)
         for name, tier in self.tiers.items():
             n = tier.find(keys[at:])
@@ -109,37 +121,23 @@ class CacheTiers:
             if n:
                 runs.append((name, at, n))
                 at += n
-        if not at:
-            return {}
-        try:
-            if n_cached > start * ps:
-                state.truncate(ctx, start * ps)  # a partly matched page: its full version is in a tier
-            for src, dst in state.apply(state.plan_append(ctx, at * ps)):
-                runner.pool.copy_page(src, dst)
-        except OutOfPages:
-            return {}
-        pages, good, out = state.page_table(ctx)[start:start + at], 0, {}
-        for name, first, n in runs:
+        return Found(start, at, keys, tuple(runs)) if at else None
+
+    def read(self, found: Found, buffers: list[list[memoryview]]) -> tuple[int, dict[str, int]]:
+        """Read found's runs into buffers (page_buffers of each of its pages, in order) -> (pages read
+        whole, from the first; tokens read per tier). A page that fails to read ends the reading there."""
+        good, out = 0, {}
+        for name, first, n in found.runs:
             t = time.perf_counter()
-            got = self.tiers[name].read(keys[first:first + n], [page_buffers(runner.pool, p) for p in pages[first:first + n]])
+            got = self.tiers[name].read(found.keys[first:first + n], buffers[first:first + n])
             if got:
                 self._measured(name, got * self.page_bytes / max(time.perf_counter() - t, 1e-9))
-                out[name] = got * ps
+                out[name] = got * self.page_size
                 self.pages_read[name] += got
             good += got
             if got < n:
                 break
-        state.commit(ctx, tokens[start * ps:(start + good) * ps])
-        if good:
-            state.cache(ctx)  # in the tree now: another request of this prefix finds it in memory
-        return out
-
-    def poll(self, runner):
-        """Unpin the pages the writer is through with (on the thread that owns the state)."""
-        while self._done:
-            state, pages = self._done.popleft()
-            if state is runner.state:  # pins of a state replaced since (LLM.reset) went with it
-                state.unpin(pages)
+        return good, out
 
     def _pays(self, name: str, n_pages: int, prefill_tps: float | None) -> bool:
         bps = self.read_bps.get(name)
@@ -167,7 +165,7 @@ class CacheTiers:
 
     def _write_loop(self):
         while (job := self._jobs.get()) is not None:
-            state, pool, lora, tokens, pages = job
+            owner, pool, lora, tokens, pages = job
             try:
                 keys = self.keys_of(lora, tokens, len(pages))
                 for name, tier in self.tiers.items():
@@ -178,7 +176,7 @@ class CacheTiers:
             except Exception:  # noqa: BLE001 - a page not written is only a page to compute again
                 self.errors += 1
             finally:
-                self._done.append((state, pages))
+                self._done.append((owner, pages))
                 with self._busy:
                     self._in_flight -= 1
                     self._busy.notify_all()

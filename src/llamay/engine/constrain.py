@@ -1,6 +1,6 @@
-"""Grammar-constrained sampling, shared by the scheduler and the one-shot decode loop: the matcher masks
-the logits (end-of-generation allowed only when the output is complete), the sampler draws, the matcher
-advances. A matcher is llamay.grammar's Matcher (apply, advance, is_done, clone)."""
+"""Grammar-constrained sampling for the scheduler's one decode loop (Scheduler._sample_one): the matcher
+masks the logits (end-of-generation allowed only when the output is complete), the sampler draws, the
+matcher advances. A matcher is llamay.grammar's Matcher (apply, advance, is_done, clone)."""
 from __future__ import annotations
 
 import numpy as np

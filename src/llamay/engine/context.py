@@ -35,32 +35,28 @@ class Context:
     def __init__(self, llm, ctx_id: int, n_cached: int):
         self.llm, self.id, self.n_cached = llm, ctx_id, n_cached
 
-    def _do(self, fn):
+    def _do(self, fn):  # fn(store): on the scheduler's thread
         return self.llm.scheduler.do(fn)
 
     @property
     def tokens(self) -> list[int]:
         """Computed tokens plus the last sampled one if it is not computed yet."""
-        return self._do(lambda runner: runner.tokens(self.id))
+        return self._do(lambda store: store.tokens(self.id))
 
     @property
     def n_pages(self) -> int:
-        return self._do(lambda runner: len(runner.state.page_table(self.id)))
+        return self._do(lambda store: len(store.pages(self.id)))
 
     @property
     def logits(self) -> np.ndarray:
         """Logits after the context's last token [n_vocab]."""
-        return self._do(lambda runner: runner.extend(self.id, []))
+        return self._do(lambda store: store.extend(self.id, []))
 
     def extend(self, more: str | list[int]) -> np.ndarray:
         """Append text (tokenized without BOS, special tokens parsed) or ids -> the new last logits."""
         ids = self.llm.tokenize(more, add_special=False, parse_special=True) if isinstance(more, str) else list(more)
-        self.llm.check_ids(ids, extra=self._do(lambda runner: runner.n_tokens(self.id)))
-
-        def run(runner):
-            runner.record(self.id).matcher = None  # text from outside: a cut-off grammar no longer applies
-            return runner.extend(self.id, ids)
-        return self._do(run)
+        self.llm.check_ids(ids, extra=self._do(lambda store: store.n_tokens(self.id)))
+        return self._do(lambda store: store.append(self.id, ids))
 
     def generate(self, max_tokens: int = 128, stop: str | list[str] | None = None, grammar=None,
                  params: SamplingParams | None = None, spec: str | None = None, **sampling) -> Iterator[str]:
@@ -75,17 +71,17 @@ class Context:
 
     def fork(self, n: int = 1) -> list["Context"]:
         """n contexts sharing this one's pages (zero pages allocated; copy-on-write on divergence)."""
-        n_tokens = self._do(lambda runner: runner.n_tokens(self.id))
-        return [Context(self.llm, c, n_tokens) for c in self._do(lambda runner: runner.fork(self.id, n))]
+        n_tokens = self._do(lambda store: store.n_tokens(self.id))
+        return [Context(self.llm, c, n_tokens) for c in self._do(lambda store: store.fork(self.id, n))]
 
     def save(self, path: str):
         """Write this context (tokens, pages, last logits) to a .llamayctx snapshot, atomically."""
         from .snapshots import save
-        self._do(lambda runner: save(self.llm, self.id, path))
+        self._do(lambda store: save(self.llm, self.id, path))
 
     def delete(self, cache: bool = True):
         """Free the context; with cache its tokens stay findable as a prefix until evicted."""
-        self._do(lambda runner: runner.free(self.id, cache))
+        self._do(lambda store: store.free(self.id, cache))
 
     def __repr__(self):
         return f"Context(id={self.id}, tokens={len(self.tokens)}, pages={self.n_pages})"

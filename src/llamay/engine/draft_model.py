@@ -1,6 +1,6 @@
 """A draft model for speculative decoding (spec "draft"): a smaller model of the target's vocabulary proposes
 each sequence's next tokens greedily and the target checks them in one pass (scheduler.py), so the output is
-the target's, token for token. The draft model has its own runner (pages, radix tree): each sequence keeps a
+the target's, token for token. The draft model has its own context store (pages, radix tree): each sequence keeps a
 context there, cut back to what the target accepted at its next step. The drafts of every sequence of a
 step are decoded together, one batched pass per draft position.
 
@@ -18,7 +18,7 @@ from ..models import Decoder, arch_spec
 from ..settings import LOAD, SPEC
 from .draft import DRAFT, Outcomes, best_length, step_costs
 from .embed import file_tokenizer
-from .runner import Runner
+from .context_store import ContextStore
 
 MAX_VOCAB_DIFFERENCE = 128  # llama.cpp's limit on a draft vocabulary's extra tokens
 
@@ -53,11 +53,11 @@ class DraftModel:
         self.n_vocab = min(spec.n_vocab, target_tokenizer.n_vocab)
         self.decoder = Decoder(reader, spec, threads, self.n_ctx)
         self._shape = (n_pages, page_size, kv)
-        self.runner = Runner(self.decoder, *self._shape)
+        self.store = ContextStore(self.decoder, *self._shape)
 
     def reset(self):
         """Forget every draft context and cached prefix (LLM.reset); the page pool is kept."""
-        self.runner = Runner(self.decoder, *self._shape, pool=self.runner.pool)
+        self.store = ContextStore(self.decoder, *self._shape, pool=self.store.pool)
 
     def drafter(self) -> ModelDrafter:
         return ModelDrafter(self)
@@ -74,7 +74,7 @@ class DraftModel:
                 d.outcomes.learn(DRAFT, 0, 0)
         while live:
             try:
-                logits = self.runner.forward_batch([(d.ctx, [tok]) for _, d, _, tok in live], None)
+                logits = self.store.compute([(d.ctx, [tok]) for _, d, _, tok in live], None)
             except OutOfPages:
                 break  # the drafts so far stand; the draft contexts are unchanged
             more = []
@@ -107,22 +107,22 @@ class ModelDrafter:
     def sync(self, history: list[int], next_tok: int) -> int | None:
         """Make the draft context hold history (computing what it lacks) -> next_tok, to feed; None where
         the draft model has no room (then the sequence drafts nothing this step)."""
-        runner = self.group.runner
+        store = self.group.store
         seq_len = len(history) + 1
         try:
             if self.ctx is None:
-                self.ctx, n = runner.open(history + [next_tok])
+                self.ctx, n = store.open(history + [next_tok])
                 self.tokens = history[:n]
             else:
                 keep = self._synced
                 while keep < min(len(self.tokens), len(history)) and self.tokens[keep] == history[keep]:
                     keep += 1
                 if keep < len(self.tokens):
-                    runner.truncate(self.ctx, keep)
+                    store.truncate(self.ctx, keep)
                     del self.tokens[keep:]
             todo = history[len(self.tokens):]
             if todo:
-                runner.extend(self.ctx, todo)
+                store.extend(self.ctx, todo)
                 self.tokens += todo
         except OutOfPages:
             self.close()
@@ -135,5 +135,5 @@ class ModelDrafter:
 
     def close(self):
         if self.ctx is not None:
-            self.group.runner.free(self.ctx)
+            self.group.store.free(self.ctx)
             self.ctx, self.tokens, self._synced = None, [], 0

@@ -15,14 +15,14 @@ from ..kernels.threads import default_threads
 from ..kv import kv_type, page_bytes
 from ..models import Decoder, arch_spec
 from ..models.lora import load_lora
-from ..settings import CACHE, LOAD, SCHEDULER, SPEC
+from ..settings import LOAD, SCHEDULER, SPEC, LoadOptions
 from .context import Context, GenerationStats
 from .digest import weights_digest
 from . import snapshots
 from .embed import file_tokenizer
 from .cache_tiers import cache_tiers
 from .draft_model import DraftModel
-from .runner import Runner
+from .context_store import ContextStore
 from .job import Job, Piece
 from .scheduler import Scheduler
 from .stops import stop_list
@@ -35,16 +35,12 @@ class ContextOverflow(ValueError):
 
 
 class LLM:
-    def __init__(self, path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
-                 kv: str = LOAD.kv, kv_budget: int | None = None, page_size: int = LOAD.page_size,
-                 lora: list[tuple[str, str, float]] | None = None, spec: str | None = None,
-                 draft_model: str | os.PathLike | None = None, cache_disk: int = CACHE.api_disk,
-                 cache_dir: str | os.PathLike | None = None, cache_redis: str | None = None):
-        """lora: (name, adapter file, scale) of LoRA adapters applied to every request. spec: speculative
-        decoding of a generation that does not choose (draft.MODES; None: "draft" with a draft model, else
-        SPEC.mode). draft_model: a GGUF file of the same vocabulary drafting for spec "draft". cache_disk:
-        bytes of the prefix cache's disk tier (0: none) under cache_dir (default $LLAMAY_HOME/cache/kv);
-        cache_redis: the URL of a Redis/Valkey shared tier (None: none)."""
+    def __init__(self, path: str | os.PathLike, options: LoadOptions | None = None, **overrides):
+        """options: how it loads (settings.LoadOptions; default: its defaults), fields replaced by keyword
+        (LLM(path, n_ctx=512))."""
+        opts = self.options = LoadOptions.of(options, **overrides)
+        threads, n_ctx, kv, kv_budget, page_size = opts.threads, opts.n_ctx, opts.kv, opts.kv_budget, opts.page_size
+        lora, spec, draft_model = opts.lora, opts.spec, opts.draft_model
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -60,28 +56,30 @@ class LLM:
         self._default_lora = self.lora_choice({a.name: a.scale for a in self.loras})
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
-        self.cache = cache_tiers(self, cache_dir, cache_disk, cache_redis) if cache_disk or cache_redis else None
-        self._runner = self._new_runner(kv_budget)
+        self.cache = cache_tiers(self, opts.cache_dir, opts.cache_disk, opts.cache_redis) \
+            if opts.cache_disk or opts.cache_redis else None
+        self._store = self._new_store(kv_budget)
+        self._session = None
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
         spec = spec or ("draft" if self.draft else SPEC.mode)
         # every generation and every KV change goes through it: stepped here until a server starts it
-        self.scheduler = Scheduler(lambda: self._runner, self.tokenizer, self.n_ctx, start=False, spec=spec,
+        self.scheduler = Scheduler(lambda: self._store, self.tokenizer, self.n_ctx, start=False, spec=spec,
                                    draft_model=self.draft)
 
     def _draft_model(self, path: str) -> DraftModel:
         """The draft model, its KV pages as many as the target's (its contexts follow the target's); a draft
         token costs their sizes' ratio of a target step unless SPEC.draft_cost says."""
         cost = SPEC.draft_cost or os.path.getsize(path) / os.path.getsize(self.path)
-        return DraftModel(path, self.tokenizer, self.threads, self.n_ctx, self._runner.state.n_total, cost,
+        return DraftModel(path, self.tokenizer, self.threads, self.n_ctx, self._store.view().n_total, cost,
                           self.kv, self.page_size)
 
-    def _new_runner(self, kv_budget: int | None, pool=None) -> Runner:
+    def _new_store(self, kv_budget: int | None, pool=None) -> ContextStore:
         per_ctx, one_page = context_pages(self.spec, self.n_ctx, self.kv, self.page_size)
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
-        runner = Runner(self.decoder, n_pages, self.page_size, self.kv, pool=pool, tiers=self.cache)
-        runner.default_lora = self.default_lora
-        return runner
+        store = ContextStore(self.decoder, n_pages, self.page_size, self.kv, pool=pool, tiers=self.cache)
+        store.default_lora = self.default_lora
+        return store
 
     @property
     def default_lora(self) -> tuple:
@@ -93,8 +91,8 @@ class LLM:
         """New default scales {name: scale} (adapters left out: 0), for contexts opened from now on."""
         choice = self.lora_choice(scales)
 
-        def put(runner):
-            self._default_lora = runner.default_lora = choice
+        def put(store):
+            self._default_lora = store.default_lora = choice
         self.scheduler.do(put)
 
     def lora_choice(self, choice) -> tuple | None:
@@ -134,8 +132,22 @@ class LLM:
         return self.spec.n_ctx_train
 
     @property
-    def runner(self) -> Runner:
-        return self._runner
+    def context_store(self) -> ContextStore:
+        """The owner of every context's state: the engine's modules call its verbs on the scheduler's
+        thread (scheduler.do); the server goes through session (engine/session.py)."""
+        return self._store
+
+    @property
+    def session(self):
+        """The server's typed interface to this model's contexts (engine/session.py)."""
+        if self._session is None:
+            from .session import Session
+            self._session = Session(self)
+        return self._session
+
+    def kv_view(self):
+        """A read-only view of the context store (context_store.StoreView): pool size, free pages, stats."""
+        return self._store.view()
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
@@ -169,10 +181,10 @@ class LLM:
     def reset(self):
         """Forget every cached prefix and context (the next prompt prefills from scratch). The page pool and
         the built graphs are kept: only the bookkeeping starts over."""
-        def fresh(runner):
+        def fresh(store):
             if self.cache is not None:
                 self.cache.flush()  # its writer reads pages of this pool the new state will reuse
-            self._runner = self._new_runner(self.kv_budget, pool=runner.pool)
+            self._store = self._new_store(self.kv_budget, pool=store.pool)
             if self.draft is not None:
                 self.draft.reset()
         self.scheduler.do(fresh)
@@ -182,12 +194,12 @@ class LLM:
         ids = [int(t) for t in ids]
         self.check_ids(ids)
 
-        def run(runner):
-            ctx, _ = runner.open([])
+        def run(store):
+            ctx, _ = store.open([])
             try:
-                return runner.extend(ctx, ids, all_logits=True)
+                return store.extend(ctx, ids, all_logits=True)
             finally:
-                runner.free(ctx)
+                store.free(ctx)
         return self.scheduler.do(run)
 
     def eval_last(self, ids: list[int]) -> np.ndarray:
@@ -195,12 +207,12 @@ class LLM:
         ids = [int(t) for t in ids]
         self.check_ids(ids)
 
-        def run(runner):
-            before = dict(runner.tier_tokens)
-            ctx, n_cached = runner.create(ids)
-            out = runner.record(ctx).last_logits
-            runner.free(ctx)
-            return out, n_cached, {k: v - before.get(k, 0) for k, v in runner.tier_tokens.items()}
+        def run(store):
+            before = dict(store.tier_tokens)
+            ctx, n_cached = store.create(ids)
+            out = store.extend(ctx, [])
+            store.free(ctx)
+            return out, n_cached, {k: v - before.get(k, 0) for k, v in store.tier_tokens.items()}
         out, n_cached, tiers = self.scheduler.do(run)
         self.stats = GenerationStats(prompt_tokens=len(ids), cached_tokens=n_cached, disk_tokens=tiers.get("disk", 0),
                                      shared_tokens=tiers.get("shared", 0))
@@ -213,17 +225,17 @@ class LLM:
         ids = self._ids(prompt)
         self.check_ids(ids)
         choice = self.lora_choice(lora)
-        ctx, n_cached = self.scheduler.do(lambda runner: runner.create(ids, choice))
+        ctx, n_cached = self.scheduler.do(lambda store: store.create(ids, choice))
         return Context(self, ctx, n_cached)
 
     def restore_context(self, path: str | os.PathLike) -> Context:
         """A context from a .llamayctx snapshot made under the same weights (else SnapshotError)."""
         path = os.fspath(path)
         grammar = snapshots.read_grammar(self, path)
-        return Context(self, self.scheduler.do(lambda runner: snapshots.restore(self, path, grammar)), 0)
+        return Context(self, self.scheduler.do(lambda store: snapshots.restore(self, path, grammar)), 0)
 
     def contexts(self) -> list[Context]:
-        return [Context(self, c, 0) for c in self.scheduler.do(lambda runner: runner.state.contexts())]
+        return [Context(self, c, 0) for c in self.scheduler.do(lambda store: store.contexts())]
 
     def generate(self, prompt: str | list[int], max_tokens: int = 128, stop: str | list[str] | None = None,
                  grammar=None, params: SamplingParams | None = None, lora=None, spec: str | None = None,
@@ -270,20 +282,17 @@ def context_pages(spec, n_ctx: int, kv: str, page_size: int = LOAD.page_size) ->
     return -(-n_ctx // page_size), page_bytes(spec.kv_dims, page_size, kv_type(kv, *(d for _, d in spec.kv_dims)))
 
 
-def load(path: str | os.PathLike, threads: int | None = None, n_ctx: int | None = None,
-         kv: str = LOAD.kv, kv_budget: int | None = None, lora: list[tuple[str, str, float]] | None = None,
-         spec: str | None = None, draft_model: str | os.PathLike | None = None, cache_disk: int = CACHE.api_disk,
-         cache_dir: str | os.PathLike | None = None, cache_redis: str | None = None) -> LLM:
-    """kv: KV cache element type: 'f16' (default), 'f32', 'q8' (int8 keys and values), 'vq8' (int8
-    values). kv_budget: bytes of KV pages (default: room for 4 full contexts). lora: (name, adapter GGUF,
-    scale) of LoRA adapters applied unmerged to every request, in name order. spec: speculative decoding
-    by default: "tree" (continuations other branches of the prefix computed, else ngram; the default
-    without a draft model), "ngram" (prompt lookup), "draft" (the default with draft_model: a GGUF file
-    of the same vocabulary, DraftMismatch otherwise) or "none"; a generation may choose otherwise.
-    cache_disk: bytes of the prefix cache's disk tier (default 0: none; the CLI's default is CACHE.disk):
-    computed pages kept under cache_dir (default $LLAMAY_HOME/cache/kv), read back by a later prompt of
-    the same prefix, in this process or the next. cache_redis: redis://host:port of a Redis or Valkey
-    shared tier: the same pages published there and read back by any server of the same weights."""
-    return LLM(path, threads=threads, n_ctx=n_ctx, kv=kv, kv_budget=kv_budget, lora=lora, spec=spec,
-               draft_model=draft_model, cache_disk=cache_disk, cache_dir=cache_dir,
-               cache_redis=cache_redis)
+def load(path: str | os.PathLike, options: LoadOptions | None = None, **overrides) -> LLM:
+    """The model at path, loaded as options say (settings.LoadOptions: threads, n_ctx, kv, kv_budget,
+    page_size, lora, spec, draft_model, cache_disk, cache_dir, cache_redis), fields replaced by keyword:
+    load(path, n_ctx=2048, kv="q8"). kv: the KV cache's element type, 'f16' (default), 'f32', 'q8' (int8
+    keys and values) or 'vq8' (int8 values). kv_budget: bytes of KV pages (default: room for 4 full
+    contexts). lora: (name, adapter GGUF, scale) of LoRA adapters applied unmerged to every request. spec:
+    speculative decoding by default: "tree" (continuations other branches of the prefix computed, else
+    ngram; the default without a draft model), "ngram" (prompt lookup), "draft" (the default with
+    draft_model: a GGUF file of the same vocabulary, DraftMismatch otherwise) or "none"; a generation may
+    choose otherwise. cache_disk: bytes of the prefix cache's disk tier (default 0: none; the CLI's default
+    is CACHE.disk): computed pages kept under cache_dir (default $LLAMAY_HOME/cache/kv), read back by a
+    later prompt of the same prefix, in this process or the next. cache_redis: redis://host:port of a Redis
+    or Valkey shared tier: the same pages published there and read back by any server of the same weights."""
+    return LLM(path, options, **overrides)

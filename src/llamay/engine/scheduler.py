@@ -1,4 +1,4 @@
-"""Continuous batching: one thread owns the runner and steps every running sequence together.
+"""Continuous batching: one thread owns the context store and steps every running sequence together.
 
 Each step is one forward pass holding the next token of every decoding sequence (and its draft, when it
 speculates: draft.py) plus a chunk of one or more prompts being prefilled (up to `batch` tokens in all). Up
@@ -6,8 +6,9 @@ to `concurrency` sequences run; later jobs queue; a full queue refuses at once (
 batch-invariant, so a sequence's logits do not depend on what it was batched with, and a draft token's are
 those it would get decoded alone: each position is sampled as plain decoding samples it (one random draw per
 emitted token), a draft token kept while it equals the token sampled, so speculation changes no token,
-greedy or seeded. Other work on the runner (contexts: create, fork, save, restore) goes through do(), which
-runs it on the same thread between steps: only this thread mutates KV state.
+greedy or seeded. Other work on the context store (create, fork, save, restore) goes through do() / call(),
+which run it on the same thread between steps: only this thread changes context state, and only through
+the store's verbs (context_store.py).
 
 Started (start(): a server), a thread of its own steps it. Not started (the Python API alone), run() steps
 it on the caller's thread: one decode loop either way."""
@@ -26,7 +27,7 @@ from ..settings import SCHEDULER, SPEC
 from ..tokenizer import IncrementalDecoder
 from . import constrain, draft
 from .job import Done, Job, Piece
-from .runner import Runner
+from .context_store import ContextStore
 from .sampling import Sampler, SamplingParams, logprobs
 from .stops import StopMatcher
 
@@ -55,13 +56,13 @@ class _Seq:
 
 
 class Scheduler:
-    def __init__(self, runner_of: Callable[[], Runner], tokenizer, n_ctx: int, concurrency: int = SCHEDULER.concurrency,
+    def __init__(self, store_of: Callable[[], ContextStore], tokenizer, n_ctx: int, concurrency: int = SCHEDULER.concurrency,
                  max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch, start: bool = True,
                  spec: str = SPEC.mode, draft_model=None):
-        """runner_of: the current runner (LLM.reset may replace it). start=False: stepped by run() on the
+        """store_of: the current context store (LLM.reset may replace it). start=False: stepped by run() on the
         caller's thread until start() gives it a thread of its own. spec: a job's speculative decoding
         unless it chooses (draft.MODES). draft_model: draft_model.DraftModel, for spec "draft"."""
-        self.runner_of, self.tokenizer, self.n_ctx = runner_of, tokenizer, n_ctx
+        self.store_of, self.tokenizer, self.n_ctx = store_of, tokenizer, n_ctx
         self.concurrency, self.max_queue, self.batch = concurrency, max_queue, batch
         self.draft_model = draft_model
         self.spec = self.check_mode(spec)
@@ -78,7 +79,7 @@ class Scheduler:
             self.start()
 
     def start(self):
-        """Steps on a thread of its own from now on (the KV state belongs to that thread)."""
+        """Steps on a thread of its own from now on (the context store belongs to that thread)."""
         if self.thread is None:
             self.thread = threading.Thread(target=self._loop, name="llamay-scheduler", daemon=True)
             self.thread.start()
@@ -94,11 +95,11 @@ class Scheduler:
             self.queue.append((job, time.perf_counter_ns()))
             self.cv.notify()
 
-    def do(self, fn: Callable[[Runner], object]):
-        """fn(runner) where KV state may change: between steps on the scheduler's thread when it has one
+    def do(self, fn: Callable[[ContextStore], object]):
+        """fn(store) where context state may change: between steps on the scheduler's thread when it has one
         (waiting for the result), else here."""
         if self.thread is None or threading.current_thread() is self.thread:
-            return fn(self.runner_of())
+            return fn(self.store_of())
         return self.call(fn).result()
 
     def run(self, job: Job) -> Iterator[Piece | Done]:
@@ -137,8 +138,8 @@ class Scheduler:
                     done += sum(isinstance(ev, Done) for ev in events)
                     events.clear()
 
-    def call(self, fn: Callable[[Runner], object]) -> Future:
-        """fn(runner) on the scheduler thread between steps -> a Future of its result."""
+    def call(self, fn: Callable[[ContextStore], object]) -> Future:
+        """fn(store) on the scheduler thread between steps -> a Future of its result."""
         fut: Future = Future()
         with self.cv:
             self.calls.append((fn, fut))
@@ -159,17 +160,17 @@ class Scheduler:
             self.cv.notify()
         if self.thread is not None:
             self.thread.join()
-            state = self.runner_of().state
-            if state.owner is self.thread:
-                state.claim(None)  # given back: the caller's thread may step it again
+            store = self.store_of()
+            if store.owner is self.thread:
+                store.claim(None)  # given back: the caller's thread may step it again
 
     # --- the scheduler thread ------------------------------------------------------------------
 
     def _loop(self):
         while True:
-            state = self.runner_of().state  # a new runner (LLM.reset) is claimed at the next turn
-            if state.owner is not self.thread:
-                state.claim(self.thread)
+            store = self.store_of()  # a new store (LLM.reset) is claimed at the next turn
+            if store.owner is not self.thread:
+                store.claim(self.thread)
             with self.cv:
                 while not (self.stopping or self.queue or self.running or self.calls):
                     self.cv.wait()
@@ -179,7 +180,7 @@ class Scheduler:
             for fn, fut in calls:
                 if fut.set_running_or_notify_cancel():
                     try:
-                        fut.set_result(fn(self.runner_of()))
+                        fut.set_result(fn(self.store_of()))
                     except BaseException as e:  # handed to the caller
                         fut.set_exception(e)
             try:
@@ -264,7 +265,7 @@ class Scheduler:
                 rows.append(n - 1)
                 wants.append(seq)
         try:
-            return items, wants, self.runner_of().forward_batch(items, np.asarray(rows, np.int64))
+            return items, wants, self.store_of().compute(items, np.asarray(rows, np.int64))
         except OutOfPages:
             self._undo_chunks(items[len(decode):])
             raise
@@ -296,9 +297,7 @@ class Scheduler:
     def _trim(self, seq: _Seq):
         """Cut the K/V of draft tokens past the sequence's history (rejected, or past its end): pages
         released, nothing copied. The context's last logits stay those after the history's last token."""
-        state = self.runner_of().state
-        if state.n_tokens(seq.ctx) > len(seq.history):
-            state.truncate(seq.ctx, len(seq.history))
+        self.store_of().trim(seq.ctx, len(seq.history))
 
     def _undo_chunks(self, items):
         """A failed pass computed nothing: put the prompt chunks back."""
@@ -308,7 +307,7 @@ class Scheduler:
             seq.todo = chunk + seq.todo
 
     def _admit(self):
-        runner = self.runner_of()
+        store = self.store_of()
         while self.queue and len(self.running) < self.concurrency:
             with self.cv:
                 job, t_submit = self.queue.popleft()
@@ -316,43 +315,40 @@ class Scheduler:
                 job.sink(Done(0, "cancelled", 0, 0, 0, 0, 0, 0, []))
                 continue
             try:
-                self._start(runner, job, t_submit)
+                self._start(store, job, t_submit)
             except Exception as e:
                 job.sink(Done(0, "error", 0, 0, 0, 0, 0, 0, [], error=e))
 
-    def _start(self, runner: Runner, job: Job, t_submit: int):
+    def _start(self, store: ContextStore, job: Job, t_submit: int):
         mode = self.check_mode(job.spec or self.spec)  # fails here, before any KV change
-        before = dict(runner.tier_tokens)
+        before = dict(store.tier_tokens)
+        cut, last_logits = None, None
         if job.ctx is None:
-            ctx, n_cached = runner.open(job.prompt, job.lora)
+            ctx, n_cached = store.open(job.prompt, job.lora)
             history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
         else:
-            ctx, history = job.ctx, runner.state.tokens(job.ctx)
-            rec = runner.record(ctx)
-            todo, rec.pending = rec.pending + list(job.prompt), []
-            n_cached = len(history)
-        # a named context's cut-off constrained generation continues under its grammar, unless text is added
-        rec = runner.record(ctx)
-        cut, rec.matcher = rec.matcher, None
+            ctx, got = job.ctx, store.resume(job.ctx, job.prompt)
+            history, todo, n_cached = got.computed, got.todo, len(got.computed)
+            cut, last_logits = got.matcher, got.last_logits
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
-        seq.n_disk = runner.tier_tokens.get("disk", 0) - before.get("disk", 0)
-        seq.n_shared = runner.tier_tokens.get("shared", 0) - before.get("shared", 0)
+        seq.n_disk = store.tier_tokens.get("disk", 0) - before.get("disk", 0)
+        seq.n_shared = store.tier_tokens.get("shared", 0) - before.get("shared", 0)
         seq.drafter = self._drafter(mode, ctx)
+        # a named context's cut-off constrained generation continues under its grammar, unless text is added
         if job.grammar is None and not job.prompt:
             seq.grammar = cut
         self.running.append(seq)
         if not todo:  # a context continued as it is: its last logits are known
-            self._isolated(seq, self._logits_ready, seq, rec.last_logits)
+            self._isolated(seq, self._logits_ready, seq, last_logits)
 
     def _logits_ready(self, seq: _Seq, logits: np.ndarray):
         """The sequence's prompt (or last token) is computed: fork choices if first time, then sample."""
-        runner = self.runner_of()
+        store = self.store_of()
         if seq.job.ctx is not None:
-            runner.record(seq.ctx).last_logits = logits
+            store.set_logits(seq.ctx, logits)
         if not seq.t_prefilled:
             seq.t_prefilled = time.perf_counter_ns()
-            for i, kid in enumerate(runner.state.fork(seq.ctx, seq.job.n - 1), start=1):
-                runner.record(kid).lora = runner.record(seq.ctx).lora
+            for i, kid in enumerate(store.fork(seq.ctx, seq.job.n - 1) if seq.job.n > 1 else (), start=1):
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
                 twin.n_disk, twin.n_shared = seq.n_disk, seq.n_shared
                 twin.grammar = seq.grammar.clone() if seq.grammar is not None else None
@@ -373,9 +369,8 @@ class Scheduler:
         if mode == "ngram":
             return draft.NgramDrafter()
         if mode == "tree":
-            ns = self.runner_of().state.namespace(ctx)
-            return draft.TreeDrafter(lambda tokens, k: self.runner_of().state.continuation(tokens, ns, k),
-                                     lambda: self.runner_of().state.tree.version)
+            return draft.TreeDrafter(lambda tokens, k: self.store_of().continuation(ctx, tokens, k),
+                                     lambda: self.store_of().tree_version)
         return self.draft_model.drafter() if mode == "draft" else None
 
     def _sample(self, seq: _Seq, logits: np.ndarray):
@@ -409,7 +404,7 @@ class Scheduler:
             return self._finish(seq, "length")
 
     def _finish(self, seq: _Seq, reason: str, error: Exception | None = None):
-        runner = self.runner_of()
+        store = self.store_of()
         self.running.remove(seq)
         self._trim(seq)
         if seq.drafter is not None:
@@ -424,13 +419,11 @@ class Scheduler:
         tokens = seq.history + ([seq.next_tok] if seq.next_tok is not None else [])
         keep = seq.job.ctx is not None and seq.index == 0  # a named context outlives its jobs
         if keep:
-            rec = runner.record(seq.ctx)
-            if seq.next_tok is not None:
-                rec.pending = [seq.next_tok]
-            if reason == "length" and seq.grammar is not None and not seq.grammar.is_done():
-                rec.matcher = seq.grammar  # continued by its next job, saved in snapshots
+            cut = reason == "length" and seq.grammar is not None and not seq.grammar.is_done()
+            # the grammar of a cut-off constrained generation: continued by its next job, saved in snapshots
+            store.park(seq.ctx, [seq.next_tok] if seq.next_tok is not None else [], seq.grammar if cut else None)
         else:
-            runner.free(seq.ctx, cache=reason != "error")
+            store.free(seq.ctx, cache=reason != "error")
         now = time.perf_counter_ns()
         t_pre = seq.t_prefilled or now
         seq.job.sink(Done(seq.index, reason, seq.n_prompt, seq.n_cached, seq.n_gen, t_pre - seq.t_start,

@@ -17,7 +17,7 @@ from .digest import weights_digest
 
 def geometry(llm) -> KVGeometry:
     """The pool's layers (those that write K/V), with a layer table when they differ."""
-    pool = llm.runner.pool
+    pool = llm.context_store.pool
     layers = tuple((h, d, pool.page_size * k.shape[1], pool.page_size * v.shape[1])
                    for (h, d), k, v in zip(pool.dims, pool.k, pool.v))
     return KVGeometry(llm.spec.arch, len(layers), *layers[0][:2], llm.kv, llm.page_size, *layers[0][2:],
@@ -25,20 +25,18 @@ def geometry(llm) -> KVGeometry:
 
 
 def save(llm, ctx_id: int, path: str):
-    runner = llm.runner
-    logits = runner.extend(ctx_id, [])  # computes a pending sampled token first
-    pages = np.asarray(runner.state.page_table(ctx_id), np.int64)
-    pool = runner.pool
-    g = geometry(llm)
+    """On the scheduler's thread: the context (its pending sampled token computed first) into path."""
+    store = llm.context_store
+    image = store.snapshot(ctx_id)
+    pages, pool = np.asarray(image.pages, np.int64), store.pool
     layers = [[pool.page_view(a)[pages].reshape(len(pages), -1) for a in arrs] for arrs in (pool.k, pool.v)]
-    matcher = runner.record(ctx_id).matcher
-    meta = {"grammar": matcher.state()} if matcher is not None else {}
+    meta = {"grammar": image.matcher.state()} if image.matcher is not None else {}
     if llm.decoder.rope_variant:
         meta["rope_factors"] = llm.decoder.rope_variant
-    if runner.record(ctx_id).lora:
-        meta["lora"] = adapters(llm, runner.record(ctx_id).lora)
-    header = SnapshotHeader(weights_digest(llm.path), g, np.asarray(runner.state.tokens(ctx_id), np.uint32), meta)
-    write_snapshot(path, header, layers[0], layers[1], logits=logits)
+    if image.lora:
+        meta["lora"] = adapters(llm, image.lora)
+    header = SnapshotHeader(weights_digest(llm.path), geometry(llm), np.asarray(image.tokens, np.uint32), meta)
+    write_snapshot(path, header, layers[0], layers[1], logits=image.last_logits)
 
 
 META_SLACK = 1 << 20  # a saved grammar's source (at most 256 KiB) and JSON beside its tokens
@@ -48,8 +46,9 @@ def max_bytes(llm) -> int:
     """The largest snapshot this model can restore: a full context's tokens and pages, its logits and a
     grammar position over every token. An upload past it is refused before it is read."""
     n = llm.n_ctx
-    pages = pages_for(n, llm.page_size) * llm.runner.pool.bytes_per_page
-    table = LAYER.size * len(llm.runner.pool.k)
+    pool = llm.context_store.pool
+    pages = pages_for(n, llm.page_size) * pool.bytes_per_page
+    table = LAYER.size * len(pool.k)
     return HEADER.size + table + 4 * n + 4 * llm.n_vocab + 12 * n + META_SLACK + pages + 4 * ALIGN + CHECKSUM_BYTES
 
 
@@ -71,10 +70,11 @@ def read_grammar(llm, path: str):
     return _resume_grammar(llm, state)
 
 
-def restore(llm, path: str, matcher=None) -> int:
-    """-> ctx_id of a new context holding the snapshot, continuing under matcher (read_grammar's result for
-    the same file). Other weights or another KV layout: SnapshotError."""
-    runner = llm.runner
+def restore(llm, path: str, matcher=None, share=None) -> int:
+    """On the scheduler's thread -> ctx_id of a new context holding the snapshot, continuing under matcher
+    (read_grammar's result for the same file). Other weights or another KV layout: SnapshotError. share:
+    ContextStore.restore's."""
+    store = llm.context_store
     with SnapshotFile(path) as f:
         check_compatible(f.header, weights_digest(llm.path), geometry(llm))
         made = f.header.meta.get("rope_factors")
@@ -86,17 +86,12 @@ def restore(llm, path: str, matcher=None) -> int:
         tokens = [int(t) for t in f.header.token_ids]
         if len(tokens) > llm.n_ctx:
             raise SnapshotError(f"snapshot holds {len(tokens)} tokens, the context is {llm.n_ctx}")
-        ctx, pages = runner.state.restore(tokens, runner.namespace(lora))
-        try:
-            pool = runner.pool
+        pool = store.pool
+
+        def fill(pages: list[int]) -> np.ndarray:
             f.read_pages_into([pool.page_view(a) for a in pool.k], [pool.page_view(a) for a in pool.v], pages)
-            logits = f.read_logits(llm.n_vocab)
-        except BaseException:
-            runner.state.free(ctx)
-            raise
-    rec = runner.record(ctx)
-    rec.last_logits, rec.matcher, rec.lora = logits, matcher, lora
-    return ctx
+            return f.read_logits(llm.n_vocab)
+        return store.restore(tokens, lora, fill, matcher, share)
 
 
 def adapters(llm, lora: tuple) -> list[dict]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .graph import Batch, Graph
+from .kvtypes import kv_codes
 from .matmul import QExperts, QWeight, _ActStruct
 from .ops import ACTS, BatchMeta
 
@@ -286,7 +287,7 @@ class Builder:
         """K and V [n, n_kv_head * head_dim] of the batch's tokens into the pool's layer, at their slots."""
         n_kv, hd = pool.dims[layer]
         _f32(k, "k", (batch.n_tokens, n_kv * hd)), _f32(v, "v", (batch.n_tokens, n_kv * hd))
-        codes = pool.kv.codes
+        codes = kv_codes(pool.kv)
         for arr, x, code in ((pool.k[layer], k, codes & 0xff), (pool.v[layer], v, codes >> 8)):
             self._op("kv_write", (arr, x, batch.struct), (n_kv, hd, code), writes=(arr,), keep=(batch,), reads=(x,))
 
@@ -309,7 +310,7 @@ class Builder:
             batch.both_ways = Batch()
         out = self.tensor(*q.shape)
         self._op("attention", (q, out, pool.k[layer], pool.v[layer], batch.struct if causal else batch.both_ways, sinks),
-                 (n_head, n_kv, hd, window, pool.kv.codes), (scale, softcap),
+                 (n_head, n_kv, hd, window, kv_codes(pool.kv)), (scale, softcap),
                  writes=(out,), keep=(batch, pool),
                  reads=(q, pool.k[layer], pool.v[layer]) + (() if sinks is None else (sinks,)))
         return out

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.kvtypes import KV_CODES
 from ..settings import LOAD
 
 Q8_BLOCK, Q8_BYTES = 32, 36  # float32 scale + 32 int8
@@ -24,11 +23,6 @@ class KVType:
     def head_bytes(self, which: str, head_dim: int) -> int:
         t = self.k if which == "k" else self.v
         return {"f32": head_dim * 4, "f16": head_dim * 2, "q8": head_dim // Q8_BLOCK * Q8_BYTES}[t]
-
-    @property
-    def codes(self) -> int:
-        """k | v << 8, as the attention kernel takes them."""
-        return KV_CODES[self.k] | KV_CODES[self.v] << 8
 
 
 KV_TYPES = {"f32": KVType("f32", "f32", "f32"), "f16": KVType("f16", "f16", "f16"),

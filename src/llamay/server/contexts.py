@@ -8,6 +8,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
+from ..engine import PageShare
 from ..settings import SERVER
 from .protocol.base import ProtocolError
 
@@ -69,20 +70,10 @@ class ContextTable:
         if loaded is not None:
             loaded.contexts.discard(nc.id)
 
-    def check_pages(self, model: str, runner, n_new_tokens: int, extends: int | None = None):
-        """On the scheduler thread, before a named context of model gains n_new_tokens (extends: the engine
-        id of the context that grows, None for a new one): 429 if the model's named contexts would then hold
-        more than CONTEXT_PAGE_SHARE of its pages."""
-        state, page_size = runner.state, runner.page_size
-        mine = [nc.ctx for nc in self.by_id.values() if nc.model == model]
-        held = {p for ctx in mine for p in state.page_table(ctx)}
-        start = state.n_tokens(extends) if extends is not None else 0
-        new = -(-(start + n_new_tokens) // page_size) - -(-start // page_size)  # pages added, ceil division
-        limit = int(CONTEXT_PAGE_SHARE * state.n_total)
-        if len(held) + new > limit:
-            raise ProtocolError(429, f"named contexts of {model} hold {len(held)} KV pages and would need {new} "
-                                     f"more, past their share of {limit} of {state.n_total} pages: delete some "
-                                     "contexts first", "rate_limit")
+    def share(self, model: str) -> PageShare:
+        """The pages model's named contexts may hold together: a verb growing one of them past it is a 429
+        (sessions.settle)."""
+        return PageShare(tuple(nc.ctx for nc in self.by_id.values() if nc.model == model), CONTEXT_PAGE_SHARE)
 
     def expired(self, now: float | None = None) -> list[NamedContext]:
         if self.ttl <= 0:
@@ -99,7 +90,7 @@ async def expire(table: ContextTable, registry) -> list[str]:
         table.remove(nc, loaded)
         gone.append(nc.id)
         if loaded is not None:
-            await asyncio.wrap_future(loaded.scheduler.call(lambda runner, c=nc.ctx: runner.free(c)))
+            await asyncio.wrap_future(loaded.session.free(nc.ctx))
     if gone:
         log.info("expired idle contexts: %s", ", ".join(gone))
     return gone

@@ -41,7 +41,7 @@ def _is_encoder_file(path: str, mtime_ns: int, size: int) -> bool:
 def load_embedder(path: str, settings):
     """An encoder file -> llamay.engine.embed.Embedder (settings: server.models.Settings)."""
     from ..engine.embed import open_embedder
-    return open_embedder(path, threads=settings.threads)
+    return open_embedder(path, threads=settings.load.threads)
 
 
 @dataclass
@@ -107,12 +107,12 @@ async def run_embedder(app_state, model: str | None, fn: Callable, keep_alive: f
         load_ns = 0 if loaded.load_charged else loaded.load_ns
         loaded.load_charged = True
 
-        def on_thread(runner):
+        def on_thread():
             from ..engine.embed import Embedder
             emb = Embedder.for_llm(loaded.llm)
             return fn(emb), emb.n_embd, emb.n_ctx
 
-        result, n_embd, n_ctx = await asyncio.wrap_future(loaded.scheduler.call(on_thread))
+        result, n_embd, n_ctx = await asyncio.wrap_future(loaded.session.exclusive(on_thread))
         return Used(result, n_embd, n_ctx, load_ns, name)
     finally:
         loaded.busy -= 1

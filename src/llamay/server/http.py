@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..engine import OutOfPages
 from ..events import Finish, Usage
 from ..toolcall.plan import ToolPlan
 from . import requestlog
@@ -59,14 +58,6 @@ async def off_loop(request: Request, fn: Callable, *args):
         return task.result()
     finally:
         cancel.set()
-
-
-async def on_scheduler(loaded: Loaded, fn):
-    """fn(runner) on the model's scheduler thread, between steps (503 when the KV pages run out)."""
-    try:
-        return await asyncio.wrap_future(loaded.scheduler.call(fn))
-    except OutOfPages as e:
-        raise ProtocolError(503, f"out of KV cache memory: {e}", "overloaded") from None
 
 
 def dumps(obj) -> str:

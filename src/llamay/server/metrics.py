@@ -26,7 +26,7 @@ class Metrics:
         gauges = {"queue_depth": 0, "running_sequences": 0, "kv_pages_used": 0, "kv_pages_total": 0,
                   "models_loaded": len(registry.loaded)}
         for loaded in list(registry.loaded.values()):
-            sched, state = loaded.scheduler, loaded.llm.runner.state
+            sched, state = loaded.scheduler, loaded.llm.kv_view()  # counters: read off the scheduler's thread
             gauges["queue_depth"] += sched.queue_depth
             gauges["running_sequences"] += sched.n_running
             gauges["kv_pages_used"] += state.n_total - state.n_free

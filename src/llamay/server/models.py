@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..defaults import DEFAULT_NAME, default_model_path
-from ..engine import GGUFError, GGUFReader, Scheduler, UnsupportedModel
+from ..engine import GGUFError, GGUFReader, Scheduler, Session, UnsupportedModel
 from ..engine.digest import weights_digest
 from ..engine.draft_model import DraftMismatch
-from ..settings import LOAD, SCHEDULER, SERVER, SPEC
+from ..settings import SCHEDULER, SERVER, LoadOptions
 from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
 
@@ -27,11 +27,7 @@ if TYPE_CHECKING:
 @dataclass
 class Settings:
     """What `llamay serve` was started with; every default from llamay/settings.py."""
-    threads: int | None = LOAD.threads
-    kv: str = LOAD.kv
-    kv_budget: int | None = LOAD.kv_budget
-    lora: tuple = ()  # (name, file, scale) of LoRA adapters every generating model applies
-    n_ctx: int | None = None  # None: LOAD.n_ctx; 0: the model's training context (engine.llm.context_length)
+    load: LoadOptions = LoadOptions()  # how every generating model loads (the CLI's: CACHE.disk of disk tier)
     concurrency: int = SCHEDULER.concurrency
     batch: int = SCHEDULER.batch
     max_queue: int = SCHEDULER.max_queue
@@ -39,11 +35,6 @@ class Settings:
     grammar: str | None = None  # --grammar-file's text
     max_contexts: int = SERVER.max_contexts  # named contexts (context routes), all models together
     context_ttl: float = SERVER.context_ttl  # seconds a named context may stay unused; <= 0: forever
-    spec: str | None = None  # speculative decoding (engine/draft.py MODES); None: draft with a draft model, else SPEC.mode
-    draft_model: str | None = None  # --draft-model's file: drafts for every model of its vocabulary
-    cache_disk: int = 0  # bytes of each model's prefix-cache disk tier (the CLI's default: CACHE.disk)
-    cache_dir: str | None = None  # None: $LLAMAY_HOME/cache/kv
-    cache_redis: str | None = None  # --cache-redis: the shared tier's URL
     alias: str | None = None  # --alias: the name the default (first pinned) model is served under
     strict_model_names: bool = False  # True: an unknown name is 404 even when one model is served
     # llama-server's flags (cli/serve_llamacpp.py): SamplingParams fields and max_tokens a request that sets
@@ -70,6 +61,11 @@ class Loaded:
     load_charged: bool = False  # the first request after loading reports load_ns (Ollama's load_duration)
     stored: StoredModel | None = None  # the stored model's system / params layers; None for a file
     default_grammar: str | None = None  # serve --grammar-file: GBNF for requests that ask for no format
+
+    @property
+    def session(self) -> Session:
+        """The model's contexts: typed verbs run on its scheduler thread."""
+        return self.llm.session
 
     def expires_at(self) -> float | None:
         return None if self.keep_alive < 0 else self.last_used + self.keep_alive
@@ -273,14 +269,12 @@ class Registry:
         from .embed_models import is_encoder
         if is_encoder(self.paths[name]):
             raise ProtocolError(400, f"{name} is an embedding model: it cannot generate", param="model")
-        s = self.settings
+        s, opts = self.settings, self.settings.load
         t0 = time.perf_counter_ns()
-        kw = dict(threads=s.threads, n_ctx=s.n_ctx, kv=s.kv, kv_budget=s.kv_budget, lora=list(s.lora), spec=s.spec,
-                  cache_disk=s.cache_disk, cache_dir=s.cache_dir, cache_redis=s.cache_redis)
         try:
-            llm = llamay.load(self.paths[name], draft_model=s.draft_model, **kw)
+            llm = llamay.load(self.paths[name], opts)
         except DraftMismatch:  # a model of another vocabulary runs without it (its default spec)
-            llm = llamay.load(self.paths[name], **{**kw, "spec": None if s.spec == "draft" else s.spec})
+            llm = llamay.load(self.paths[name], opts, draft_model=None, spec=None if opts.spec == "draft" else opts.spec)
         sched = llm.serve(s.concurrency, s.max_queue, s.batch)
         return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
                       stored=self.defaults(name), default_grammar=s.grammar)

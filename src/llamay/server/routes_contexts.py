@@ -2,7 +2,7 @@
 downloaded as .llamayctx snapshots and restored. Errors use OpenAI's error shape; generation streams like
 OpenAI's completions (the generate form) or chat completions (the chat form).
 
-A context's engine operations run on its model's scheduler thread (scheduler.call); one generation at a
+A context's engine operations are its model's Session verbs (on its scheduler thread); one generation at a
 time per context (another is a 409)."""
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
 from .generation import check_prompt, render, render_plan, with_server_defaults
 from ..toolcall.plan import ToolPlan
-from .http import RunOptions, api, off_loop, on_scheduler, read_bounded, read_json
+from .http import RunOptions, api, off_loop, read_bounded, read_json
 from .models import Loaded
 from .protocol import openai as proto
 from .protocol.base import GenRequest, Output, ProtocolError, bad_request
 from .protocol.toolcalls import add_call_part
+from .sessions import settle
 
 router = APIRouter()
 SNAPSHOT_TYPE = "application/octet-stream"
@@ -41,9 +42,9 @@ def _get(request: Request, cid: str) -> NamedContext:
     return _table(request).get(cid)
 
 
-def _describe(nc: NamedContext, runner) -> dict:
+async def _describe(nc: NamedContext, loaded: Loaded) -> dict:
     return {"id": nc.id, "object": "context", "model": nc.model, "created": nc.created, "parent": nc.parent,
-            **runner.describe(nc.ctx)}
+            **await settle(loaded.session.describe(nc.ctx))}
 
 
 def _add(request: Request, loaded: Loaded, ctx: int, messages) -> NamedContext:
@@ -77,13 +78,8 @@ async def create(request: Request):
     check_prompt(loaded.llm, ids, 0, "prompt")
 
     _table(request).check_room()
-
-    def make(runner):
-        _table(request).check_pages(loaded.info.name, runner, len(ids))
-        ctx, n_cached = runner.create(ids)
-        return ctx, n_cached, len(runner.state.page_table(ctx))
-
-    ctx, n_cached, pages = await on_scheduler(loaded, make)
+    name = loaded.info.name
+    ctx, n_cached, pages = await settle(loaded.session.create(ids, share=_table(request).share(name)), name)
     nc = _add(request, loaded, ctx, req.messages)
     return JSONResponse({"id": nc.id, "object": "context", "model": nc.model, "tokens": len(ids),
                          "pages": pages, "cached_tokens": n_cached}, status_code=201)
@@ -102,14 +98,15 @@ async def _restore(request: Request):
             f.write(data)
         try:
             matcher = await asyncio.to_thread(snapshots.read_grammar, loaded.llm, path)
-            ctx = await on_scheduler(loaded, lambda runner: _restore_on(request, loaded, runner, path, matcher))
+            name = loaded.info.name
+            ctx = await settle(loaded.session.restore(path, matcher, _table(request).share(name)), name)
         except SnapshotError as e:
             why = str(e).replace(f"{path}: ", "")  # the server's temp file means nothing to the client
             raise bad_request(f"snapshot refused: {why}", "snapshot") from None
     finally:
         os.unlink(path)
     nc = _add(request, loaded, ctx, None)
-    body = await on_scheduler(loaded, lambda runner: _describe(nc, runner))
+    body = await _describe(nc, loaded)
     return JSONResponse({**body, "cached_tokens": body["tokens"]}, status_code=201)  # nothing recomputed
 
 
@@ -123,11 +120,6 @@ async def _read_bounded(request: Request, limit: int) -> bytes:
     return body
 
 
-def _restore_on(request: Request, loaded: Loaded, runner, path: str, matcher) -> int:
-    _table(request).check_pages(loaded.info.name, runner, snapshots.n_tokens(path))
-    return snapshots.restore(loaded.llm, path, matcher)
-
-
 @router.get("/v1/contexts")
 @api(proto)
 async def list_contexts(request: Request):
@@ -135,7 +127,7 @@ async def list_contexts(request: Request):
     for nc in list(_table(request).values()):
         loaded = registry.loaded.get(nc.model)
         if loaded is not None:
-            data.append(await on_scheduler(loaded, lambda runner, nc=nc: _describe(nc, runner)))
+            data.append(await _describe(nc, loaded))
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -144,7 +136,7 @@ async def list_contexts(request: Request):
 async def show(request: Request, cid: str):
     nc = _get(request, cid)
     loaded = await _loaded(request, nc)
-    return JSONResponse(await on_scheduler(loaded, lambda runner: _describe(nc, runner)))
+    return JSONResponse(await _describe(nc, loaded))
 
 
 @router.delete("/v1/contexts/{cid}")
@@ -154,7 +146,7 @@ async def delete(request: Request, cid: str):
     _check_idle(nc)
     loaded = await _loaded(request, nc)
     _table(request).remove(nc, loaded)
-    await on_scheduler(loaded, lambda runner: runner.free(nc.ctx))
+    await settle(loaded.session.free(nc.ctx))
     return JSONResponse({"id": cid, "object": "context.deleted", "deleted": True})
 
 
@@ -172,7 +164,7 @@ async def fork(request: Request, cid: str):
     _check_idle(nc)
     _table(request).check_room(n)
     loaded = await _loaded(request, nc)
-    kids = await on_scheduler(loaded, lambda runner: runner.fork(nc.ctx, n))
+    kids = await settle(loaded.session.fork(nc.ctx, n))
     messages = nc.messages[:keep] if nc.messages is not None else None
     made = [_table(request).add(loaded, k, list(messages) if messages is not None else None, nc) for k in kids]
     return JSONResponse({"object": "list", "ids": [m.id for m in made]}, status_code=201)
@@ -200,7 +192,7 @@ async def snapshot(request: Request, cid: str):
     fd, path = tempfile.mkstemp(suffix=".llamayctx")
     os.close(fd)
     try:
-        await on_scheduler(loaded, lambda runner: snapshots.save(loaded.llm, nc.ctx, path))
+        await settle(loaded.session.save(nc.ctx, path))
         with open(path, "rb") as f:
             data = f.read()
     finally:
@@ -289,16 +281,12 @@ async def _continue(request: Request, nc: NamedContext, loaded: Loaded, req, out
     _check_idle(nc)
     nc.busy = True
 
-    def setup(runner) -> tuple[list[int], int]:
-        have = runner.tokens(nc.ctx)
-        _table(request).check_pages(nc.model, runner, max(0, len(ids) - (len(have) if rebase else 0)), nc.ctx)
-        return runner.rebase(nc.ctx, ids) if rebase else (ids, len(have))
-
     def idle():
         nc.busy = False
 
     try:
-        suffix, have = await on_scheduler(loaded, setup)
+        share = _table(request).share(nc.model)
+        suffix, have = await settle(loaded.session.prepare_append(nc.ctx, ids, rebase, share), nc.model)
     except BaseException:
         idle()
         raise

@@ -13,7 +13,7 @@ from ..chat import template_for
 from ..engine import SnapshotError, snapshots
 from . import slots as slot_ops
 from .generation import chat_plan, render_text, with_server_defaults
-from .http import CLIENT_GONE, RunOptions, api, off_loop, on_scheduler, read_json
+from .http import CLIENT_GONE, RunOptions, api, off_loop, read_json
 from .models import Loaded
 from .protocol import llamacpp as proto
 from .protocol.base import GenRequest, ProtocolError
@@ -142,7 +142,7 @@ async def slot_action(request: Request, id_slot: str):
 
 async def _save(loaded: Loaded, slot, path: str) -> tuple[int, int]:
     try:
-        return await on_scheduler(loaded, lambda runner: slot_ops.save(loaded.llm, slot, path))
+        return await slot_ops.save(loaded.session, slot, path)
     except OSError as e:
         raise ProtocolError(500, f"Unable to save slot: {e.strerror}", "internal") from None
 
@@ -150,7 +150,7 @@ async def _save(loaded: Loaded, slot, path: str) -> tuple[int, int]:
 async def _restore(loaded: Loaded, slot, path: str, filename: str) -> int:
     try:
         matcher = await asyncio.to_thread(snapshots.read_grammar, loaded.llm, path)
-        return await on_scheduler(loaded, lambda runner: slot_ops.restore(loaded.llm, slot, path, matcher))
+        return await slot_ops.restore(loaded.session, slot, path, matcher)
     except (SnapshotError, OSError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ProtocolError(400, f"Unable to restore slot: {why.replace(path, filename)}") from None

@@ -15,7 +15,8 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 
 from .. import env
 from ..files import write_atomic
-from .http import api, on_scheduler, read_json
+from .http import api, read_json
+from .sessions import settle
 from .protocol import openai as proto
 from .protocol.base import ProtocolError, bad_request
 
@@ -72,28 +73,28 @@ async def contexts(request: Request):
     data, kv = [], {}
     for name, loaded in list(registry.loaded.items()):
         mine = [nc for nc in table.values() if nc.model == name]
-        rows, kv[name] = await on_scheduler(loaded, lambda runner, mine=mine: _context_rows(table, runner, mine))
+        rows, kv[name] = await settle(loaded.session.view(lambda view, mine=mine: _context_rows(view, mine)))
         data += rows
     return JSONResponse({"data": data, "kv": kv})
 
 
-def _context_rows(table, runner, mine) -> tuple[list[dict], dict]:
-    state = runner.state
-    pages = {nc.id: state.page_table(nc.ctx) for nc in mine}
+def _context_rows(view, mine) -> tuple[list[dict], dict]:
+    """On the scheduler thread, given a read-only StoreView."""
+    pages = {nc.id: view.pages(nc.ctx) for nc in mine}
     engine = {nc.id: nc.ctx for nc in mine}
     rows = []
     for nc in mine:
         parent = pages.get(nc.parent, ())
         rows.append({"id": nc.id, "model": nc.model, "parent": nc.parent,
-                     "forked_at": state.common_prefix(nc.ctx, engine[nc.parent]) if nc.parent in engine else 0,
-                     "created": nc.created, "busy": nc.busy, "tokens": runner.n_tokens(nc.ctx),
+                     "forked_at": view.common_prefix(nc.ctx, engine[nc.parent]) if nc.parent in engine else 0,
+                     "created": nc.created, "busy": nc.busy, "tokens": view.n_tokens(nc.ctx),
                      "pages": len(pages[nc.id]), "shared_with_parent": len(set(pages[nc.id]) & set(parent)),
                      "messages": len(nc.messages) if nc.messages is not None else None,
                      "title": _title(nc.messages)})
     held = {p for ps in pages.values() for p in ps}
-    return rows, {"pages_total": state.n_total, "pages_used": state.n_total - state.n_free,
-                  "pages_free": state.n_free, "pages_contexts": len(held), "pages_cache": len(state.tree),
-                  "page_size": state.page_size}
+    return rows, {"pages_total": view.n_total, "pages_used": view.n_total - view.n_free,
+                  "pages_free": view.n_free, "pages_contexts": len(held), "pages_cache": view.n_cached_pages,
+                  "page_size": view.page_size}
 
 
 def _title(messages) -> str:
@@ -110,7 +111,7 @@ async def cache(request: Request):
     tokens, pages, hits and the start of its text."""
     out = {}
     for name, loaded in list(request.app.state.registry.loaded.items()):
-        seqs = await on_scheduler(loaded, lambda runner: runner.state.sequences(PREVIEW_TOKENS))
+        seqs = await settle(loaded.session.view(lambda view: view.sequences(PREVIEW_TOKENS)))
         out[name] = [{"rank": i, "tokens": n, "pages": pages, "hits": hits, "text": loaded.llm.detokenize(list(first))}
                      for i, (n, first, pages, hits, _) in enumerate(seqs)]
     return JSONResponse({"models": out})

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine import snapshots
 from ..events import Finish
 from .protocol.base import GenRequest, bad_request
+from .sessions import settle
 
 
 @dataclass
@@ -73,26 +73,19 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return int(differ[0]) if differ.size else n
 
 
-def save(llm, slot: Slot, path: str) -> tuple[int, int]:
-    """On the scheduler thread: the slot's tokens into a snapshot at path -> (tokens saved, bytes)."""
-    runner = llm.runner
+async def save(session, slot: Slot, path: str) -> tuple[int, int]:
+    """The slot's tokens into a snapshot at path (session: its model's engine Session) -> (tokens saved,
+    bytes)."""
     if not slot.tokens:
         raise bad_request(f"slot {slot.id} holds no tokens to save")
-    ctx, _ = runner.create(slot.tokens, slot.lora)
-    try:
-        snapshots.save(llm, ctx, path)
-    finally:
-        runner.free(ctx)
+    await settle(session.save_tokens(slot.tokens, slot.lora, path))
     return len(slot.tokens), os.path.getsize(path)
 
 
-def restore(llm, slot: Slot, path: str, matcher) -> int:
-    """On the scheduler thread: the snapshot at path into the prefix cache and the slot -> tokens restored
-    (matcher: snapshots.read_grammar's result for the file)."""
-    runner = llm.runner
-    ctx = snapshots.restore(llm, path, matcher)
-    slot.tokens, slot.lora = runner.tokens(ctx), runner.record(ctx).lora
-    runner.free(ctx)  # its tokens and pages stay in the radix tree
+async def restore(session, slot: Slot, path: str, matcher) -> int:
+    """The snapshot at path into the prefix cache and the slot -> tokens restored (matcher:
+    snapshots.read_grammar's result for the file)."""
+    slot.tokens, slot.lora = await settle(session.restore_tokens(path, matcher))
     slot.req, slot.last = None, None
     return len(slot.tokens)
 

@@ -1,0 +1,439 @@
+"""ContextStore: the one owner of a model's context state.
+
+It holds the page pool, the KVState (tokens, page tables, the radix tree) and one ContextState record per
+context, and it alone changes them, through a closed set of verbs: open, create, extend, append, compute (one
+batched forward pass), trim, truncate, rebase, fork, resume, park, set_logits, free, snapshot, restore and
+claim. Each verb keeps the invariants of kv/__init__.py and leaves every context as it was when it fails.
+The prefix cache's tiers below memory are handed pages and bytes, never the state. Queries (tokens,
+describe, pages, view) change nothing. Its LLM's scheduler is the only caller while a server runs
+(Scheduler.do / its steps; claim makes any other thread's change an InvariantError).
+
+Every kernel is batch-invariant, so a context's logits are the same whether its tokens came from a cold
+prefill, a radix-tree hit, a fork or a restored snapshot."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..kernels.ops import BatchMeta
+from ..kv import KVState, OutOfPages
+from ..models import Decoder
+from ..settings import SCHEDULER
+
+PREFILL_MIN = 64  # a pass of at least this many tokens measures prefill speed (disk reads are weighed by it)
+EMA = 0.3  # the weight of a new measurement
+
+
+@dataclass
+class ContextState:
+    """Everything kept for one context besides its K/V pages (KVState holds those, under the same id).
+
+    A further kind of per-context state (a recurrent layer's fixed-size state, with checkpoints) is a field
+    here, handled by the store's verbs below (fork copies it, truncate and restore set it): nothing outside
+    the store sees a side table."""
+    lora: tuple = ()  # the LoRA adapters its K/V is computed under: ((name, scale), ...) in name order
+    last_logits: np.ndarray | None = None  # after its last computed token
+    pending: list[int] = field(default_factory=list)  # sampled tokens whose K/V is not computed yet
+    # the grammar matcher of a constrained generation cut off before its end: continued by the context's
+    # next generation, cloned by fork, saved in snapshots
+    matcher: Any = None
+
+    def child(self) -> ContextState:
+        """A fork's record (pending tokens are computed before a fork)."""
+        return ContextState(self.lora, self.last_logits, [], self.matcher.clone() if self.matcher else None)
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """A context taken up by a generation (ContextStore.resume)."""
+    computed: list[int]  # tokens whose K/V is in its pages
+    todo: list[int]  # its pending tokens, then the new ones: to compute
+    last_logits: np.ndarray | None  # after computed's last token
+    matcher: Any  # a cut-off constrained generation's grammar, handed over (None: none)
+
+
+@dataclass(frozen=True)
+class Image:
+    """What a snapshot of a context holds (ContextStore.snapshot): its pages are read from the pool."""
+    tokens: list[int]
+    pages: list[int]
+    last_logits: np.ndarray
+    matcher: Any
+    lora: tuple
+
+
+@dataclass(frozen=True)
+class PageShare:
+    """Contexts that together may hold at most `share` of the pool's pages (a server's named contexts of
+    one model): a verb that would grow them past it raises ShareExceeded before changing anything."""
+    members: tuple[int, ...]
+    share: float
+
+
+class ShareExceeded(Exception):
+    def __init__(self, held: int, new: int, limit: int, total: int):
+        super().__init__(f"they hold {held} KV pages and would need {new} more, past their share of {limit} "
+                         f"of {total} pages")
+        self.held, self.new, self.limit, self.total = held, new, limit, total
+
+
+class ContextStore:
+    def __init__(self, decoder: Decoder, n_pages: int, page_size: int, kv: str, budget_pages: int | None = None,
+                 pool=None, tiers=None):
+        """pool: an existing page pool of that shape to reuse (its contents are never read before being
+        written: a fresh KVState holds no page). tiers: the prefix cache's tiers below memory
+        (cache_tiers.CacheTiers)."""
+        self.decoder, self.page_size = decoder, page_size
+        self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
+        self._kv = KVState(n_pages, page_size, budget_pages)
+        self._ctxs: dict[int, ContextState] = {}
+        self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
+        self.default_lora: tuple = ()  # the adapters of a context opened without a choice
+        self._namespaces: dict[tuple, int] = {(): 0}  # adapter choice -> its namespace in the radix tree
+        self.tiers = tiers
+        self.tier_tokens: dict[str, int] = {}  # tier -> tokens of opened contexts read from it, not computed
+        self.prefill_tps: float | None = None  # measured: tokens per second of passes of PREFILL_MIN tokens or more
+
+    # --- queries -------------------------------------------------------------------------------
+
+    def contexts(self) -> list[int]:
+        return self._kv.contexts()
+
+    def tokens(self, ctx: int) -> list[int]:
+        """Computed tokens plus pending sampled ones."""
+        return self._kv.tokens(ctx) + self._get(ctx).pending
+
+    def n_tokens(self, ctx: int) -> int:
+        """len(tokens(ctx)) without building the list (checked on every extend)."""
+        return self._kv.n_tokens(ctx) + len(self._get(ctx).pending)
+
+    def pages(self, ctx: int) -> list[int]:
+        return self._kv.page_table(ctx)
+
+    def lora(self, ctx: int) -> tuple:
+        return self._get(ctx).lora
+
+    def describe(self, ctx: int) -> dict:
+        """The context's size: tokens (a pending sampled one included) and pages held."""
+        return {"tokens": self.n_tokens(ctx), "pages": len(self._kv.page_table(ctx))}
+
+    def namespace(self, lora: tuple) -> int:
+        """The radix tree's namespace of K/V computed under these adapters (0: none)."""
+        return self._namespaces.setdefault(lora, len(self._namespaces))
+
+    def continuation(self, ctx: int, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens the radix tree holds after tokens, in ctx's namespace (drafts from other branches)."""
+        return self._kv.continuation(tokens, self._kv.namespace(ctx), k)
+
+    @property
+    def tree_version(self) -> int:
+        return self._kv.tree.version
+
+    @property
+    def owner(self) -> threading.Thread | None:
+        return self._kv.owner
+
+    def view(self) -> StoreView:
+        return StoreView(self)
+
+    def check(self):
+        """Raise InvariantError unless every invariant holds (tests and `llamay verify`)."""
+        self._kv.check()
+        if set(self._ctxs) != set(self._kv.contexts()):
+            from ..kv import InvariantError
+            raise InvariantError(f"records {sorted(self._ctxs)} != contexts {self._kv.contexts()}")
+
+    def _get(self, ctx: int) -> ContextState:
+        self._kv.n_tokens(ctx)  # KVError for a context that does not exist
+        return self._ctxs[ctx]
+
+    # --- verbs ---------------------------------------------------------------------------------
+
+    def claim(self, thread: threading.Thread | None):
+        """From now on only `thread` may change this store (None: any, for a single-threaded caller)."""
+        self._kv.claim(thread)
+
+    def open(self, tokens: list[int], lora: tuple | None = None) -> tuple[int, int]:
+        """A context of the longest computed prefix of tokens under these adapters (None: the default
+        ones), from memory, then the tiers below it -> (ctx_id, n_cached); the rest is not computed."""
+        lora = self.default_lora if lora is None else lora
+        ctx, n_cached = self._kv.create(tokens, self.namespace(lora))
+        self._ctxs[ctx] = ContextState(lora)
+        if self.tiers is not None:
+            self.unpin_written()
+            n_cached = self._read_tiers(ctx, lora, tokens, n_cached)
+        return ctx, n_cached
+
+    def create(self, tokens: list[int], lora: tuple | None = None,
+               share: PageShare | None = None) -> tuple[int, int]:
+        """A context holding tokens, computing only what the prefix cache does not have (under these
+        adapters; None: the default ones) -> (ctx_id, n_cached)."""
+        if not tokens:
+            raise ValueError("a context needs at least one token")
+        if share is not None:
+            self.check_share(share, len(tokens))
+        ctx, n_cached = self.open(tokens, lora)
+        try:
+            self.extend(ctx, tokens[n_cached:])
+        except BaseException:
+            self.free(ctx)
+            raise
+        return ctx, n_cached
+
+    def extend(self, ctx: int, tokens: list[int], all_logits: bool = False) -> np.ndarray:
+        """Compute pending tokens and then tokens after the context's end -> logits of the last one
+        (of every one if all_logits)."""
+        rec = self._get(ctx)
+        tokens, rec.pending = rec.pending + list(tokens), []
+        outs = []
+        for lo in range(0, len(tokens), SCHEDULER.batch):
+            part = tokens[lo:lo + SCHEDULER.batch]
+            last = lo + SCHEDULER.batch >= len(tokens)
+            rows = None if all_logits else np.arange(len(part) - 1, len(part)) if last else np.zeros(0, np.int64)
+            outs.append(self.compute([(ctx, part)], rows))
+        if not outs:
+            return rec.last_logits
+        out = np.concatenate(outs) if all_logits else outs[-1]
+        rec.last_logits = out[-1]
+        return out if all_logits else out[-1]
+
+    def append(self, ctx: int, tokens: list[int]) -> np.ndarray:
+        """extend with tokens from outside the context's generations: a cut-off grammar no longer applies."""
+        self._get(ctx).matcher = None
+        return self.extend(ctx, tokens)
+
+    def compute(self, items: list[tuple[int, list[int]]], rows: np.ndarray | None) -> np.ndarray:
+        """One forward pass over several contexts at once: items are (ctx_id, tokens to append), each
+        context at most once. -> logits of the batch rows `rows` (None: all rows), rows numbered over the
+        concatenated tokens. Appends are planned and applied one context at a time (a plan is valid for
+        one state version); on any failure every applied slot is released and no context changes."""
+        st, applied = self._kv, []
+        try:
+            for ctx, tokens in items:
+                for src, dst in st.apply(st.plan_append(ctx, len(tokens))):
+                    self.pool.copy_page(src, dst)
+                applied.append(ctx)
+            pos, seq = [], []
+            for i, (ctx, tokens) in enumerate(items):
+                start = st.n_tokens(ctx)
+                pos.append(np.arange(start, start + len(tokens), dtype=np.int32))
+                seq.append(np.full(len(tokens), i, np.int32))
+            tables = [st.page_table(ctx) for ctx, _ in items]
+            table = np.zeros((len(items), max(map(len, tables))), np.int32)
+            for i, t in enumerate(tables):
+                table[i, :len(t)] = t
+            meta = BatchMeta(np.concatenate(pos), np.concatenate(seq), table, self.page_size)
+            ids = np.asarray([t for _, tokens in items for t in tokens], np.int32)
+            t = time.perf_counter()
+            out = self.decoder.forward(ids, meta, self.pool, rows, lora=self._lora_scales(items, len(ids)))
+            if len(ids) >= PREFILL_MIN:
+                tps = len(ids) / max(time.perf_counter() - t, 1e-9)
+                self.prefill_tps = tps if self.prefill_tps is None else (1 - EMA) * self.prefill_tps + EMA * tps
+        except BaseException:
+            for ctx in applied:
+                st.commit(ctx, [])  # the applied slots are released; the context is unchanged
+            raise
+        for ctx, tokens in items:
+            st.commit(ctx, tokens)
+            self.n_prefilled += len(tokens)
+        return out
+
+    def _lora_scales(self, items, n: int) -> dict | None:
+        """adapter -> each token's scale for it (0 where its sequence does not use it)."""
+        out, at = {}, 0
+        for ctx, tokens in items:
+            for name, scale in self._ctxs[ctx].lora:
+                out.setdefault(name, np.zeros(n, np.float32))[at:at + len(tokens)] = scale
+            at += len(tokens)
+        return out or None
+
+    def trim(self, ctx: int, n: int):
+        """Cut computed K/V past the first n tokens (draft tokens a pass computed and sampling rejected):
+        pages released, nothing copied; the last logits stay as set_logits left them."""
+        if self._kv.n_tokens(ctx) > n:
+            self._kv.truncate(ctx, n)
+
+    def truncate(self, ctx: int, n: int):
+        """Keep the context's first n tokens (a pending sampled token counts as one)."""
+        rec = self._get(ctx)
+        committed, pending = self._kv.n_tokens(ctx), rec.pending
+        if n < committed + len(pending):
+            rec.matcher = None  # its position is past the cut
+        rec.pending = pending[:max(0, n - committed)]
+        if n < committed:
+            self._kv.truncate(ctx, n)
+            rec.last_logits = None
+
+    def rebase(self, ctx: int, ids: list[int], share: PageShare | None = None) -> tuple[list[int], int]:
+        """Make the context a prefix of ids: keep what they share (less one token, computed again for its
+        logits), cut the rest -> (the ids still to append, tokens kept). share: checked for the growth."""
+        have = self.tokens(ctx)
+        keep = next((i for i, (a, b) in enumerate(zip(have, ids)) if a != b), min(len(have), len(ids)))
+        keep = min(keep, len(ids) - 1)
+        if share is not None:
+            self.check_share(share, max(0, len(ids) - len(have)), ctx)
+        self.truncate(ctx, keep)
+        return ids[keep:], keep
+
+    def fork(self, ctx: int, n: int) -> list[int]:
+        """n contexts sharing ctx's pages (pending tokens computed first): zero pages allocated."""
+        self.extend(ctx, [])
+        kids, rec = self._kv.fork(ctx, n), self._ctxs[ctx]
+        for k in kids:
+            self._ctxs[k] = rec.child()
+        return kids
+
+    def resume(self, ctx: int, more: list[int]) -> Resumed:
+        """A generation takes up the context, to append more: its pending tokens join more, and a cut-off
+        grammar is handed over (the generation continues under it or drops it)."""
+        rec = self._get(ctx)
+        out = Resumed(self._kv.tokens(ctx), rec.pending + list(more), rec.last_logits, rec.matcher)
+        rec.pending, rec.matcher = [], None
+        return out
+
+    def set_logits(self, ctx: int, logits: np.ndarray):
+        """A generation's pass computed the logits after the context's last token."""
+        self._get(ctx).last_logits = logits
+
+    def park(self, ctx: int, pending: list[int], matcher=None):
+        """A generation leaves a context it does not own: its last sampled token, not computed yet, and the
+        grammar of a constrained generation cut off before its end, for the context's next generation."""
+        rec = self._get(ctx)
+        rec.pending, rec.matcher = list(pending), matcher
+
+    def free(self, ctx: int, cache: bool = True):
+        """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted) and its
+        full pages go to the tiers below memory."""
+        kv = self._kv
+        if cache and kv.n_tokens(ctx):
+            kv.cache(ctx)
+            if self.tiers is not None:
+                self._write_tiers(ctx)
+        kv.free(ctx)
+        self._ctxs.pop(ctx, None)
+
+    def snapshot(self, ctx: int) -> Image:
+        """What a snapshot holds (pending tokens computed first)."""
+        logits = self.extend(ctx, [])
+        rec = self._ctxs[ctx]
+        return Image(self._kv.tokens(ctx), self._kv.page_table(ctx), logits, rec.matcher, rec.lora)
+
+    def restore(self, tokens: list[int], lora: tuple, fill: Callable[[list[int]], np.ndarray],
+                matcher=None, share: PageShare | None = None) -> int:
+        """A context of tokens on fresh pages: fill(pages) writes their K/V into the pool (page_table
+        order) and returns the logits after the last token. A failure in fill frees the pages."""
+        if share is not None:
+            self.check_share(share, len(tokens))
+        ctx, pages = self._kv.restore(tokens, self.namespace(lora))
+        try:
+            logits = fill(pages)
+        except BaseException:
+            self._kv.free(ctx)
+            raise
+        self._ctxs[ctx] = ContextState(lora, logits, [], matcher)
+        return ctx
+
+    def check_share(self, share: PageShare, n_new_tokens: int, extends: int | None = None):
+        """ShareExceeded if share's contexts would hold more than their share of the pages once one of them
+        (extends; None: a new one) gains n_new_tokens."""
+        held = len({p for ctx in share.members for p in self._kv.page_table(ctx)})
+        start = self._kv.n_tokens(extends) if extends is not None else 0
+        ps = self.page_size
+        new = -(-(start + n_new_tokens) // ps) - -(-start // ps)  # pages added, ceil division
+        limit = int(share.share * self._kv.n_total)
+        if held + new > limit:
+            raise ShareExceeded(held, new, limit, self._kv.n_total)
+
+    # --- the tiers below memory ----------------------------------------------------------------
+
+    def _read_tiers(self, ctx: int, lora: tuple, tokens: list[int], n_cached: int) -> int:
+        """Extend the context (holding tokens[:n_cached]) with the pages of tokens the tiers hold, up to the
+        last full page before the last token -> the tokens it now holds."""
+        from .cache_tiers import page_buffers
+        kv, ps = self._kv, self.page_size
+        found = self.tiers.find(lora, tokens, n_cached, self.prefill_tps)
+        if found is None:
+            return n_cached
+        start = found.start
+        try:
+            if n_cached > start * ps:
+                kv.truncate(ctx, start * ps)  # a partly matched page: its full version is in a tier
+            for src, dst in kv.apply(kv.plan_append(ctx, found.n_pages * ps)):
+                self.pool.copy_page(src, dst)
+        except OutOfPages:
+            return kv.n_tokens(ctx)
+        pages = kv.page_table(ctx)[start:start + found.n_pages]
+        good, read = self.tiers.read(found, [page_buffers(self.pool, p) for p in pages])
+        kv.commit(ctx, tokens[start * ps:(start + good) * ps])
+        if good:
+            kv.cache(ctx)  # in the tree now: another request of this prefix finds it in memory
+        for name, n in read.items():
+            self.tier_tokens[name] = self.tier_tokens.get(name, 0) + n
+        return kv.n_tokens(ctx)
+
+    def _write_tiers(self, ctx: int):
+        """Queue the context's full pages for the tiers, pinned (not evicted) until written."""
+        self.unpin_written()
+        kv = self._kv
+        tokens = kv.tokens(ctx)
+        n_full = len(tokens) // self.page_size
+        if not n_full:
+            return
+        pages = kv.page_table(ctx)[:n_full]
+        kv.pin(pages)
+        self.tiers.save(self, self.pool, self._ctxs[ctx].lora, tokens[:n_full * self.page_size], pages)
+
+    def unpin_written(self):
+        """Release the pages the tiers' writer is through with."""
+        if self.tiers is not None:
+            for pages in self.tiers.written(self):
+                self._kv.unpin(pages)
+
+
+class StoreView:
+    """Read-only queries of a store (the Studio's views, metrics, `llamay ctx`): nothing here changes it.
+    Taken on the scheduler's thread for a consistent reading; counters may be read anywhere."""
+
+    def __init__(self, store: ContextStore):
+        self._store, self._kv = store, store._kv
+
+    contexts = property(lambda self: self._store.contexts)
+    n_tokens = property(lambda self: self._store.n_tokens)
+    pages = property(lambda self: self._store.pages)
+
+    @property
+    def n_total(self) -> int:
+        return self._kv.n_total
+
+    @property
+    def n_free(self) -> int:
+        return self._kv.n_free
+
+    @property
+    def stats(self):
+        """KVStats: pages allocated, copied, evicted; tokens matched."""
+        return self._kv.stats
+
+    @property
+    def page_size(self) -> int:
+        return self._store.page_size
+
+    @property
+    def bytes_per_page(self) -> int:
+        return self._store.pool.bytes_per_page
+
+    @property
+    def n_cached_pages(self) -> int:
+        """Pages the radix tree holds."""
+        return len(self._kv.tree)
+
+    def common_prefix(self, a: int, b: int) -> int:
+        return self._kv.common_prefix(a, b)
+
+    def sequences(self, head: int) -> list[tuple[int, tuple[int, ...], int, int, int]]:
+        return self._kv.sequences(head)
