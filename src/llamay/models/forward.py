@@ -57,13 +57,13 @@ def _layer(b: Builder, batch, pool, P: LayerPlan, L, x, h, mm, rope_factors, one
         return
     _residual(b, P, x, mm(attn, L, "o", fusable=True), L.post_attn_norm)
     inp = _norm(b, nm, x, L.ffn_norm, L.ffn_norm_b, h) if nm.pre else x
-    if P.moe is not None and P.moe.beside_dense:  # post_norm(norm_1(MLP) + norm_2(experts)), experts on their norm
+    if P.ffn_kind == "dense+moe":  # post_norm(norm_1(MLP) + norm_2(experts)), the experts on their own norm
         mlp = mm(_ffn(b, P, L, inp, mm), L, "down")
         b.rmsnorm(mlp, L.post_ffn_norm_1, nm.eps, out=mlp)
         experts = _moe(b, P, L, b.rmsnorm(x, L.pre_ffn_norm_2, nm.eps), router_in=_router_in(b, P, L, x))
         b.add(mlp, b.rmsnorm(experts, L.post_ffn_norm_2, nm.eps, out=experts))
         _add_block(b, P, x, mlp, L.post_ffn_norm)
-    elif P.moe is not None:
+    elif P.ffn_kind == "moe":
         _add_block(b, P, x, _moe(b, P, L, inp), L.post_ffn_norm)
     else:
         _residual(b, P, x, mm(_ffn(b, P, L, inp, mm), L, "down", fusable=True), L.post_ffn_norm)

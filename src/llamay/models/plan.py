@@ -49,6 +49,13 @@ class LayerPlan:
     def writes_kv(self) -> bool:
         return self.kv_source == self.index
 
+    @property
+    def ffn_kind(self) -> str:
+        """'dense', 'moe', or 'dense+moe' (experts beside the dense MLP)."""
+        if self.moe is None:
+            return "dense"
+        return "dense+moe" if self.n_ff else "moe"
+
 
 def _window(a: Attention, il: int) -> int:
     if not a.window:
