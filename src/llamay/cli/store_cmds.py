@@ -156,9 +156,15 @@ def _first_lines(text: str, n: int) -> list[str]:
 
 def add_show_parser(p):
     p.add_argument("name", help="model name, e.g. qwen2.5:0.5b")
+    p.add_argument("--arch", action="store_true",
+                   help="print the decoder's per-layer plan instead, one line per kind of layer "
+                        "(NAME may also be a GGUF file)")
 
 
 def run_show(args):
+    if getattr(args, "arch", False):  # callers building args by hand may leave it out
+        print("\n".join(_arch_lines(args.name)))
+        return
     m = _find(args.name)
     rows, md = _model_rows(m)
     out = [""] + _section("Model", _kv_lines(rows))
@@ -173,6 +179,18 @@ def run_show(args):
     if license_text:
         out += _section("License", _first_lines(str(license_text), 1)[:1])
     print("\n".join(out))
+
+
+def _arch_lines(name: str) -> list[str]:
+    from ..models import UnsupportedModel
+    from ..models.describe import describe
+    from ..models.spec import arch_spec
+    from .common import resolve_model
+    path = resolve_model(name)
+    try:
+        return describe(arch_spec(GGUFReader(path).metadata))
+    except (GGUFError, UnsupportedModel, OSError) as e:
+        raise CLIError(f"{name}: {e}") from None
 
 
 def _refuse_ollama(name: ModelName, what: str):
@@ -221,7 +239,8 @@ def run_cp(args):
 
 
 LIST = Command("List the models in llamay's store and Ollama's (read in place).", add_list_parser, run_list)
-SHOW = Command("Show a stored model: architecture, parameters, context, quantization, template, license.",
-                add_show_parser, run_show)
+SHOW = Command("Show a stored model: architecture, parameters, context, quantization, template, license; "
+               "--arch: its per-layer plan.",
+               add_show_parser, run_show)
 RM = Command("Remove models from llamay's store (a blob stays while another model uses it).", add_rm_parser, run_rm)
 CP = Command("Copy a model to a second name in llamay's store.", add_cp_parser, run_cp)

@@ -19,7 +19,7 @@ from ..kv import PagePool, kv_type
 from ..settings import LOAD
 from .forward import ForwardGraph, Head
 from .lora import layer_terms
-from .spec import ArchSpec
+from .arch import ArchSpec
 from .weights import Embedding, load_weights
 
 MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, prefill chunks
@@ -36,7 +36,7 @@ class Decoder:
         self.positions = Embedding(reader, "position_embd.weight") if spec.learned_pos else None
         self.lora = layer_terms(list(loras)) if loras else None
         # which LongRoPE factors rotated the cached keys: a snapshot must be restored under the same
-        self.rope_variant = spec.long_short(n_ctx) if spec.rope_long_short and self.rope_factors is not None else None
+        self.rope_variant = spec.long_short(n_ctx) if spec.rope.long_short and self.rope_factors is not None else None
         self._plans: OrderedDict = OrderedDict()
 
     def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:

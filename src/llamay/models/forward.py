@@ -9,7 +9,9 @@ import numpy as np
 
 from ..kernels.builder import Builder
 from ..kernels.matmul import QWeight
-from .spec import ArchSpec
+from .arch import ArchSpec
+from .parts import Norms
+from .plan import LayerPlan
 
 
 class ForwardGraph:
@@ -32,61 +34,73 @@ class ForwardGraph:
         ones = {}  # the weight of an RMSNorm without one, per size
         names = sorted({t[0] for fields in (lora or {}).values() for terms in fields.values() for t in terms})
         self.lora_scale = {name: np.zeros(n, np.float32) for name in names}
-        for il, L in enumerate(layers):
-            mm = _Proj(b, (lora or {}).get(il, {}), self.lora_scale)
-            inp = _norm(b, s, x, L.attn_norm, L.attn_norm_b, h) if s.pre_norm else x
-            hd, n_rot, kv_layer = s.layer_head_dim(il), s.layer_n_rot(il), s.kv_index(il)
-            q = mm(inp, L, "q")
-            k = mm(inp, L, "k") if L.k is not None else None
-            v = mm(inp, L, "v") if L.v is not None else None
-            if k is not None and s.v_norm:  # unweighted; from the keys before their norm when v_from_k
-                one = ones.setdefault(hd, np.ones(hd, np.float32))
-                v = b.rmsnorm(k if v is None else v, one, s.norm_eps, out=v)
-            if s.qk_norm:
-                b.rmsnorm(q, L.q_norm, s.norm_eps, out=q)
-                if k is not None:
-                    b.rmsnorm(k, L.k_norm, s.norm_eps, out=k)
-            scaled = s.layer_rope_scaled(il)
-            rope = dict(base=s.layer_rope_base(il), neox=s.rope_neox, linear=s.layer_rope_linear(il),
-                        factors=rope_factors if scaled else None, mscale=s.rope_mscale if scaled else 1.0)
-            if s.layer_rope(il):
-                b.rope(q, self.batch, s.n_head, hd, n_rot, **rope)
-                if k is not None:
-                    b.rope(k, self.batch, s.layer_n_head_kv(il), hd, n_rot, **rope)
-            if s.attn_temp_scale:
-                b.position_scale(q, self.batch, s.attn_temp_scale, s.attn_temp_floor)
-            if k is not None:
-                b.kv_write(pool, kv_layer, k, v, self.batch)
-            attn = b.attention(q, pool, kv_layer, self.batch, s.n_head, s.layer_scale(il),
-                               s.layer_window(il), s.attn_logit_softcap, sinks=L.sinks)
-            if s.parallel_block:  # x + (attn + ffn), the FFN reading the same normed input
-                o = mm(attn, L, "o")
-                mm(_ffn(b, s, L, inp, mm), L, "down", residual=o)
-                b.add(x, o)
-                continue
-            _residual(b, s, x, mm(attn, L, "o", fusable=True), L.post_attn_norm)
-            inp = _norm(b, s, x, L.ffn_norm, L.ffn_norm_b, h) if s.pre_norm else x
-            if s.moe_dense:  # post_norm(norm_1(MLP) + norm_2(experts)), the experts reading their own norm
-                mlp = mm(_ffn(b, s, L, inp, mm), L, "down")
-                b.rmsnorm(mlp, L.post_ffn_norm_1, s.norm_eps, out=mlp)
-                experts = _moe(b, s, L, b.rmsnorm(x, L.pre_ffn_norm_2, s.norm_eps), router_in=_router_in(b, s, L, x))
-                b.add(mlp, b.rmsnorm(experts, L.post_ffn_norm_2, s.norm_eps, out=experts))
-                _add_block(b, s, x, mlp, L.post_ffn_norm)
-            elif s.n_expert:
-                _add_block(b, s, x, _moe(b, s, L, inp), L.post_ffn_norm)
-            else:
-                _residual(b, s, x, mm(_ffn(b, s, L, inp, mm), L, "down", fusable=True), L.post_ffn_norm)
-            if per_layer is not None:  # x += norm(proj(act(gate(x)) * this layer's input))
-                g = b.gated(b.matmul(x, L.ple_gate), per_layer[il], s.act)
-                p = b.matmul(g, L.ple_proj)
-                b.add(x, b.rmsnorm(p, L.ple_norm, s.norm_eps, out=p))
-            if L.out_scale is not None:
-                b.scale(x, float(L.out_scale[0]))
+        for P, L in zip(s.layers, layers):
+            _layer(b, self.batch, pool, P, L, x, h, _Proj(b, (lora or {}).get(P.index, {}), self.lora_scale),
+                   rope_factors, ones, per_layer[P.index] if per_layer is not None else None)
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
         self.batch.fill(meta)
         self.b.run(nthreads)
+
+
+def _layer(b: Builder, batch, pool, P: LayerPlan, L, x, h, mm, rope_factors, ones: dict, per_layer_in):
+    """x += one layer of plan P with weights L; h: scratch for the normed input; ones: the weight of an RMSNorm
+    without one, per size; per_layer_in: its per-layer input or None."""
+    nm = P.norms
+    inp = _norm(b, nm, x, L.attn_norm, L.attn_norm_b, h) if nm.pre else x
+    attn = _attention(b, batch, pool, P, L, inp, mm, rope_factors, ones)  # the only mixer (parts.MIXERS)
+    if P.parallel:  # x + (attn + ffn), the FFN reading the same normed input
+        o = mm(attn, L, "o")
+        mm(_ffn(b, P, L, inp, mm), L, "down", residual=o)
+        b.add(x, o)
+        return
+    _residual(b, P, x, mm(attn, L, "o", fusable=True), L.post_attn_norm)
+    inp = _norm(b, nm, x, L.ffn_norm, L.ffn_norm_b, h) if nm.pre else x
+    if P.ffn_kind == "dense+moe":  # post_norm(norm_1(MLP) + norm_2(experts)), the experts on their own norm
+        mlp = mm(_ffn(b, P, L, inp, mm), L, "down")
+        b.rmsnorm(mlp, L.post_ffn_norm_1, nm.eps, out=mlp)
+        experts = _moe(b, P, L, b.rmsnorm(x, L.pre_ffn_norm_2, nm.eps), router_in=_router_in(b, P, L, x))
+        b.add(mlp, b.rmsnorm(experts, L.post_ffn_norm_2, nm.eps, out=experts))
+        _add_block(b, P, x, mlp, L.post_ffn_norm)
+    elif P.ffn_kind == "moe":
+        _add_block(b, P, x, _moe(b, P, L, inp), L.post_ffn_norm)
+    else:
+        _residual(b, P, x, mm(_ffn(b, P, L, inp, mm), L, "down", fusable=True), L.post_ffn_norm)
+    if per_layer_in is not None:  # x += norm(proj(act(gate(x)) * this layer's input))
+        g = b.gated(b.matmul(x, L.ple_gate), per_layer_in, P.ffn.act)
+        p = b.matmul(g, L.ple_proj)
+        b.add(x, b.rmsnorm(p, L.ple_norm, nm.eps, out=p))
+    if L.out_scale is not None:
+        b.scale(x, float(L.out_scale[0]))
+
+
+def _attention(b: Builder, batch, pool, P: LayerPlan, L, inp, mm, rope_factors, ones: dict):
+    """The attention of layer P over its pool layer [n, n_head * head_dim], before the output projection;
+    writes the layer's K/V when it has its own."""
+    a, hd = P.attn, P.head_dim
+    q = mm(inp, L, "q")
+    k = mm(inp, L, "k") if L.k is not None else None
+    v = mm(inp, L, "v") if L.v is not None else None
+    if k is not None and a.v_norm:  # unweighted; from the keys before their norm when v_from_k
+        one = ones.setdefault(hd, np.ones(hd, np.float32))
+        v = b.rmsnorm(k if v is None else v, one, P.norms.eps, out=v)
+    if a.qk_norm:
+        b.rmsnorm(q, L.q_norm, P.norms.eps, out=q)
+        if k is not None:
+            b.rmsnorm(k, L.k_norm, P.norms.eps, out=k)
+    r = P.rope
+    if r is not None:
+        rope = dict(base=r.base, neox=r.neox, linear=r.linear, factors=rope_factors if r.scaled else None,
+                    mscale=r.mscale)
+        b.rope(q, batch, P.n_head, hd, r.n_rot, **rope)
+        if k is not None:
+            b.rope(k, batch, P.n_head_kv, hd, r.n_rot, **rope)
+    if a.temp_scale:
+        b.position_scale(q, batch, a.temp_scale, a.temp_floor)
+    if k is not None:
+        b.kv_write(pool, P.kv_index, k, v, batch)
+    return b.attention(q, pool, P.kv_index, batch, P.n_head, P.scale, P.window, a.logit_softcap, sinks=L.sinks)
 
 
 def _per_layer_inputs(b: Builder, s: ArchSpec, x, ple, rows) -> list:
@@ -96,14 +110,15 @@ def _per_layer_inputs(b: Builder, s: ArchSpec, x, ple, rows) -> list:
     for il in range(s.n_layer):
         p = b.matmul(x, ple.proj.rows(il * w, (il + 1) * w))
         b.scale(p, 1.0 / math.sqrt(s.n_embd))
-        b.rmsnorm(p, ple.norm, s.norm_eps, out=p)
+        b.rmsnorm(p, ple.norm, s.norms.eps, out=p)
         out.append(b.scale(b.add(p, rows[il]), 2.0 ** -0.5))
     return out
 
 
-def _router_in(b: Builder, s: ArchSpec, L, x):
+def _router_in(b: Builder, P: LayerPlan, L, x):
     """The router's input beside a dense MLP: x's unweighted RMSNorm times scale / sqrt(n_embd)."""
-    return b.rmsnorm(x, (L.router_scale * np.float32(s.n_embd ** -0.5)).astype(np.float32), s.norm_eps)
+    n_embd = len(L.router_scale)
+    return b.rmsnorm(x, (L.router_scale * np.float32(n_embd ** -0.5)).astype(np.float32), P.norms.eps)
 
 
 class _Proj:
@@ -148,46 +163,47 @@ class _Pending:
         return out
 
 
-def _ffn(b: Builder, s: ArchSpec, L, inp, mm):
+def _ffn(b: Builder, P: LayerPlan, L, inp, mm):
     """act(gate) * up, or act(up) for a plain MLP: the input of the down projection."""
-    up = mm(inp, L, "up")
-    return b.gated(mm(inp, L, "gate"), up, s.act) if s.gated_ffn else b.activation(up, s.act)
+    f, up = P.ffn, mm(inp, L, "up")
+    return b.gated(mm(inp, L, "gate"), up, f.act) if f.gated else b.activation(up, f.act)
 
 
-def _moe(b: Builder, s: ArchSpec, L, inp, router_in=None):
+def _moe(b: Builder, P: LayerPlan, L, inp, router_in=None):
     """The experts' FFN [n, n_embd]: each token's k experts from the router (reading router_in, else inp),
     their rows gathered into one batch per expert, act(gate) * up, down, and the weighted sum of the
     token's k rows."""
     logits = b.matmul(inp if router_in is None else router_in, L.router, bias=L.router_bias)
-    route = b.moe_route(logits, s.n_expert_used, s.moe_gating, s.moe_norm, expert_scale=L.down_exps_scale)
+    x, act = P.moe, P.ffn.act
+    route = b.moe_route(logits, x.n_used, x.gating, x.norm, expert_scale=L.down_exps_scale)
     xg = b.gather(inp, route)
     up = b.matmul_experts(xg, L.up_exps, route, bias=L.up_exps_bias)
-    hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, s.act)
+    hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, act)
     out = b.moe_combine(b.matmul_experts(hg, L.down_exps, route, bias=L.down_exps_bias), route)
     if L.up_shexp is not None:  # + sigmoid(inp . g) * the shared expert's FFN
-        shared = b.gated(b.matmul(inp, L.gate_shexp), b.matmul(inp, L.up_shexp), s.act)
+        shared = b.gated(b.matmul(inp, L.gate_shexp), b.matmul(inp, L.up_shexp), act)
         b.add(out, b.sigmoid_scale(b.matmul(shared, L.down_shexp), b.matmul(inp, L.shexp_gate_inp)))
     return out
 
 
-def _norm(b: Builder, s: ArchSpec, x, w, bias, out):
-    return b.layernorm(x, w, bias, s.norm_eps, out=out) if s.layer_norm else b.rmsnorm(x, w, s.norm_eps, out=out)
+def _norm(b: Builder, nm: Norms, x, w, bias, out):
+    return b.layernorm(x, w, bias, nm.eps, out=out) if nm.layer_norm else b.rmsnorm(x, w, nm.eps, out=out)
 
 
-def _residual(b: Builder, s: ArchSpec, x, proj: _Pending, post_norm):
+def _residual(b: Builder, P: LayerPlan, x, proj: _Pending, post_norm):
     """x += post_norm(proj) * residual_scale; inside the matmul's chunks when there is neither."""
-    if post_norm is None and s.residual_scale == 1.0:
+    if post_norm is None and P.residual_scale == 1.0:
         proj.add_to(x)
         return
-    _add_block(b, s, x, proj.compute(), post_norm)
+    _add_block(b, P, x, proj.compute(), post_norm)
 
 
-def _add_block(b: Builder, s: ArchSpec, x, o, post_norm):
+def _add_block(b: Builder, P: LayerPlan, x, o, post_norm):
     """x += post_norm(o) * residual_scale"""
     if post_norm is not None:
-        b.rmsnorm(o, post_norm, s.norm_eps, out=o)
-    if s.residual_scale != 1.0:
-        b.scale(o, s.residual_scale)
+        b.rmsnorm(o, post_norm, P.norms.eps, out=o)
+    if P.residual_scale != 1.0:
+        b.scale(o, P.residual_scale)
     b.add(x, o)
 
 
@@ -198,7 +214,7 @@ class Head:
                  output_b: np.ndarray | None, n_out: int):
         b = self.b = Builder()
         self.x = b.tensor(n_out, spec.n_embd)
-        self.logits = b.matmul(_norm(b, spec, self.x, output_norm, output_norm_b, None), output, bias=output_b)
+        self.logits = b.matmul(_norm(b, spec.norms, self.x, output_norm, output_norm_b, None), output, bias=output_b)
         if spec.logit_scale != 1.0:
             b.scale(self.logits, 1.0 / spec.logit_scale)
         if spec.final_logit_softcap:

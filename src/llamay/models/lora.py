@@ -17,7 +17,7 @@ import numpy as np
 from ..gguf import GGUFError, GGUFReader
 from ..kernels.matmul import QWeight
 from .checks import ModelFileError, UnsupportedModel
-from .spec import ArchSpec
+from .arch import ArchSpec
 from .weights import layer_tensors, row_parts
 
 _PAIR = re.compile(r"(.+)\.lora_([ab])$")

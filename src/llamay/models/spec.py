@@ -1,168 +1,19 @@
-"""ArchSpec: the hyperparameters and behaviours of a decoder, read from GGUF metadata and frozen.
-
-Fields name behaviours, not models. A new architecture is one builder function and a registry line."""
+"""Reading a decoder file's metadata into an ArchSpec: one builder per family, each setting the family's parts
+(parts.py) and whole-model fields (arch.py). A new architecture is one builder and a registry line."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
 from ..kernels.builder import MAX_EXPERTS_USED
+from .arch import ArchSpec
 from .checks import MAX_LAYERS, MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
+from .parts import FFN, Attention, MoE, Norms, Rope
 from .rope import yarn_mscale
 
-
-@dataclass(frozen=True)
-class ArchSpec:
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_ff: int
-    n_vocab: int
-    n_ctx_train: int
-    norm_eps: float
-    rope_base: float
-    n_rot: int
-    rope_neox: bool  # pairs (i, i + n_rot/2) instead of (2i, 2i+1)
-    act: str = "silu"  # FFN activation: "silu" | "gelu_tanh" | "swiglu_oai" (gpt-oss's clamped SwiGLU)
-    gated_ffn: bool = True  # down(act(gate) * up); False: down(act(up)) (StarCoder 2, GPT-2)
-    layer_norm: bool = False  # LayerNorm with bias instead of RMSNorm, every norm
-    norm_bias: bool = True  # False: those LayerNorms have no bias (Cohere)
-    o_bias: bool = False  # bias on the attention output projection
-    ffn_bias: bool = False  # biases on the FFN projections
-    parallel_block: bool = False  # attention and FFN both read one norm of x: x + (attn + ffn) (Phi-2)
-    output_bias: bool = False  # bias on the output projection
-    attn_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
-    qkv_bias: bool = False
-    qk_norm: bool = False
-    qk_norm_full: bool = False  # the q/k norms span the whole projection, not one head (OLMo 2)
-    pre_norm: bool = True  # RMSNorm before attention and FFN (OLMo 2 has only the post norms)
-    post_attn_norm: bool = False
-    post_ffn_norm: bool = False
-    embed_scale: float = 1.0
-    sliding_window: int = 0  # 0: every layer attends to the full context
-    sliding_pattern: int = 0  # n > 0: every n-th layer is global, the others slide; 0: all slide
-    swa_layers: tuple = ()  # per layer, whether it slides (the file's sliding_window_pattern array); wins
-    rope_base_local: float = 0.0  # RoPE base of sliding layers (0: rope_base)
-    rope_linear: float = 1.0  # linear RoPE scaling: frequencies divided by it
-    rope_linear_local: bool = True  # False: sliding layers take no RoPE scaling at all: linear, factors or
-    # attention factor (Gemma 3, OLMo 3, as transformers)
-    rope_freqs: bool = False  # the file may carry rope_freqs.weight: per-pair frequency factors (Llama 3)
-    nope_every: int = 0  # n > 0: every n-th layer applies no RoPE at all (SmolLM3; 1: none does)
-    nope_global: bool = False  # with a sliding window, only the sliding layers apply RoPE (EXAONE 4)
-    attn_logit_softcap: float = 0.0
-    final_logit_softcap: float = 0.0
-    residual_scale: float = 1.0  # each block's output scaled before the residual add (Granite)
-    logit_scale: float = 1.0  # logits divided by it (Granite)
-    fused_qkv: bool = False  # one attn_qkv matrix (and bias): the q rows, then k, then v (Phi-3, GPT-2)
-    fused_gate_up: bool = False  # ffn_up holds the gate rows, then the up rows (Phi-3)
-    rope_long_short: bool = False  # the file may carry LongRoPE's rope_factors_long / _short (Phi-3); as
-    # llama.cpp, the long ones when the context exceeds n_ctx_orig, else the short (fixed at load: cached
-    # keys stay valid)
-    n_ctx_orig: int = 0  # the context the model was pretrained at (before LongRoPE or YaRN extended it)
-    rope_mscale: float = 1.0  # cos and sin scaled by it (LongRoPE's attention factor)
-    learned_pos: bool = False  # position_embd rows added to the token embeddings (GPT-2)
-    n_expert: int = 0  # > 0: the FFN is a mixture of n_expert experts of n_ff values each
-    n_expert_used: int = 0  # experts each token takes (the largest router logits)
-    moe_gating: str = "softmax"  # their weights: softmax over all experts, or 'softmax_chosen' (over the k)
-    moe_norm: bool = False  # weights divided by their sum (Qwen3-MoE's norm_topk_prob)
-    moe_bias: bool = False  # biases on the router and on every expert's projections (gpt-oss)
-    n_ff_shared: int = 0  # > 0: a shared expert of this width beside the routed ones, gated by sigmoid(x . g)
-    attn_sinks: bool = False  # a learned logit per head joins each softmax's denominator (gpt-oss)
-    ffn_norm_name: str = "ffn_norm"  # the FFN input norm's GGUF name (gpt-oss: post_attention_norm)
-    rope_yarn: float = 0.0  # > 0: YaRN scaling by this factor over an original context of n_ctx_orig
-    yarn_beta_fast: float = 32.0
-    yarn_beta_slow: float = 1.0
-    yarn_truncate: bool = True  # the ramp's ends rounded to whole pairs (llama.cpp; not gpt-oss)
-    attn_temp_scale: float = 0.0  # > 0: queries times 1 + it * ln(1 + floor(pos / attn_temp_floor)) (Ministral 3)
-    attn_temp_floor: int = 0
-    # layers of different shapes (Gemma 4); the scalar fields above are the full-attention layers'
-    head_dim_swa: int = 0  # > 0: the sliding layers' head size
-    n_rot_swa: int = 0  # > 0: the sliding layers' rotated dims
-    n_head_kv_layers: tuple = ()  # KV heads per layer, when they differ between layers
-    n_ff_layers: tuple = ()  # FFN width per layer, when it differs (Gemma 4's double-wide MLPs)
-    n_kv_shared: int = 0  # the last n layers compute no K/V: each attends to the K/V of the last earlier
-    # layer of its kind (sliding or full), so the page pool holds only the other layers
-    v_norm: bool = False  # values RMS-normed without a weight
-    v_from_k: bool = False  # a layer without attn_v takes its values from the keys, before their norm
-    n_embd_per_layer: int = 0  # > 0: per-layer inputs of this width, one slice of them added after each
-    # layer through a gate and a projection (Gemma 4's E2B/E4B)
-    layer_out_scale: bool = False  # the file may carry layer_output_scale: each layer's output times it
-    moe_dense: bool = False  # the experts run beside a dense MLP, each with its own norms, their router
-    # reading the unweighted RMSNorm of the residual times a scale vector (Gemma 4's 26B-A4B)
-    n_ff_exp: int = 0  # > 0: the experts' width when it differs from the dense MLP's
-
-    def layer_scale(self, il: int) -> float:
-        """The query scale of layer il: attn_scale, else 1 / sqrt(its head size)."""
-        return self.attn_scale or 1.0 / math.sqrt(self.layer_head_dim(il))
-
-    def layer_window(self, il: int) -> int:
-        """Sliding window of layer il in tokens (0 = full context)."""
-        if not self.sliding_window:
-            return 0
-        if self.swa_layers:
-            return self.sliding_window if self.swa_layers[il] else 0
-        if self.sliding_pattern and il % self.sliding_pattern == self.sliding_pattern - 1:
-            return 0
-        return self.sliding_window
-
-    def layer_rope_base(self, il: int) -> float:
-        return self.rope_base_local if self.rope_base_local and self.layer_window(il) else self.rope_base
-
-    def layer_rope_scaled(self, il: int) -> bool:
-        """Whether layer il takes the RoPE scaling (linear, YaRN, frequency factors)."""
-        return self.rope_linear_local or not self.layer_window(il)
-
-    def layer_rope_linear(self, il: int) -> float:
-        return self.rope_linear if self.layer_rope_scaled(il) else 1.0
-
-    def long_short(self, n_ctx: int) -> str:
-        """Which of LongRoPE's factor sets a context of n_ctx tokens takes: 'long' or 'short'."""
-        return "long" if n_ctx > self.n_ctx_orig else "short"
-
-    def layer_head_dim(self, il: int) -> int:
-        return self.head_dim_swa if self.head_dim_swa and self.layer_window(il) else self.head_dim
-
-    def layer_n_rot(self, il: int) -> int:
-        return self.n_rot_swa if self.n_rot_swa and self.layer_window(il) else self.n_rot
-
-    def layer_n_head_kv(self, il: int) -> int:
-        return self.n_head_kv_layers[il] if self.n_head_kv_layers else self.n_head_kv
-
-    def layer_n_ff(self, il: int) -> int:
-        return self.n_ff_layers[il] if self.n_ff_layers else self.n_ff
-
-    def kv_source(self, il: int) -> int:
-        """The layer whose K/V layer il attends to: itself, or for the last n_kv_shared layers the last
-        earlier layer of the same kind; -1 when there is none."""
-        first = self.n_layer - self.n_kv_shared
-        if il < first:
-            return il
-        kind = bool(self.layer_window(il))
-        return next((j for j in range(first - 1, -1, -1) if bool(self.layer_window(j)) == kind), -1)
-
-    @property
-    def kv_layers(self) -> tuple[int, ...]:
-        """The layers that write K/V, in order: the page pool's layers."""
-        return tuple(range(self.n_layer - self.n_kv_shared))
-
-    def kv_index(self, il: int) -> int:
-        """The pool layer layer il attends over."""
-        return self.kv_source(il)
-
-    @property
-    def kv_dims(self) -> tuple[tuple[int, int], ...]:
-        """(KV heads, head size) of each pool layer."""
-        return tuple((self.layer_n_head_kv(il), self.layer_head_dim(il)) for il in self.kv_layers)
-
-    def layer_rope(self, il: int) -> bool:
-        if self.nope_global and self.sliding_window and not self.layer_window(il):
-            return False
-        return not (self.nope_every and (il + 1) % self.nope_every == 0)
+__all__ = ["ArchSpec", "BUILDERS", "DECLINED", "ModelFileError", "UnsupportedModel", "arch_spec"]
 
 
 def _heads(m: Meta, n_embd: int) -> tuple[int, int, int]:
@@ -196,15 +47,16 @@ def _n_rot(m: Meta, head_dim: int) -> int:
 
 
 def _common(meta: dict, arch: str, layer_norm: bool = False, per_layer: bool = False) -> dict:
-    """per_layer: KV heads and FFN widths may differ between layers (n_head_kv_layers, n_ff_layers; the
+    """What every family reads alike, by part: "model" (ArchSpec's sizes), "eps", "attn", "rope", "ffn".
+    per_layer: KV heads and FFN widths may differ between layers (n_head_kv_layers, n_ff_layers; the
     scalar fields then hold layer 0's), and the FFN width is the dense one's, not the experts'."""
     m = Meta(meta, arch)
-    extra = {}
+    n_ff_layers = n_head_kv_layers = ()
     if per_layer:
         ffs, kvs = m.layer_ints("feed_forward_length"), m.layer_ints("attention.head_count_kv", None)
         n_ff = ffs[0]
-        extra = dict(n_ff_layers=ffs if len(set(ffs)) > 1 else (),
-                     n_head_kv_layers=kvs if kvs is not None and len(set(kvs)) > 1 else ())
+        n_ff_layers = ffs if len(set(ffs)) > 1 else ()
+        n_head_kv_layers = kvs if kvs is not None and len(set(kvs)) > 1 else ()
         meta = {**meta, m.key("attention.head_count_kv"): kvs[0]} if kvs else meta
         m = Meta(meta, arch)
     else:
@@ -216,112 +68,43 @@ def _common(meta: dict, arch: str, layer_norm: bool = False, per_layer: bool = F
         raise UnsupportedModel(f"{arch}: RoPE scaling '{scaling}' is not supported yet")
     yarn = {}
     if scaling == "yarn" and factor > 1.0:  # ref: llama.cpp's rope.scaling.* keys; YaRN's attention factor
-        yarn = dict(rope_yarn=factor, n_ctx_orig=m.int("rope.scaling.original_context_length"),
+        yarn = dict(yarn=factor, n_ctx_orig=m.int("rope.scaling.original_context_length"),
                     yarn_beta_fast=m.float("rope.scaling.yarn_beta_fast", 32.0, hi=1e4),
                     yarn_beta_slow=m.float("rope.scaling.yarn_beta_slow", 1.0, hi=1e4),
-                    rope_mscale=m.float("rope.scaling.yarn_attn_factor", yarn_mscale(
+                    mscale=m.float("rope.scaling.yarn_attn_factor", yarn_mscale(
                         factor, m.float("rope.scaling.yarn_log_multiplier", 0.0, lo_open=False, hi=100.0)), hi=100.0))
     m.int("pooling_type", 0, lo=0, hi=4)  # a llama_pooling_type (encoder_spec.POOLING); Embedder.for_llm reads it
     return dict(
-        arch=arch, n_layer=m.int("block_count"), n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-        head_dim=head_dim, n_ff=n_ff, n_vocab=m.n_vocab(),
-        n_ctx_train=m.int("context_length"),
-        norm_eps=m.float("attention.layer_norm_epsilon" if layer_norm else "attention.layer_norm_rms_epsilon",
-                         hi=1.0),
-        rope_base=m.float("rope.freq_base", 10000.0), n_rot=_n_rot(m, head_dim),
-        rope_linear=factor if scaling == "linear" else 1.0, **yarn, **extra,
+        model=dict(arch=arch, n_layer=m.int("block_count"), n_embd=n_embd, n_vocab=m.n_vocab(),
+                   n_ctx_train=m.int("context_length")),
+        eps=m.float("attention.layer_norm_epsilon" if layer_norm else "attention.layer_norm_rms_epsilon", hi=1.0),
+        attn=dict(n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_head_kv_layers=n_head_kv_layers),
+        rope=dict(base=m.float("rope.freq_base", 10000.0), n_rot=_n_rot(m, head_dim),
+                  linear=factor if scaling == "linear" else 1.0, **yarn),
+        ffn=dict(n_ff=n_ff, n_ff_layers=n_ff_layers),
     )
 
 
-def _llama(meta: dict) -> ArchSpec:
-    c = _common(meta, "llama")
-    window = Meta(meta, "llama").int("attention.sliding_window", 0, lo=0)
-    return ArchSpec(**c, rope_neox=False, sliding_window=window, rope_freqs=True)
+def _build(c: dict, neox: bool, norms: dict | None = None, attn: dict | None = None, rope: dict | None = None,
+           ffn: dict | None = None, moe: MoE | None = None, **model) -> ArchSpec:
+    """The spec from _common's reads and a family's settings of each part (the family's win over _common's);
+    model: ArchSpec's whole-model fields."""
+    rope = Rope(**{**c["rope"], "neox": neox, **(rope or {})})
+    return ArchSpec(**c["model"], norms=Norms(c["eps"], **(norms or {})),
+                    attn=Attention(**{**c["attn"], **(attn or {})}, rope=rope), ffn=FFN(**{**c["ffn"], **(ffn or {})}),
+                    moe=moe, **model)
 
 
-def _mistral3(meta: dict) -> ArchSpec:
-    # ref: HF Ministral3Attention, llama.cpp mistral3.cpp: llama's blocks (q/k permuted as llama's), YaRN with
-    # mscale_all_dim (rope.scaling.yarn_log_multiplier), and Llama 4's attention temperature on the queries
-    # past the original context (attention.temperature_scale; the floor is the original context)
-    c, m = _common(meta, "mistral3"), Meta(meta, "mistral3")
-    temp = m.float("attention.temperature_scale", 0.0, lo_open=False, hi=100.0)
-    if temp and not c.get("n_ctx_orig"):
-        raise ModelFileError("mistral3: attention.temperature_scale needs rope.scaling.original_context_length")
-    return ArchSpec(**c, rope_neox=False, attn_temp_scale=temp, attn_temp_floor=c.get("n_ctx_orig", 0),
-                    attn_scale=m.float("attention.scale", 0.0, lo_open=False))
-
-
-def _ernie4_5(meta: dict) -> ArchSpec:
-    # ref: HF Ernie4_5Attention, llama.cpp ernie4-5.cpp: llama's blocks, RoPE over interleaved pairs (not
-    # permuted by the converter: the model's own layout)
-    return ArchSpec(**_common(meta, "ernie4_5"), rope_neox=False)
-
-
-def _qwen2(meta: dict) -> ArchSpec:
-    # ref: Qwen2 technical report; HF Qwen2Attention: bias on q/k/v projections only
-    return ArchSpec(**_common(meta, "qwen2"), rope_neox=True, qkv_bias=True)
-
-
-def _qwen3(meta: dict) -> ArchSpec:
-    # ref: HF Qwen3Attention: no q/k/v bias; RMSNorm of every query and key head before RoPE
-    return ArchSpec(**_common(meta, "qwen3"), rope_neox=True, qk_norm=True)
-
-
-def _moe(m: Meta) -> dict:
-    """The router's settings: expert_count experts, expert_used_count of them per token."""
+def _moe(m: Meta, n_ff: int, **settings) -> MoE:
+    """The router's settings: expert_count experts of n_ff values, expert_used_count of them per token."""
     n_expert = m.int("expert_count")
-    return dict(n_expert=n_expert, n_expert_used=m.int("expert_used_count", hi=min(n_expert, MAX_EXPERTS_USED)))
-
-
-def _qwen2moe(meta: dict) -> ArchSpec:
-    # ref: HF Qwen2MoeSparseMoeBlock, llama.cpp qwen2moe.cpp: softmax over all experts, top-k, not
-    # renormalized; a shared expert of expert_shared_feed_forward_length scaled by sigmoid(x . gate) added
-    c, m = _common(meta, "qwen2moe"), Meta(meta, "qwen2moe")
-    return ArchSpec(**c, rope_neox=True, qkv_bias=True, **_moe(m),
-                    n_ff_shared=m.int("expert_shared_feed_forward_length", c["n_ff"]))
-
-
-def _qwen3moe(meta: dict) -> ArchSpec:
-    # ref: HF Qwen3MoeSparseMoeBlock: softmax over all experts, top-k, weights renormalized (llama.cpp
-    # always renormalizes for qwen3moe); experts of expert_feed_forward_length
-    c, m = _common(meta, "qwen3moe"), Meta(meta, "qwen3moe")
-    return ArchSpec(**c, rope_neox=True, qk_norm=True, **_moe(m), moe_norm=True)
-
-
-def _gpt_oss(meta: dict) -> ArchSpec:
-    # ref: HF GptOssDecoderLayer, llama.cpp openai-moe.cpp: biases on q/k/v/o, attention sinks, even layers
-    # slide, YaRN without truncation (GptOssConfig rope_parameters.truncate = False; llama.cpp truncates),
-    # top-k of the router logits with a softmax over the k, experts with biases and the clamped SwiGLU
-    c, m = _common(meta, "gpt-oss"), Meta(meta, "gpt-oss")
-    return ArchSpec(**{**c, "yarn_truncate": False}, rope_neox=True, act="swiglu_oai", qkv_bias=True, o_bias=True,
-                    attn_sinks=True, ffn_norm_name="post_attention_norm",
-                    sliding_window=m.int("attention.sliding_window", 0, lo=0), sliding_pattern=2,
-                    rope_base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False),
-                    **_moe(m), moe_gating="softmax_chosen", moe_bias=True)
-
-
-def _granite(meta: dict) -> ArchSpec:
-    # ref: HF GraniteForCausalLM: embedding_multiplier, attention_multiplier (the query scale),
-    # residual_multiplier, logits_scaling; llama.cpp's granite.* keys
-    return _granite_family(meta, "granite")
-
-
-def _granite_family(meta: dict, arch: str, **moe) -> ArchSpec:
-    c, m = _common(meta, arch), Meta(meta, arch)
-    return ArchSpec(**c, rope_neox=False, embed_scale=m.float("embedding_scale", 1.0),
-                    attn_scale=m.float("attention.scale", 0.0, lo_open=False),
-                    residual_scale=m.float("residual_scale", 1.0), logit_scale=m.float("logit_scale", 1.0), **moe)
-
-
-def _granitemoe(meta: dict) -> ArchSpec:
-    # ref: HF GraniteMoeTopKGating: top-k of the router logits, softmax over those k (= softmax over all,
-    # renormalized, as llama.cpp computes it); experts of feed_forward_length
-    return _granite_family(meta, "granitemoe", **_moe(Meta(meta, "granitemoe")), moe_gating="softmax_chosen")
+    return MoE(n_expert=n_expert, n_used=m.int("expert_used_count", hi=min(n_expert, MAX_EXPERTS_USED)), n_ff=n_ff,
+               **settings)
 
 
 def _swa(m: Meta, n_layer: int, every: int) -> dict:
-    """attention.sliding_window, and which layers slide: the sliding_window_pattern array (one bool per
-    layer), or its integer n (every n-th layer full), else `every` (as llama.cpp's load_swa_pattern)."""
+    """Attention's window and which layers slide: the sliding_window_pattern array (one bool per layer), or
+    its integer n (every n-th layer global), else `every` (as llama.cpp's load_swa_pattern)."""
     window = m.int("attention.sliding_window", 0, lo=0)
     if not window:
         return {}
@@ -331,8 +114,93 @@ def _swa(m: Meta, n_layer: int, every: int) -> dict:
         if len(layers) != n_layer:
             raise ModelFileError(f"{m.key('attention.sliding_window_pattern')} has {len(layers)} entries for "
                                  f"{n_layer} layers")
-        return dict(sliding_window=window, swa_layers=layers)
-    return dict(sliding_window=window, sliding_pattern=m.int("attention.sliding_window_pattern", every))
+        return dict(window=window, sliding=layers)
+    return dict(window=window, global_every=m.int("attention.sliding_window_pattern", every))
+
+
+def _llama(meta: dict) -> ArchSpec:
+    c = _common(meta, "llama")
+    window = Meta(meta, "llama").int("attention.sliding_window", 0, lo=0)
+    return _build(c, neox=False, attn=dict(window=window), rope=dict(freqs=True))
+
+
+def _mistral3(meta: dict) -> ArchSpec:
+    # ref: HF Ministral3Attention, llama.cpp mistral3.cpp: llama's blocks (q/k permuted as llama's), YaRN with
+    # mscale_all_dim (rope.scaling.yarn_log_multiplier), and Llama 4's attention temperature on the queries
+    # past the original context (attention.temperature_scale; the floor is the original context)
+    c, m = _common(meta, "mistral3"), Meta(meta, "mistral3")
+    temp = m.float("attention.temperature_scale", 0.0, lo_open=False, hi=100.0)
+    n_ctx_orig = c["rope"].get("n_ctx_orig", 0)
+    if temp and not n_ctx_orig:
+        raise ModelFileError("mistral3: attention.temperature_scale needs rope.scaling.original_context_length")
+    return _build(c, neox=False, attn=dict(temp_scale=temp, temp_floor=n_ctx_orig,
+                                           scale=m.float("attention.scale", 0.0, lo_open=False)))
+
+
+def _ernie4_5(meta: dict) -> ArchSpec:
+    # ref: HF Ernie4_5Attention, llama.cpp ernie4-5.cpp: llama's blocks, RoPE over interleaved pairs (not
+    # permuted by the converter: the model's own layout)
+    return _build(_common(meta, "ernie4_5"), neox=False)
+
+
+def _qwen2(meta: dict) -> ArchSpec:
+    # ref: Qwen2 technical report; HF Qwen2Attention: bias on q/k/v projections only
+    return _build(_common(meta, "qwen2"), neox=True, attn=dict(qkv_bias=True))
+
+
+def _qwen3(meta: dict) -> ArchSpec:
+    # ref: HF Qwen3Attention: no q/k/v bias; RMSNorm of every query and key head before RoPE
+    return _build(_common(meta, "qwen3"), neox=True, attn=dict(qk_norm=True))
+
+
+def _qwen2moe(meta: dict) -> ArchSpec:
+    # ref: HF Qwen2MoeSparseMoeBlock, llama.cpp qwen2moe.cpp: softmax over all experts, top-k, not
+    # renormalized; a shared expert of expert_shared_feed_forward_length scaled by sigmoid(x . gate) added
+    c, m = _common(meta, "qwen2moe"), Meta(meta, "qwen2moe")
+    n_ff = c["ffn"]["n_ff"]
+    moe = _moe(m, n_ff)
+    return _build(c, neox=True, attn=dict(qkv_bias=True),
+                  moe=replace(moe, n_ff_shared=m.int("expert_shared_feed_forward_length", n_ff)))
+
+
+def _qwen3moe(meta: dict) -> ArchSpec:
+    # ref: HF Qwen3MoeSparseMoeBlock: softmax over all experts, top-k, weights renormalized (llama.cpp
+    # always renormalizes for qwen3moe); experts of expert_feed_forward_length
+    c, m = _common(meta, "qwen3moe"), Meta(meta, "qwen3moe")
+    return _build(c, neox=True, attn=dict(qk_norm=True), moe=_moe(m, c["ffn"]["n_ff"], norm=True))
+
+
+def _gpt_oss(meta: dict) -> ArchSpec:
+    # ref: HF GptOssDecoderLayer, llama.cpp openai-moe.cpp: biases on q/k/v/o, attention sinks, even layers
+    # slide, YaRN without truncation (GptOssConfig rope_parameters.truncate = False; llama.cpp truncates),
+    # top-k of the router logits with a softmax over the k, experts with biases and the clamped SwiGLU
+    c, m = _common(meta, "gpt-oss"), Meta(meta, "gpt-oss")
+    return _build(c, neox=True, ffn=dict(act="swiglu_oai"), norms=dict(ffn_name="post_attention_norm"),
+                  attn=dict(qkv_bias=True, o_bias=True, sinks=True,
+                            window=m.int("attention.sliding_window", 0, lo=0), global_every=2),
+                  rope=dict(yarn_truncate=False, base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False)),
+                  moe=_moe(m, c["ffn"]["n_ff"], gating="softmax_chosen", bias=True))
+
+
+def _granite(meta: dict) -> ArchSpec:
+    # ref: HF GraniteForCausalLM: embedding_multiplier, attention_multiplier (the query scale),
+    # residual_multiplier, logits_scaling; llama.cpp's granite.* keys
+    return _granite_family(meta, "granite")
+
+
+def _granite_family(meta: dict, arch: str, moe: dict | None = None) -> ArchSpec:
+    """moe: the experts' settings besides their counts, or None for none."""
+    c, m = _common(meta, arch), Meta(meta, arch)
+    return _build(c, neox=False, embed_scale=m.float("embedding_scale", 1.0),
+                  attn=dict(scale=m.float("attention.scale", 0.0, lo_open=False)),
+                  residual_scale=m.float("residual_scale", 1.0), logit_scale=m.float("logit_scale", 1.0),
+                  moe=None if moe is None else _moe(m, c["ffn"]["n_ff"], **moe))
+
+
+def _granitemoe(meta: dict) -> ArchSpec:
+    # ref: HF GraniteMoeTopKGating: top-k of the router logits, softmax over those k (= softmax over all,
+    # renormalized, as llama.cpp computes it); experts of feed_forward_length
+    return _granite_family(meta, "granitemoe", moe=dict(gating="softmax_chosen"))
 
 
 def _olmo2(meta: dict) -> ArchSpec:
@@ -340,9 +208,9 @@ def _olmo2(meta: dict) -> ArchSpec:
     # q and k normed over the whole projection before RoPE. OLMo 3 (the same GGUF architecture): sliding
     # layers (3 of every 4 by default), unscaled RoPE on them (llama.cpp: rope_freq_scale_train_swa = 1)
     c, m = _common(meta, "olmo2"), Meta(meta, "olmo2")
-    return ArchSpec(**c, rope_neox=True, pre_norm=False, qk_norm=True, qk_norm_full=True,
-                    post_attn_norm=True, post_ffn_norm=True, **_swa(m, c["n_layer"], 4), rope_linear_local=False,
-                    rope_base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False))
+    return _build(c, neox=True, norms=dict(pre=False, post_attn=True, post_ffn=True),
+                  attn=dict(qk_norm=True, qk_norm_full=True, **_swa(m, c["model"]["n_layer"], 4)),
+                  rope=dict(scaled_local=False, base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False)))
 
 
 def _exaone4(meta: dict) -> ArchSpec:
@@ -351,8 +219,8 @@ def _exaone4(meta: dict) -> ArchSpec:
     # sliding layers apply RoPE. llama.cpp applies the window only to 64-layer files (the 32B); llamay to any
     # file that sets attention.sliding_window, as transformers does
     c, m = _common(meta, "exaone4"), Meta(meta, "exaone4")
-    return ArchSpec(**c, rope_neox=True, pre_norm=False, qk_norm=True, post_attn_norm=True, post_ffn_norm=True,
-                    **_swa(m, c["n_layer"], 4), nope_global=True)
+    return _build(c, neox=True, norms=dict(pre=False, post_attn=True, post_ffn=True),
+                  attn=dict(qk_norm=True, **_swa(m, c["model"]["n_layer"], 4)), rope=dict(none_global=True))
 
 
 def _cohere2(meta: dict) -> ArchSpec:
@@ -360,9 +228,9 @@ def _cohere2(meta: dict) -> ArchSpec:
     # the FFN in parallel, 3 of every 4 layers sliding with RoPE over interleaved pairs and the full layers
     # without RoPE, logits multiplied by logit_scale, embeddings tied
     c, m = _common(meta, "cohere2", layer_norm=True), Meta(meta, "cohere2")
-    return ArchSpec(**c, rope_neox=False, layer_norm=True, norm_bias=False, parallel_block=True,
-                    **_swa(m, c["n_layer"], 4), nope_global=True,
-                    logit_scale=1.0 / m.float("logit_scale", 1.0, hi=1e4))
+    return _build(c, neox=False, norms=dict(layer_norm=True, bias=False), parallel_block=True,
+                  attn=_swa(m, c["model"]["n_layer"], 4), rope=dict(none_global=True),
+                  logit_scale=1.0 / m.float("logit_scale", 1.0, hi=1e4))
 
 
 def _gemma4(meta: dict) -> ArchSpec:
@@ -374,32 +242,33 @@ def _gemma4(meta: dict) -> ArchSpec:
     m = Meta(meta, "gemma4")
     m.int("block_count", hi=MAX_LAYERS)
     c = _common(meta, "gemma4", per_layer=True)
-    n_layer, swa = c["n_layer"], _swa(m, c["n_layer"], 6)
-    head_swa = m.int("attention.key_length_swa", c["head_dim"])
+    n_layer, swa = c["model"]["n_layer"], _swa(m, c["model"]["n_layer"], 6)
+    head_swa = m.int("attention.key_length_swa", c["attn"]["head_dim"])
     if m.int("attention.value_length_swa", head_swa) != head_swa:
         raise ModelFileError(f"{m.key('attention.value_length_swa')} differs from the key length {head_swa}")
     n_rot_swa = m.int("rope.dimension_count_swa", head_swa)
     if n_rot_swa > min(head_swa, MAX_ROPE_DIMS) or n_rot_swa % 2:
         raise ModelFileError(f"{m.key('rope.dimension_count_swa')} = {n_rot_swa} must be even, at most "
                              f"{MAX_ROPE_DIMS} and at most {m.key('attention.key_length_swa')} = {head_swa}")
-    moe = _moe(m) if m.key("expert_count") in meta and m.int("expert_count") else {}
-    if moe:
-        moe.update(moe_dense=True, moe_norm=True, n_ff_exp=m.int("expert_feed_forward_length"))
-    spec = ArchSpec(
-        **c, rope_neox=True, act="gelu_tanh", qk_norm=True, post_attn_norm=True, post_ffn_norm=True,
-        embed_scale=math.sqrt(c["n_embd"]), attn_scale=1.0, **swa, head_dim_swa=head_swa, n_rot_swa=n_rot_swa,
-        rope_base_local=m.float("rope.freq_base_swa", 10000.0), rope_linear_local=False, rope_freqs=True,
+    moe = None
+    if m.key("expert_count") in meta and m.int("expert_count"):
+        moe = _moe(m, m.int("expert_feed_forward_length"), norm=True, beside_dense=True)
+    spec = _build(
+        c, neox=True, ffn=dict(act="gelu_tanh"), norms=dict(post_attn=True, post_ffn=True),
+        embed_scale=math.sqrt(c["model"]["n_embd"]),
+        attn=dict(qk_norm=True, scale=1.0, **swa, head_dim_local=head_swa, v_norm=True, v_from_k=True,
+                  n_kv_shared=m.int("attention.shared_kv_layers", 0, lo=0, hi=n_layer - 1)),
+        rope=dict(n_rot_local=n_rot_swa, base_local=m.float("rope.freq_base_swa", 10000.0), scaled_local=False,
+                  freqs=True),
         final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
-        n_kv_shared=m.int("attention.shared_kv_layers", 0, lo=0, hi=n_layer - 1), v_norm=True, v_from_k=True,
-        n_embd_per_layer=m.int("embedding_length_per_layer_input", 0, lo=0), layer_out_scale=True, **moe)
-    for il in range(n_layer):
-        src = spec.kv_source(il)
-        if src < 0 or spec.layer_n_head_kv(il) != spec.layer_n_head_kv(src):
-            raise ModelFileError(f"gemma4: layer {il} shares K/V, but no earlier layer of its kind has its "
-                                 f"{spec.layer_n_head_kv(il)} KV heads")
-        if c["n_head"] % spec.layer_n_head_kv(il):
-            raise ModelFileError(f"gemma4: {spec.layer_n_head_kv(il)} KV heads of layer {il} do not divide "
-                                 f"{c['n_head']} heads")
+        n_embd_per_layer=m.int("embedding_length_per_layer_input", 0, lo=0), layer_out_scale=True, moe=moe)
+    for p in spec.layers:
+        if p.kv_source < 0 or p.n_head_kv != spec.layers[p.kv_source].n_head_kv:
+            raise ModelFileError(f"gemma4: layer {p.index} shares K/V, but no earlier layer of its kind has its "
+                                 f"{p.n_head_kv} KV heads")
+        if p.n_head % p.n_head_kv:
+            raise ModelFileError(f"gemma4: {p.n_head_kv} KV heads of layer {p.index} do not divide "
+                                 f"{p.n_head} heads")
     return spec
 
 
@@ -407,24 +276,24 @@ def _seed_oss(meta: dict) -> ArchSpec:
     # ref: HF SeedOssDecoderLayer, llama.cpp seed-oss.cpp: llama's blocks with q/k/v biases, NeoX RoPE, the
     # FFN norm named post_attention_norm
     c, m = _common(meta, "seed_oss"), Meta(meta, "seed_oss")
-    return ArchSpec(**c, rope_neox=True, qkv_bias=True, ffn_norm_name="post_attention_norm",
-                    attn_scale=m.float("attention.scale", 0.0, lo_open=False))
+    return _build(c, neox=True, norms=dict(ffn_name="post_attention_norm"),
+                  attn=dict(qkv_bias=True, scale=m.float("attention.scale", 0.0, lo_open=False)))
 
 
 def _starcoder2(meta: dict) -> ArchSpec:
     # ref: HF Starcoder2DecoderLayer: LayerNorm with bias, biases on every projection, a plain
     # (not gated) gelu_pytorch_tanh MLP; llama.cpp LLM_FFN_GELU, LLM_FFN_SEQ
     c, m = _common(meta, "starcoder2", layer_norm=True), Meta(meta, "starcoder2")
-    return ArchSpec(**c, rope_neox=True, act="gelu_tanh", gated_ffn=False, layer_norm=True, qkv_bias=True,
-                    o_bias=True, ffn_bias=True, sliding_window=m.int("attention.sliding_window", 0, lo=0))
+    return _build(c, neox=True, ffn=dict(act="gelu_tanh", gated=False, bias=True), norms=dict(layer_norm=True),
+                  attn=dict(qkv_bias=True, o_bias=True, window=m.int("attention.sliding_window", 0, lo=0)))
 
 
 def _phi2(meta: dict) -> ArchSpec:
     # ref: HF PhiDecoderLayer: one LayerNorm feeding attention and MLP in parallel, gelu_new MLP, partial
     # rotary (rope.dimension_count), biases everywhere, lm_head with bias; llama.cpp phi2.cpp
-    c = _common(meta, "phi2", layer_norm=True)
-    return ArchSpec(**c, rope_neox=True, act="gelu_tanh", gated_ffn=False, layer_norm=True, qkv_bias=True,
-                    o_bias=True, ffn_bias=True, parallel_block=True, output_bias=True)
+    return _build(_common(meta, "phi2", layer_norm=True), neox=True, ffn=dict(act="gelu_tanh", gated=False, bias=True),
+                  norms=dict(layer_norm=True), attn=dict(qkv_bias=True, o_bias=True), parallel_block=True,
+                  output_bias=True)
 
 
 def _phi3(meta: dict) -> ArchSpec:
@@ -432,63 +301,66 @@ def _phi3(meta: dict) -> ArchSpec:
     # rope.dimension_count dims (3/4 of the head in Phi-4-mini), LongRoPE factors and attention factor. The
     # sliding window is not applied, as llama.cpp does not (its phi3 SWA is disabled)
     c, m = _common(meta, "phi3"), Meta(meta, "phi3")
-    if c.get("rope_yarn"):
+    if c["rope"].get("yarn"):
         raise UnsupportedModel("phi3: YaRN RoPE scaling is not supported (its LongRoPE is)")
-    return ArchSpec(**c, rope_neox=True, fused_qkv=True, fused_gate_up=True, rope_long_short=True,
-                    n_ctx_orig=m.int("rope.scaling.original_context_length", c["n_ctx_train"]),
-                    rope_mscale=m.float("rope.scaling.attn_factor", 1.0, hi=100.0))
+    return _build(c, neox=True, attn=dict(fused_qkv=True), ffn=dict(fused_gate_up=True),
+                  rope=dict(long_short=True,
+                            n_ctx_orig=m.int("rope.scaling.original_context_length", c["model"]["n_ctx_train"]),
+                            mscale=m.float("rope.scaling.attn_factor", 1.0, hi=100.0)))
 
 
 def _gpt2(meta: dict) -> ArchSpec:
     # ref: HF GPT2Block, llama.cpp gpt2.cpp: learned positions, LayerNorm with bias, fused q/k/v with bias,
     # a plain gelu_new MLP, biases everywhere, no RoPE
-    c = _common(meta, "gpt2", layer_norm=True)
-    return ArchSpec(**c, rope_neox=False, act="gelu_tanh", gated_ffn=False, layer_norm=True, qkv_bias=True,
-                    o_bias=True, ffn_bias=True, fused_qkv=True, learned_pos=True, nope_every=1)
+    return _build(_common(meta, "gpt2", layer_norm=True), neox=False, ffn=dict(act="gelu_tanh", gated=False, bias=True),
+                  norms=dict(layer_norm=True), attn=dict(qkv_bias=True, o_bias=True, fused_qkv=True),
+                  learned_pos=True, rope=dict(none_every=1))
 
 
 def _smollm3(meta: dict) -> ArchSpec:
     # ref: HF SmolLM3Config.no_rope_layer_interval = 4; llama.cpp n_no_rope_layer_step
-    return ArchSpec(**_common(meta, "smollm3"), rope_neox=False, nope_every=4)
+    return _build(_common(meta, "smollm3"), neox=False, rope=dict(none_every=4))
 
 
 def _gemma_query_scale(c: dict, n_layer_27b: int) -> float:
     """ref: gemma_pytorch config (as llama.cpp reads it): the 27B models scale queries by
     1 / sqrt(n_embd / n_head) (query_pre_attn_scalar), the others by 1 / sqrt(head_dim)."""
-    return 1.0 / math.sqrt(c["n_embd"] // c["n_head"] if c["n_layer"] == n_layer_27b else c["head_dim"])
+    n_embd, n_head = c["model"]["n_embd"], c["attn"]["n_head"]
+    return 1.0 / math.sqrt(n_embd // n_head if c["model"]["n_layer"] == n_layer_27b else c["attn"]["head_dim"])
 
 
 def _gemma(meta: dict) -> ArchSpec:
     # ref: HF GemmaDecoderLayer: pre-norms only, gelu_pytorch_tanh, embeddings scaled by sqrt(n_embd)
     c = _common(meta, "gemma")
-    return ArchSpec(**c, rope_neox=True, act="gelu_tanh", embed_scale=math.sqrt(c["n_embd"]))
+    return _build(c, neox=True, ffn=dict(act="gelu_tanh"), embed_scale=math.sqrt(c["model"]["n_embd"]))
 
 
 def _gemma2(meta: dict) -> ArchSpec:
     c, m = _common(meta, "gemma2"), Meta(meta, "gemma2")
-    return ArchSpec(
-        **c, rope_neox=True, act="gelu_tanh", post_attn_norm=True, post_ffn_norm=True,  # ref: HF Gemma2DecoderLayer
-        embed_scale=math.sqrt(c["n_embd"]), attn_scale=_gemma_query_scale(c, 46),
-        sliding_window=m.int("attention.sliding_window", 4096, lo=0),
-        sliding_pattern=2,  # ref: HF Gemma2Config.layer_types: even layers slide
-        rope_base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False),  # llama.cpp: rope_freq_base_train_swa
-        attn_logit_softcap=m.float("attn_logit_softcapping", 0.0, lo_open=False),
+    return _build(
+        c, neox=True, ffn=dict(act="gelu_tanh"),
+        norms=dict(post_attn=True, post_ffn=True),  # ref: HF Gemma2DecoderLayer
+        embed_scale=math.sqrt(c["model"]["n_embd"]),
+        attn=dict(scale=_gemma_query_scale(c, 46), window=m.int("attention.sliding_window", 4096, lo=0),
+                  global_every=2,  # ref: HF Gemma2Config.layer_types: even layers slide
+                  logit_softcap=m.float("attn_logit_softcapping", 0.0, lo_open=False)),
+        rope=dict(base_local=m.float("rope.freq_base_swa", 0.0, lo_open=False)),  # llama.cpp: rope_freq_base_train_swa
         final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
     )
 
 
 def _gemma3(meta: dict) -> ArchSpec:
     c, m = _common(meta, "gemma3"), Meta(meta, "gemma3")
-    return ArchSpec(
-        **c, rope_neox=True,
-        act="gelu_tanh",  # ref: Gemma 3 tech report; HF gelu_pytorch_tanh
-        qk_norm=True, post_attn_norm=True, post_ffn_norm=True,  # ref: HF Gemma3DecoderLayer
-        embed_scale=math.sqrt(c["n_embd"]),  # ref: HF Gemma3TextScaledWordEmbedding
-        attn_scale=_gemma_query_scale(c, 62),
-        sliding_window=m.int("attention.sliding_window", 0, lo=0),
-        sliding_pattern=6,  # ref: Gemma 3 tech report sec. 2: 5 local layers per global layer
+    return _build(
+        c, neox=True,
+        ffn=dict(act="gelu_tanh"),  # ref: Gemma 3 tech report; HF gelu_pytorch_tanh
+        norms=dict(post_attn=True, post_ffn=True),  # ref: HF Gemma3DecoderLayer
+        embed_scale=math.sqrt(c["model"]["n_embd"]),  # ref: HF Gemma3TextScaledWordEmbedding
+        attn=dict(qk_norm=True, scale=_gemma_query_scale(c, 62),
+                  window=m.int("attention.sliding_window", 0, lo=0),
+                  global_every=6),  # ref: Gemma 3 tech report sec. 2: 5 local layers per global layer
         # ref: HF Gemma3TextConfig.rope_local_base_freq (10000); llama.cpp reads rope.freq_base_swa when set
-        rope_base_local=m.float("rope.freq_base_swa", 10000.0), rope_linear_local=False,
+        rope=dict(base_local=m.float("rope.freq_base_swa", 10000.0), scaled_local=False),
         final_logit_softcap=m.float("final_logit_softcapping", 0.0, lo_open=False),
     )
 

@@ -11,7 +11,8 @@ from ..gguf import GGUFReader, dequantize
 from ..kernels.matmul import IQ_TYPES, QExperts, QWeight, iq_dequantize
 from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
 from .rope import yarn_factors
-from .spec import ArchSpec
+from .arch import ArchSpec
+from .plan import LayerPlan
 
 
 def _vec(n: int) -> Expect:
@@ -23,74 +24,96 @@ def _mat(k: int, m: int) -> Expect:
 
 
 def layer_tensors(s: ArchSpec, il: int) -> dict[str, tuple[str, Expect]]:
-    """Layer field -> (GGUF name within block il, after 'blk.{il}.'; what that tensor must be)."""
-    hd = s.layer_head_dim(il)
-    d, q, kv, ff = s.n_embd, s.n_head * hd, s.layer_n_head_kv(il) * hd, s.layer_n_ff(il)
-    has_kv = s.kv_source(il) == il
+    """Layer field -> (GGUF name within block il, after 'blk.{il}.'; what that tensor must be), from the
+    layer's plan."""
+    p = s.layers[il]
+    return {**_attention(s.n_embd, p), **_ffn(s.n_embd, p), **_norms(s.n_embd, p), **_layer_extras(s, p)}
+
+
+def _attention(d: int, p: LayerPlan) -> dict:
+    a, hd = p.attn, p.head_dim
+    q, kv = p.n_head * hd, p.n_head_kv * hd
     t = {"o": ("attn_output.weight", _mat(q, d))}
-    dense = not s.n_expert or s.moe_dense
-    if s.n_expert:
-        fe, e = s.n_ff_exp or ff, s.n_expert
-        t.update(router=("ffn_gate_inp.weight", _mat(d, e)), down_exps=("ffn_down_exps.weight", Expect((fe, d, e), MATRIX)))
-        if s.moe_dense:  # as llama.cpp's converter writes Gemma 4: gate and up fused, the router's scales
-            t.update(gate_up_exps=("ffn_gate_up_exps.weight", Expect((d, 2 * fe, e), MATRIX)),
-                     router_scale=("ffn_gate_inp.scale", _vec(d)), down_exps_scale=("ffn_down_exps.scale", _vec(e)),
-                     pre_ffn_norm_2=("pre_ffw_norm_2.weight", _vec(d)),
-                     post_ffn_norm_1=("post_ffw_norm_1.weight", _vec(d)),
-                     post_ffn_norm_2=("post_ffw_norm_2.weight", _vec(d)))
-        else:
-            t.update(up_exps=("ffn_up_exps.weight", Expect((d, fe, e), MATRIX)),
-                     gate_exps=("ffn_gate_exps.weight", Expect((d, fe, e), MATRIX)))
-    if dense:
-        t.update(up=("ffn_up.weight", _mat(d, 2 * ff if s.fused_gate_up else ff)), down=("ffn_down.weight", _mat(ff, d)))
-    if s.fused_qkv:
+    if a.fused_qkv:
         t["qkv"] = ("attn_qkv.weight", _mat(d, q + 2 * kv))
     else:
         t["q"] = ("attn_q.weight", _mat(d, q))
-        if has_kv:
+        if p.writes_kv:
             t.update(k=("attn_k.weight", _mat(d, kv)),
-                     v=("attn_v.weight", Expect((d, kv), MATRIX, required=not s.v_from_k)))
-    if s.gated_ffn and not s.fused_gate_up and dense:
-        t["gate"] = ("ffn_gate.weight", _mat(d, ff))
-    if s.n_embd_per_layer:
-        t.update(ple_gate=("inp_gate.weight", _mat(d, s.n_embd_per_layer)),
-                 ple_proj=("proj.weight", _mat(s.n_embd_per_layer, d)), ple_norm=("post_norm.weight", _vec(d)))
-    if s.layer_out_scale:
-        t["out_scale"] = ("layer_output_scale.weight", Expect((1,), VECTOR, required=False))
-    norms = {"attn_norm": "attn_norm"} if s.parallel_block else {"attn_norm": "attn_norm", "ffn_norm": s.ffn_norm_name}
-    for n, gguf_name in norms.items() if s.pre_norm else ():  # a parallel block has one
-        t[n] = (f"{gguf_name}.weight", _vec(d))
-        if s.layer_norm and s.norm_bias:
-            t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
-    if s.attn_sinks:
-        t["sinks"] = ("attn_sinks.weight", _vec(s.n_head))
-    if s.n_ff_shared:
-        sh = s.n_ff_shared
+                     v=("attn_v.weight", Expect((d, kv), MATRIX, required=not a.v_from_k)))
+    if a.sinks:
+        t["sinks"] = ("attn_sinks.weight", _vec(p.n_head))
+    if a.o_bias:
+        t["o_bias"] = ("attn_output.bias", _vec(d))
+    if a.qkv_bias and a.fused_qkv:
+        t["qkv_bias"] = ("attn_qkv.bias", _vec(q + 2 * kv))
+    elif a.qkv_bias:
+        t.update(q_bias=("attn_q.bias", _vec(q)), k_bias=("attn_k.bias", _vec(kv)), v_bias=("attn_v.bias", _vec(kv)))
+    if a.qk_norm:
+        qn, kn = (q, kv) if a.qk_norm_full else (hd, hd)
+        t["q_norm"] = ("attn_q_norm.weight", _vec(qn))
+        if p.writes_kv:
+            t["k_norm"] = ("attn_k_norm.weight", _vec(kn))
+    return t
+
+
+def _ffn(d: int, p: LayerPlan) -> dict:
+    """The dense MLP (n_ff > 0) and the experts (moe)."""
+    f, ff, t = p.ffn, p.n_ff, {}
+    if ff:
+        t.update(up=("ffn_up.weight", _mat(d, 2 * ff if f.fused_gate_up else ff)),
+                 down=("ffn_down.weight", _mat(ff, d)))
+        if f.gated and not f.fused_gate_up:
+            t["gate"] = ("ffn_gate.weight", _mat(d, ff))
+        if f.bias:
+            t.update(up_bias=("ffn_up.bias", _vec(ff)), down_bias=("ffn_down.bias", _vec(d)))
+    x = p.moe
+    if x is None:
+        return t
+    fe, e = x.n_ff, x.n_expert
+    t.update(router=("ffn_gate_inp.weight", _mat(d, e)), down_exps=("ffn_down_exps.weight", Expect((fe, d, e), MATRIX)))
+    if x.beside_dense:  # as llama.cpp's converter writes Gemma 4: gate and up fused, the router's scales
+        t.update(gate_up_exps=("ffn_gate_up_exps.weight", Expect((d, 2 * fe, e), MATRIX)),
+                 router_scale=("ffn_gate_inp.scale", _vec(d)), down_exps_scale=("ffn_down_exps.scale", _vec(e)),
+                 pre_ffn_norm_2=("pre_ffw_norm_2.weight", _vec(d)), post_ffn_norm_1=("post_ffw_norm_1.weight", _vec(d)),
+                 post_ffn_norm_2=("post_ffw_norm_2.weight", _vec(d)))
+    else:
+        t.update(up_exps=("ffn_up_exps.weight", Expect((d, fe, e), MATRIX)),
+                 gate_exps=("ffn_gate_exps.weight", Expect((d, fe, e), MATRIX)))
+    if x.n_ff_shared:
+        sh = x.n_ff_shared
         t.update(shexp_gate_inp=("ffn_gate_inp_shexp.weight", _mat(d, 1)),  # as llama.cpp's converter writes it
                  gate_shexp=("ffn_gate_shexp.weight", _mat(d, sh)), up_shexp=("ffn_up_shexp.weight", _mat(d, sh)),
                  down_shexp=("ffn_down_shexp.weight", _mat(sh, d)))
-    if s.moe_bias:
-        t.update(router_bias=("ffn_gate_inp.bias", _vec(s.n_expert)),
-                 up_exps_bias=("ffn_up_exps.bias", Expect((ff, s.n_expert), VECTOR)),
-                 gate_exps_bias=("ffn_gate_exps.bias", Expect((ff, s.n_expert), VECTOR)),
-                 down_exps_bias=("ffn_down_exps.bias", Expect((d, s.n_expert), VECTOR)))
-    if s.o_bias:
-        t["o_bias"] = ("attn_output.bias", _vec(d))
-    if s.ffn_bias:
-        t.update(up_bias=("ffn_up.bias", _vec(ff)), down_bias=("ffn_down.bias", _vec(d)))
-    if s.qkv_bias and s.fused_qkv:
-        t["qkv_bias"] = ("attn_qkv.bias", _vec(q + 2 * kv))
-    elif s.qkv_bias:
-        t.update(q_bias=("attn_q.bias", _vec(q)), k_bias=("attn_k.bias", _vec(kv)), v_bias=("attn_v.bias", _vec(kv)))
-    if s.qk_norm:
-        qn, kn = (q, kv) if s.qk_norm_full else (hd, hd)
-        t["q_norm"] = ("attn_q_norm.weight", _vec(qn))
-        if has_kv:
-            t["k_norm"] = ("attn_k_norm.weight", _vec(kn))
-    if s.post_attn_norm:
+    if x.bias:
+        t.update(router_bias=("ffn_gate_inp.bias", _vec(e)), up_exps_bias=("ffn_up_exps.bias", Expect((fe, e), VECTOR)),
+                 gate_exps_bias=("ffn_gate_exps.bias", Expect((fe, e), VECTOR)),
+                 down_exps_bias=("ffn_down_exps.bias", Expect((d, e), VECTOR)))
+    return t
+
+
+def _norms(d: int, p: LayerPlan) -> dict:
+    nm, t = p.norms, {}
+    pre = {"attn_norm": "attn_norm"} if p.parallel else {"attn_norm": "attn_norm", "ffn_norm": nm.ffn_name}
+    for n, gguf_name in pre.items() if nm.pre else ():  # a parallel block has one
+        t[n] = (f"{gguf_name}.weight", _vec(d))
+        if nm.layer_norm and nm.bias:
+            t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
+    if nm.post_attn:
         t["post_attn_norm"] = ("post_attention_norm.weight", _vec(d))
-    if s.post_ffn_norm:
+    if nm.post_ffn:
         t["post_ffn_norm"] = ("post_ffw_norm.weight", _vec(d))
+    return t
+
+
+def _layer_extras(s: ArchSpec, p: LayerPlan) -> dict:
+    """Per-layer inputs and the output scale."""
+    t, d = {}, s.n_embd
+    if s.n_embd_per_layer:
+        t.update(ple_gate=("inp_gate.weight", _mat(d, s.n_embd_per_layer)),
+                 ple_proj=("proj.weight", _mat(s.n_embd_per_layer, d)), ple_norm=("post_norm.weight", _vec(d)))
+    if p.out_scale:
+        t["out_scale"] = ("layer_output_scale.weight", Expect((1,), VECTOR, required=False))
     return t
 
 
@@ -100,16 +123,16 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in layer_tensors(s, i).values()}
     table["token_embd.weight"] = Expect((s.n_embd, s.n_vocab), TIED if tied else TABLE)
     table["output_norm.weight"] = _vec(s.n_embd)
-    if s.layer_norm and s.norm_bias:
+    if s.norms.layer_norm and s.norms.bias:
         table["output_norm.bias"] = _vec(s.n_embd)
     table["output.weight"] = Expect((s.n_embd, s.n_vocab), MATRIX, required=False)
     if s.output_bias:
         table["output.bias"] = _vec(s.n_vocab)
-    if s.rope_freqs:
-        table["rope_freqs.weight"] = Expect((s.n_rot // 2,), VECTOR, required=False)
-    if s.rope_long_short:
+    if s.rope.freqs:
+        table["rope_freqs.weight"] = Expect((s.rope.n_rot // 2,), VECTOR, required=False)
+    if s.rope.long_short:
         for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
-            table[name] = Expect((s.n_rot // 2,), VECTOR, required=False)
+            table[name] = Expect((s.rope.n_rot // 2,), VECTOR, required=False)
     if s.learned_pos:
         table["position_embd.weight"] = Expect((s.n_embd, s.n_ctx_train), TABLE)
     if s.n_embd_per_layer:
@@ -123,27 +146,27 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
 def row_parts(s: ArchSpec, il: int, field: str) -> list[tuple[str, int, int]]:
     """The Layer fields a weight's rows become, (field, first row, end row): a fused weight's parts (qkv:
     q, k, v; up with fused_gate_up: gate, up; gate_up_exps: gate_exps, up_exps), else the field whole."""
-    hd, ff = s.layer_head_dim(il), s.layer_n_ff(il)
-    q, kv, fe = s.n_head * hd, s.layer_n_head_kv(il) * hd, s.n_ff_exp or ff
+    p = s.layers[il]
+    ff, q, kv = p.n_ff, p.n_head * p.head_dim, p.n_head_kv * p.head_dim
     if field == "qkv":
         return [("q", 0, q), ("k", q, q + kv), ("v", q + kv, q + 2 * kv)]
-    if field == "up" and s.fused_gate_up:
+    if field == "up" and p.ffn.fused_gate_up:
         return [("gate", 0, ff), ("up", ff, 2 * ff)]
     if field == "gate_up_exps":
-        return [("gate_exps", 0, fe), ("up_exps", fe, 2 * fe)]
+        return [("gate_exps", 0, p.moe.n_ff), ("up_exps", p.moe.n_ff, 2 * p.moe.n_ff)]
     return [(field, 0, {"q": q, "k": kv, "v": kv, "o": s.n_embd, "down": s.n_embd}.get(field, ff))]
 
 
 def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
     """Fused projections as views of their parts' rows (row_parts)."""
     for fused in ("qkv", "up", "gate_up_exps"):
-        if fused in f and (fused != "up" or s.fused_gate_up):
+        if fused in f and (fused != "up" or s.ffn.fused_gate_up):
             w = f.pop(fused)
             f.update({name: w.rows(lo, hi) for name, lo, hi in row_parts(s, il, fused)})
     if "qkv_bias" in f:
         b = f.pop("qkv_bias")
         f.update({name + "_bias": np.ascontiguousarray(b[lo:hi]) for name, lo, hi in row_parts(s, il, "qkv")})
-    if s.layer_norm and not s.norm_bias:
+    if s.norms.layer_norm and not s.norms.bias:
         for n in ("attn_norm", "ffn_norm"):
             if n in f:
                 f[n + "_b"] = np.zeros_like(f[n])
@@ -155,7 +178,7 @@ class Layer:
     q: QWeight
     o: QWeight
     k: QWeight | None = None  # None: the layer reuses an earlier layer's K/V
-    v: QWeight | None = None  # None as well when the values are the keys (ArchSpec.v_from_k)
+    v: QWeight | None = None  # None as well when the values are the keys (Attention.v_from_k)
     up: QWeight | None = None  # a dense FFN, or
     down: QWeight | None = None
     gate: QWeight | None = None
@@ -186,7 +209,7 @@ class Layer:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
-    router_scale: np.ndarray | None = None  # experts beside a dense MLP (ArchSpec.moe_dense)
+    router_scale: np.ndarray | None = None  # experts beside a dense MLP (MoE.beside_dense)
     down_exps_scale: np.ndarray | None = None  # [n_expert]: each expert's weight times it
     pre_ffn_norm_2: np.ndarray | None = None
     post_ffn_norm_1: np.ndarray | None = None
@@ -246,13 +269,14 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
     factors = vec(name).astype(np.float32) if name in reader.tensors else None
     if factors is not None and not (np.isfinite(factors).all() and (factors > 0).all()):
         raise ModelFileError(f"{reader.path}: {name} must hold finite factors > 0")
-    if spec.rope_yarn:
+    r = spec.rope
+    if r.yarn:
         if factors is not None:
             raise ModelFileError(f"{reader.path}: YaRN RoPE scaling and {name} together")
-        factors = yarn_factors(spec.n_rot, spec.rope_base, spec.rope_yarn, spec.n_ctx_orig, spec.yarn_beta_fast,
-                               spec.yarn_beta_slow, spec.yarn_truncate)
+        factors = yarn_factors(r.n_rot, r.base, r.yarn, r.n_ctx_orig, r.yarn_beta_fast, r.yarn_beta_slow,
+                               r.yarn_truncate)
     zeros = np.zeros(spec.n_embd, np.float32)  # the bias of a LayerNorm without one
-    norm_b = (vec("output_norm.bias") if spec.norm_bias else zeros) if spec.layer_norm else None
+    norm_b = (vec("output_norm.bias") if spec.norms.bias else zeros) if spec.norms.layer_norm else None
     out_b = vec("output.bias") if spec.output_bias else None
     ple = (PerLayerInputs(Embedding(reader, "per_layer_token_embd.weight"),
                           QWeight.from_gguf(reader, "per_layer_model_proj.weight"), vec("per_layer_proj_norm.weight"))
