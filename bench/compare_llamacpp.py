@@ -21,7 +21,7 @@ import machine  # noqa: E402
 
 import llamay  # noqa: E402
 from llamay.gguf import GGUFReader  # noqa: E402
-from llamay.tools.bench import bench_tokens, time_decode, time_prefill  # noqa: E402
+from llamay.measure.bench import bench_tokens, time_decode, time_prefill  # noqa: E402
 
 N_PP, N_TG = 512, 128
 

@@ -17,7 +17,7 @@ import machine  # noqa: E402
 
 import llamay  # noqa: E402
 from llamay.gguf import GGUFWriter  # noqa: E402
-from llamay.tools.bench import time_decode  # noqa: E402
+from llamay.measure.bench import time_decode  # noqa: E402
 
 D, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB, N_TG = 1024, 8, 16, 4, 64, 4096, 128
 rng = np.random.default_rng(0)

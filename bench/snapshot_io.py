@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llamay.kv.snapshot import KVGeometry, SnapshotFile, SnapshotHeader, read_snapshot, write_snapshot
+from llamay.kv.snapshot_format import KVGeometry, SnapshotFile, SnapshotHeader, read_snapshot, write_snapshot
 
 GEOMETRY = {"gemma3-270m": ("gemma3", 18, 1, 256), "smollm2-135m": ("llama", 30, 3, 64)}  # n_layer, n_kv_head, head_dim
 DIGEST = "0" * 64

@@ -1,6 +1,6 @@
 """Speculative decoding's speed: decode tok/s with spec none vs ngram (prompt lookup) and tree (a re-run turn:
 the first run's branch is in the radix tree), and with --draft-model a draft model's, on the tasks of
-llamay/tools/spec_tasks.py; side by side with llama.cpp on the same files and prompts: plain decoding
+llamay/measure/spec_tasks.py; side by side with llama.cpp on the same files and prompts: plain decoding
 (llama-cpp-python), its native speculative modes (`llama-speculative-simple --spec-type ngram-simple,
 ngram-map-k, ngram-mod, ngram-cache`, or draft-simple with the draft model) and llama-cpp-python's
 prompt-lookup drafter. Runs interleaved, medians; decode = (generated - 1) tokens over the time from the first
@@ -28,7 +28,7 @@ from models import gemma_path, smollm_path  # noqa: E402
 
 import llamay  # noqa: E402
 from llamay.engine.context_store import ContextStore  # noqa: E402
-from llamay.tools.spec_tasks import SEEDED, TASKS  # noqa: E402
+from llamay.measure.spec_tasks import SEEDED, TASKS  # noqa: E402
 
 LLAMACPP_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
 

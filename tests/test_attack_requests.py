@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llamay.kv.snapshot import SnapshotError, _parse_meta
+from llamay.kv.snapshot_format import SnapshotError, _parse_meta
 from llamay.server import contexts as contexts_mod
 from llamay.server.jsonbody import MAX_DEPTH, parse_body
 from llamay.server.models import describe

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import llamay
-from llamay.tools.perplexity import perplexity
+from llamay.measure.perplexity import perplexity
 
 pytestmark = pytest.mark.model
 MODELS = {"smollm2-135m": "smollm_path", "gemma3-270m": "gemma_path"}

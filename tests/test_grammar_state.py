@@ -7,7 +7,7 @@ import pytest
 
 import llamay
 from llamay.grammar import Grammar, GrammarError
-from llamay.kv.snapshot import SnapshotError, read_snapshot
+from llamay.kv.snapshot_format import SnapshotError, read_snapshot
 
 pytestmark = pytest.mark.model
 

@@ -9,7 +9,7 @@ import pytest
 import llamay
 from arch_models import build, rewrite, sha256, token_ids
 from conftest import CACHE
-from llamay.kv.snapshot import SnapshotError
+from llamay.kv.snapshot_format import SnapshotError
 from llamay.models import ModelFileError, UnsupportedModel
 from llamay.settings import LoadOptions
 from lora_cases import ADAPTERS, files, peft_logits
@@ -169,9 +169,9 @@ def test_adapters_that_do_not_fit_are_refused(converted, tmp_path):
 
 def test_cli_flag(converted, capsys):
     from llamay.cli.main import main
-    from llamay.models.lora import parse_spec
-    assert parse_spec("a=x.gguf:0.5") == ("a", "x.gguf", 0.5)
-    assert parse_spec("dir/y.gguf") == ("y", "dir/y.gguf", 1.0)
+    from llamay.models.lora import parse_adapter_arg
+    assert parse_adapter_arg("a=x.gguf:0.5") == ("a", "x.gguf", 0.5)
+    assert parse_adapter_arg("dir/y.gguf") == ("y", "dir/y.gguf", 1.0)
     bases, adapters = converted
     assert main(["run", "-m", str(bases["llama"]), "--lora", f"t={adapters['llama-all']}", "-p", "ab", "-n", "2",
                  "--temp", "0"]) == 0

@@ -1,4 +1,4 @@
-"""kv/snapshot.py: the .llamayctx format. Round trips are byte-exact; every damaged file raises SnapshotError."""
+"""kv/snapshot_format.py: the .llamayctx format. Round trips are byte-exact; every damaged file raises SnapshotError."""
 import os
 import struct
 import tracemalloc
@@ -8,7 +8,7 @@ import pytest
 import xxhash
 from hypothesis import given, settings, strategies as st
 
-from llamay.kv.snapshot import (HEADER, HEADERS, KVGeometry, Snapshot, SnapshotError, SnapshotFile, SnapshotHeader,
+from llamay.kv.snapshot_format import (HEADER, HEADERS, KVGeometry, Snapshot, SnapshotError, SnapshotFile, SnapshotHeader,
                                 check_compatible, read_snapshot, write_snapshot)
 
 DIGEST = "ab" * 32

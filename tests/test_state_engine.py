@@ -7,7 +7,7 @@ import pytest
 
 import llamay
 from llamay.engine.llm import LLM
-from llamay.kv.snapshot import SnapshotError
+from llamay.kv.snapshot_format import SnapshotError
 
 pytestmark = pytest.mark.model
 TEXT = "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. 1, 2, 3, 4"

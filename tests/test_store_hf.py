@@ -74,7 +74,7 @@ def test_file_form_plain_git_file_is_hashed_on_the_way(store, hub):
     data = tiny_gguf(7)
     hub.repos[REPO]["small.gguf"] = data
     hub.plain.add("small.gguf")               # only a git-sha1 ETag: the digest comes from hashing the bytes
-    spec = hf.parse_spec(f"hf.co/{REPO}/small.gguf")
+    spec = hf.parse_hf_ref(f"hf.co/{REPO}/small.gguf")
     assert spec.model_name == parse_name(f"hf.co/{REPO}:small")
     model = hf.pull_hf(store, spec)
     assert model_digest(store, model.name) == sha(data)
@@ -170,7 +170,7 @@ def test_split_gguf_is_refused_before_downloading(store, hub):
     with pytest.raises(StoreError, match="split GGUF"):
         hf.pull_hf(store, f"hf.co/{REPO}")
     with pytest.raises(StoreError, match="split GGUF"):
-        hf.parse_spec(f"hf.co/{REPO}/big-Q4_K_M-00001-of-00002.gguf")
+        hf.parse_hf_ref(f"hf.co/{REPO}/big-Q4_K_M-00001-of-00002.gguf")
     assert not any("/resolve/" in path for _, _, path, _ in hub.requests)
 
 
@@ -202,11 +202,11 @@ def test_pick_file_without_q4_k_m_takes_the_first_gguf():
 ])
 def test_invalid_specs_are_refused(text):
     with pytest.raises(StoreError):
-        hf.parse_spec(text)
+        hf.parse_hf_ref(text)
 
 
 def test_spec_forms():
-    assert hf.parse_spec("hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M") == \
+    assert hf.parse_hf_ref("hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M") == \
         hf.HFSpec("bartowski/Llama-3.2-1B-Instruct-GGUF", "Q4_K_M", None)
-    assert hf.parse_spec("HuggingFace.co/o/r") == hf.HFSpec("o/r", None, None)
-    assert hf.parse_spec("https://hf.co/o/r/d/f.gguf") == hf.HFSpec("o/r", None, "d/f.gguf")
+    assert hf.parse_hf_ref("HuggingFace.co/o/r") == hf.HFSpec("o/r", None, None)
+    assert hf.parse_hf_ref("https://hf.co/o/r/d/f.gguf") == hf.HFSpec("o/r", None, "d/f.gguf")

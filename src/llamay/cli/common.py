@@ -218,9 +218,9 @@ def add_model_args(p: argparse.ArgumentParser):
 
 def lora_arg(text: str):
     """argparse type of --lora: (name, file, scale)."""
-    from ..models.lora import parse_spec
+    from ..models.lora import parse_adapter_arg
     try:
-        name, path, scale = parse_spec(text)
+        name, path, scale = parse_adapter_arg(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     if not os.path.isfile(path):

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from ..kv.snapshot import SnapshotError, SnapshotFile
+from ..kv.snapshot_format import SnapshotError, SnapshotFile
 from ..engine.sampling import SamplingParams
 from .common import CLIError, HelpFormat, add_lora_arg, add_model_args, load_model, load_options, progress_bar, ranged
 

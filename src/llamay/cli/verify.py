@@ -1,7 +1,7 @@
 """Check that this file computes the same logits every way llamay can get there (exit 1 if not)."""
 from __future__ import annotations
 
-from ..tools.verify import format_table, run_verify
+from ..measure.verify import format_table, run_verify
 from .common import add_model_args, progress_bar, ranged, resolve_model
 
 

@@ -13,7 +13,7 @@ _EXPORTS = {
     ".job": ("Job", "Done", "Piece"),
     # errors and readers of the layers below, for the server's error mapping and model checks
     "..kv": ("OutOfPages",),
-    "..kv.snapshot": ("SnapshotError",),
+    "..kv.snapshot_format": ("SnapshotError",),
     "..grammar": ("Grammar", "GrammarBusy", "GrammarError"),
     "..gguf": ("GGUFError", "GGUFReader"),
     "..models": ("UnsupportedModel",),

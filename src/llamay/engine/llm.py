@@ -40,7 +40,7 @@ class LLM:
         (LLM(path, n_ctx=512))."""
         opts = self.options = LoadOptions.of(options, **overrides)
         threads, n_ctx, kv, kv_budget, page_size = opts.threads, opts.n_ctx, opts.kv, opts.kv_budget, opts.page_size
-        lora, spec, draft_model = opts.lora, opts.spec, opts.draft_model
+        lora, draft_model = opts.lora, opts.draft_model
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
@@ -61,9 +61,9 @@ class LLM:
         self._store = self._new_store(kv_budget)
         self._session = None
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
-        spec = spec or ("draft" if self.draft else SPEC.mode)
+        speculation = opts.spec or ("draft" if self.draft else SPEC.mode)
         # every generation and every KV change goes through it: stepped here until a server starts it
-        self.scheduler = Scheduler(lambda: self._store, self.tokenizer, self.n_ctx, start=False, spec=spec,
+        self.scheduler = Scheduler(lambda: self._store, self.tokenizer, self.n_ctx, start=False, speculation=speculation,
                                    draft_model=self.draft)
 
     def _draft_model(self, path: str) -> DraftModel:

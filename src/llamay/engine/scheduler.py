@@ -58,14 +58,14 @@ class _Seq:
 class Scheduler:
     def __init__(self, store_of: Callable[[], ContextStore], tokenizer, n_ctx: int, concurrency: int = SCHEDULER.concurrency,
                  max_queue: int = SCHEDULER.max_queue, batch: int = SCHEDULER.batch, start: bool = True,
-                 spec: str = SPEC.mode, draft_model=None):
+                 speculation: str = SPEC.mode, draft_model=None):
         """store_of: the current context store (LLM.reset may replace it). start=False: stepped by run() on the
-        caller's thread until start() gives it a thread of its own. spec: a job's speculative decoding
-        unless it chooses (draft.MODES). draft_model: draft_model.DraftModel, for spec "draft"."""
+        caller's thread until start() gives it a thread of its own. speculation: a job's speculative
+        decoding unless it chooses (Job.spec; draft.MODES). draft_model: draft_model.DraftModel, for "draft"."""
         self.store_of, self.tokenizer, self.n_ctx = store_of, tokenizer, n_ctx
         self.concurrency, self.max_queue, self.batch = concurrency, max_queue, batch
         self.draft_model = draft_model
-        self.spec = self.check_mode(spec)
+        self.speculation = self.check_mode(speculation)
         self.queue: deque[tuple[Job, int]] = deque()
         self.running: list[_Seq] = []
         self.calls: deque[tuple[Callable, Future]] = deque()
@@ -320,7 +320,7 @@ class Scheduler:
                 job.sink(Done(0, "error", 0, 0, 0, 0, 0, 0, [], error=e))
 
     def _start(self, store: ContextStore, job: Job, t_submit: int):
-        mode = self.check_mode(job.spec or self.spec)  # fails here, before any KV change
+        mode = self.check_mode(job.spec or self.speculation)  # fails here, before any KV change
         before = dict(store.tier_tokens)
         cut, last_logits = None, None
         if job.ctx is None:
@@ -352,7 +352,7 @@ class Scheduler:
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
                 twin.n_disk, twin.n_shared = seq.n_disk, seq.n_shared
                 twin.grammar = seq.grammar.clone() if seq.grammar is not None else None
-                twin.drafter = self._drafter(seq.job.spec or self.spec, kid)
+                twin.drafter = self._drafter(seq.job.spec or self.speculation, kid)
                 twin.t_start, twin.t_prefilled = seq.t_start, seq.t_prefilled
                 self.running.append(twin)
                 self._sample(twin, logits)

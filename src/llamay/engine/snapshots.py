@@ -1,4 +1,4 @@
-"""Saving a context to a .llamayctx file and restoring it into fresh pages (kv/snapshot.py is the format).
+"""Saving a context to a .llamayctx file and restoring it into fresh pages (kv/snapshot_format.py is the format).
 
 A snapshot carries the context's tokens, its pages and the logits after its last token, so a restored
 context continues exactly like the original without recomputing anything; and, for a constrained
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..kv.snapshot import (ALIGN, CHECKSUM_BYTES, HEADER, LAYER, KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader,
+from ..kv.snapshot_format import (ALIGN, CHECKSUM_BYTES, HEADER, LAYER, KVGeometry, SnapshotError, SnapshotFile, SnapshotHeader,
                            check_compatible, pages_for, write_snapshot)
 from .digest import weights_digest
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from .snapshot import IOV_MAX, SnapshotError, _fill
+from .snapshot_format import IOV_MAX, SnapshotError, _fill
 
 MAGIC = b"LLKVSEG1"
 KEY_BYTES = 16

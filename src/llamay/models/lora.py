@@ -33,7 +33,7 @@ class Lora:
     terms: dict  # (layer, Layer field) -> (A, B, alpha, rank)
 
 
-def parse_spec(text: str) -> tuple[str, str, float]:
+def parse_adapter_arg(text: str) -> tuple[str, str, float]:
     """'name=file.gguf[:scale]' or 'file.gguf[:scale]' (named after the file) -> (name, path, scale)."""
     name, _, rest = text.partition("=") if "=" in text.split(":", 1)[0] else ("", "", text)
     path, scale = rest, 1.0

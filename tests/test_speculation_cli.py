@@ -73,14 +73,14 @@ def test_served_with_and_without_a_draft_model(smollm_path, other_vocab):
                 for extra in ({}, {"spec": "none"}, {"spec": "ngram"}, {"spec": "tree"})]
         assert [r.status_code for r in runs] == [200] * 4 and len({r.json()["content"] for r in runs}) == 1
         loaded = next(iter(with_draft.registry.loaded.values()))
-        assert loaded.llm.draft is not None and loaded.scheduler.spec == "draft"
+        assert loaded.llm.draft is not None and loaded.scheduler.speculation == "draft"
     finally:
         with_draft.stop()
     without = LiveServer(["-m", str(smollm_path), "--threads", "2", "--draft-model", str(other_vocab)])
     try:
         assert httpx.post(without.url + "/completion", json=BODY, timeout=60).status_code == 200
         loaded = next(iter(without.registry.loaded.values()))
-        assert loaded.llm.draft is None and loaded.scheduler.spec == SPEC.mode
+        assert loaded.llm.draft is None and loaded.scheduler.speculation == SPEC.mode
         r = httpx.post(without.url + "/completion", json={**BODY, "spec": "draft"}, timeout=60)
         assert r.status_code == 400 and "spec draft needs a draft model" in r.json()["error"]["message"]
     finally:
