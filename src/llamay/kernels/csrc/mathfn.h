@@ -1,5 +1,6 @@
 /* exp for the gated activations, one float operation sequence in scalar and AVX2 (avx2.h) form (bit-identical;
- * libm's expf/tanhf have no vector form that is guaranteed to agree with them).
+ * libm's expf/tanhf have no vector form that is guaranteed to agree with them), and the scalar activation
+ * and softcap steps: the portable kernels and the vector kernels' tails (ops.c, ops_avx2.c).
  * exp(x) = 2^n * P(r), n = rint(x * log2 e), r = x - n * ln2 (two-part ln2), P: Cephes expf polynomial
  * (relative error ~1e-7 on the reduced range). x is clamped to [-87.3, 88.3]. */
 #ifndef LLAMAY_MATHFN_H
@@ -26,7 +27,6 @@ static inline float ly_exp(float x) {
     memcpy(&scale, &bits, 4);
     return y * scale;
 }
-
 
 /* gate = act(gate) * up (up NULL: gate = act(gate)). act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
  * 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), with 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) and u
