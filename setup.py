@@ -1,5 +1,6 @@
 """Builds the C kernels as one shared library loaded with ctypes (no Python C API: ctypes releases the
-GIL during calls). Portable C plus AVX2 functions compiled with target attributes and chosen at run time."""
+GIL during calls). Portable C plus x86 ISA units (AVX2, AVX-VNNI, AVX-512) compiled with target attributes;
+csrc/dispatch.c's kernel table chooses among them at run time."""
 from glob import glob
 
 from setuptools import Extension, setup

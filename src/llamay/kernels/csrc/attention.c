@@ -10,10 +10,20 @@
  * then o / sum. Keys in position order whatever the page layout. With a sink logit z for the head
  * (gpt-oss): m = max(m, z) and sum = sum + ly_att_weight(z - m) after the keys. */
 #include "graph.h"
-#include "attention.h"
+#include "kernels.h"
 #include "kvtypes.h"
-#include "mathfn.h"
 #include <stdlib.h>
+
+/* The portable KV dot and accumulate of the kernel table (the AVX2 ones: attention_avx2.c). */
+float ly_kv_dot_portable(int type, const float *a, const uint8_t *k, int64_t d) {
+    if (type == LY_KV_F16) return ly_dot_f16_portable(a, (const uint16_t *)k, d);
+    if (type == LY_KV_F32) return ly_dot_f32_portable(a, (const float *)k, d);
+    return ly_dot_q8_portable(a, k, d);
+}
+
+void ly_kv_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d) {
+    ly_acc_portable(type, o, p, v, d);
+}
 
 static inline int64_t slot_of(const ly_batch *b, int64_t seq, int64_t pos) {
     int32_t page = b->page_tables[seq * b->max_pages + pos / b->page_size];
@@ -44,9 +54,11 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     const float *q = (const float *)nd->p[0] + (t * n_head + h) * d;
     float *o = (float *)nd->p[1] + (t * n_head + h) * d;
     const float *sinks = nd->p[5];
+    float (*kv_dot)(int, const float *, const uint8_t *, int64_t) = ly_kernels->kv_dot;
+    void (*kv_acc)(int, float *, float, const uint8_t *, int64_t) = ly_kernels->kv_acc;
     float m = -INFINITY;
     FOR_KEYS(b, seq, lo, p, k_pool, kvh * kb, n_kv_head * kb, j, k, {
-        float sj = ly_kv_dot(kt, q, k, d) * scale;
+        float sj = kv_dot(kt, q, k, d) * scale;
         if (softcap != 0.0f) sj = softcap * tanhf(sj / softcap);
         s[j - lo] = sj;
         if (sj > m) m = sj;
@@ -57,14 +69,14 @@ static void attend_one(const ly_node *nd, int64_t t, int64_t h, float *s) {
     FOR_KEYS(b, seq, lo, p, v_pool, kvh * vb, n_kv_head * vb, j, v, {
         float pj = ly_att_weight(s[j - lo] - m);
         sum = sum + pj;
-        if (ly_avx2) ly_acc_avx2(vt, o, pj, v, d); else ly_acc_portable(vt, o, pj, v, d);
+        kv_acc(vt, o, pj, v, d);
     })
     if (sinks) sum = sum + ly_att_weight(sinks[h] - m);
     for (int64_t i = 0; i < d; i++) o[i] = o[i] / sum;
 }
 
 /* Query heads g0 .. g0 + gs - 1 of the G sharing KV head kvh, f16 K and V: key pointers gathered in
- * position order, then the grouped kernel of the path (attention_f16.c), which follows attend_one's
+ * position order, then the grouped kernel of the path (kernel table), which follows attend_one's
  * sequence per head (so a head's result does not depend on gs). */
 static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, int64_t g0, int64_t gs, float *s,
                              const uint16_t **kp, const uint16_t **vp) {
@@ -80,8 +92,7 @@ static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, int64_t 
     const float *sinks = nd->p[5];
     ly_att at = {(const float *)nd->p[0] + h0 * d, (float *)nd->p[1] + h0 * d, kp, vp, p - lo + 1, d, gs,
                  nd->f[0], nd->f[1], sinks ? sinks + (h0 - t * n_head) : NULL};
-    if (ly_avx512) ly_attend_group_f16_avx512(&at, s);
-    else ly_attend_group_f16_avx2(&at, s);
+    ly_kernels->attend_group_f16(&at, s);
 }
 
 /* Shares: (token, head) pairs (or (token, KV head) groups) dealt round-robin, so causal prefill work is
@@ -93,7 +104,7 @@ void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     for (int64_t t = 0; t < b->n_tokens; t++) if (b->tok_pos[t] > max_pos) max_pos = b->tok_pos[t];
     int64_t n_kv_head = nd->n[1], G = n_head / n_kv_head;
     float *s = malloc((size_t)(max_pos + 1) * (size_t)G * sizeof(float));
-    if (ly_avx2 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 16 == 0 && G <= LY_MAX_GROUP) {
+    if (ly_kernels->attend_group_f16 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 16 == 0 && G <= LY_MAX_GROUP) {
         const uint16_t **kp = malloc((size_t)(max_pos + 1) * 2 * sizeof *kp), **vp = kp + max_pos + 1;
         int64_t groups = b->n_tokens * n_kv_head, threads = nth / LY_CHUNKS_PER_THREAD, per = 1;
         while (groups * per < threads && per < G) per++;

@@ -1,4 +1,5 @@
-/* The grouped f16 attention kernels (attention_f16.c): one (token, KV head) with its G query heads. */
+/* The grouped f16 attention kernels (attention_avx2.c, attention_avx512.c; in the kernel table): one
+ * (token, KV head) with its G query heads. */
 #ifndef LLAMAY_ATTENTION_H
 #define LLAMAY_ATTENTION_H
 #include "common.h"
@@ -21,7 +22,18 @@ typedef struct {
     const float *sinks;      /* [G] the heads' sink logits, or NULL */
 } ly_att;
 
-/* s: scratch of G * n_keys floats */
-void ly_attend_group_f16_avx2(const ly_att *at, float *s);
-void ly_attend_group_f16_avx512(const ly_att *at, float *s);
+/* A grouped kernel's body fn(at, s, G) with G a literal for the common group sizes (s: scratch of
+ * G * n_keys floats). */
+#define BY_GROUP(fn)                                  \
+    switch (at->G) {                                  \
+    case 1: fn(at, s, 1); break;                      \
+    case 2: fn(at, s, 2); break;                      \
+    case 4: fn(at, s, 4); break;                      \
+    case 8: fn(at, s, 8); break;                      \
+    default: fn(at, s, at->G); break;                 \
+    }
+
+/* s[g * n + j] holds the raw dot of head g with key j: -> p_j, and sum[g] (key order); attention_avx2.c */
+void ly_att_weights_avx2(float *s, int64_t n, int64_t G, float scale, float softcap, const float *sinks,
+                         float *sum);
 #endif

@@ -1,8 +1,7 @@
-/* Helpers shared by the AVX-512 tiles. */
+/* Helpers shared by the AVX-512 tiles. x86 ISA units only. */
 #ifndef LLAMAY_AVX512_H
 #define LLAMAY_AVX512_H
-#include "common.h"
-#include <immintrin.h>
+#include "x86.h"
 
 #define LY_INLINE LY_AVX512 static inline __attribute__((always_inline))
 #define GROUP 16 /* rows per group: one per 32-bit lane */

@@ -1,7 +1,7 @@
 /* Shared definitions for the llamay kernels.
  *
  * Contract for every kernel: one canonical float operation sequence per output element, the same in the
- * portable and the AVX2 path and for any thread count (threads split output rows, never a reduction).
+ * portable and every ISA path and for any thread count (threads split output rows, never a reduction).
  * Compiled with -ffp-contract=off: write multiply and add separately; never rely on FMA. */
 #ifndef LLAMAY_COMMON_H
 #define LLAMAY_COMMON_H
@@ -11,21 +11,17 @@
 #include <math.h>
 
 #define LY_API __attribute__((visibility("default")))
-#define LY_AVX2 __attribute__((target("avx2,f16c")))
-/* AVX-512 F/BW/VL with VNNI (512- and 256-bit dpbusd); AVX2 and F16C are implied on every such CPU. */
-#define LY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")))
 
-/* AVX2 with AVX-VNNI (VEX vpdpbusd): CPUs with VNNI but not AVX-512 (Alder Lake and later, Zen 5 laptops). */
-#define LY_AVXVNNI __attribute__((target("avx2,f16c,avxvnni")))
+/* 1 where the x86 ISA units (x86.h) are compiled; elsewhere only the portable path exists. */
+#if defined(__x86_64__) || defined(_M_X64)
+#define LY_X86 1
+#else
+#define LY_X86 0
+#endif
 
-/* Kernel paths: each uses its own functions where it has them and the AVX2 ones elsewhere (the AVX-512
- * and AVX-VNNI paths run the AVX2 element-wise ops). All paths give bit-identical results. A CPU may run
- * AVX-512 without AVX-VNNI (Ice Lake, Zen 4): ly_can_run says which it has. */
+/* Kernel paths (dispatch.c builds one kernel table for each). All paths give bit-identical results.
+ * A CPU may run AVX-512 without AVX-VNNI (Ice Lake, Zen 4): ly_can_run says which it has. */
 enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVXVNNI = 2, LY_PATH_AVX512 = 3 };
-/* Set by ly_init: ly_avx2 for every path but portable, ly_avxvnni and ly_avx512 for their own. */
-extern int ly_avx2, ly_avxvnni, ly_avx512;
-/* the 256-bit VNNI tiles may run: the AVX-VNNI path, or the AVX-512 one on a CPU with AVX-VNNI too */
-extern int ly_vnni256;
 
 static inline float ly_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;

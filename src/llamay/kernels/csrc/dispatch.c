@@ -1,20 +1,29 @@
-#include "common.h"
-
-int ly_avx2 = 0, ly_avxvnni = 0, ly_avx512 = 0, ly_vnni256 = 0;
+/* The kernel table's home: CPU detection, one table per path built once at load, ly_init picks one.
+ *
+ * Where ISA code lives (one rule for every kernel): the portable C of a kernel is in its generic file
+ * (ops.c, act.c, attention.c, q32.c, qfloat.c, qk.c, iq.c), which includes no intrinsics and reads no CPU
+ * state. Each ISA's versions are only in units named for it, <topic>_avx2.c, _avxvnni.c, _avx512.c, whose
+ * whole body is under #if LY_X86 and whose kernels carry that ISA's target attribute (x86.h); headers
+ * with intrinsics (x86.h, avx2.h, avx512.h and the templates q32_x8.h, qk_x8.h, qk_direct.h,
+ * qk_unpack.h) are included only there. A unit exports its entries (kernels.h) and may call a lower
+ * level's (AVX-512 falls back to AVX2 for few tokens). Only this file says which entry a path runs. */
+#include "kernels.h"
 
 /* 1 when this CPU runs kernel path `path` (LY_PATH_*), else 0. */
 LY_API int ly_can_run(int path) {
+    if (path == LY_PATH_PORTABLE) return 1;
+#if LY_X86
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     switch (path) {
-    case LY_PATH_PORTABLE: return 1;
     case LY_PATH_AVX2: return avx2;
     case LY_PATH_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
     case LY_PATH_AVX512:
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-    default: return 0;
     }
+#endif
+    return 0;
 }
 
 /* The best path this CPU runs: the widest. */
@@ -24,14 +33,74 @@ LY_API int ly_best_path(void) {
     return LY_PATH_PORTABLE;
 }
 
+static ly_kernel_table tables[4]; /* by LY_PATH_* */
+const ly_kernel_table *ly_kernels = &tables[LY_PATH_PORTABLE];
+
+/* The tiles a getter has replace the table's. */
+static void put_tiles(ly_kernel_table *k, ly_tile_fn (*get)(int type)) {
+    for (int t = 0; t < LY_N_TYPES; t++) {
+        ly_tile_fn fn = get(t);
+        if (fn) k->tile[t] = fn;
+    }
+}
+
+static void fill_portable(ly_kernel_table *k) {
+    *k = (ly_kernel_table){.sum = ly_sum_portable, .sumsq = ly_sumsq_portable, .gated = ly_gated_portable,
+                           .softcap = ly_softcap_portable, .quant_row = ly_quant_row_portable,
+                           .kv_dot = ly_kv_dot_portable, .kv_acc = ly_kv_acc_portable};
+    put_tiles(k, ly_tiles_q32_portable);
+    put_tiles(k, ly_tiles_float_portable);
+    put_tiles(k, ly_tiles_qk_portable);
+    put_tiles(k, ly_tiles_iq_portable);
+}
+
+#if LY_X86
+static void add_avx2(ly_kernel_table *k) {
+    k->sum = ly_sum_avx2;
+    k->sumsq = ly_sumsq_avx2;
+    k->gated = ly_gated_avx2;
+    k->softcap = ly_softcap_avx2;
+    k->quant_row = ly_quant_row_avx2;
+    k->kv_dot = ly_kv_dot_avx2;
+    k->kv_acc = ly_kv_acc_avx2;
+    k->attend_group_f16 = ly_attend_group_f16_avx2;
+    put_tiles(k, ly_tiles_q32_avx2);
+    put_tiles(k, ly_tiles_float_avx2);
+    put_tiles(k, ly_tiles_qk_avx2);
+}
+
+static void add_avxvnni(ly_kernel_table *k) {
+    put_tiles(k, ly_tiles_q32_avxvnni);
+    put_tiles(k, ly_tiles_qk_avxvnni);
+}
+
+static void add_avx512(ly_kernel_table *k) {
+    k->attend_group_f16 = ly_attend_group_f16_avx512;
+    put_tiles(k, ly_tiles_q32_avx512);
+    put_tiles(k, ly_tiles_float_avx512);
+    put_tiles(k, ly_tiles_qk_avx512);
+}
+#endif
+
+/* Each path: the one below it plus its own entries. avx512 has no 256-bit lookup-format tiles: it runs
+ * AVX-VNNI's where the CPU has AVX-VNNI, else AVX2's. */
+__attribute__((constructor)) static void build_tables(void) {
+    fill_portable(&tables[LY_PATH_PORTABLE]);
+#if LY_X86
+    tables[LY_PATH_AVX2] = tables[LY_PATH_PORTABLE];
+    add_avx2(&tables[LY_PATH_AVX2]);
+    tables[LY_PATH_AVXVNNI] = tables[LY_PATH_AVX2];
+    add_avxvnni(&tables[LY_PATH_AVXVNNI]);
+    tables[LY_PATH_AVX512] = tables[ly_can_run(LY_PATH_AVXVNNI) ? LY_PATH_AVXVNNI : LY_PATH_AVX2];
+    add_avx512(&tables[LY_PATH_AVX512]);
+#endif
+}
+
 /* Chooses the kernel path: `path` (LY_PATH_*), or the best one when path < 0. Returns the path now in
  * use, or -1 (nothing changed) when the CPU cannot run the one asked for. */
 LY_API int ly_init(int path) {
     if (path < 0) path = ly_best_path();
-    if (!ly_can_run(path)) return -1;
-    ly_avx2 = path >= LY_PATH_AVX2;
-    ly_avxvnni = path == LY_PATH_AVXVNNI;
-    ly_avx512 = path == LY_PATH_AVX512;
-    ly_vnni256 = path >= LY_PATH_AVXVNNI && ly_can_run(LY_PATH_AVXVNNI);
+    if (path > LY_PATH_AVX512 || !ly_can_run(path)) return -1;
+    ly_kernels = &tables[path];
     return path;
 }

@@ -4,7 +4,14 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <immintrin.h>
+
+#if LY_X86 /* a spin-wait hint */
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
 
 /* Polls of a node's completion (each with a pause, ~20 us in all) before the waiting thread sleeps on a
  * futex until the node's last chunk is done: on a busy machine the thread it waits for is often
@@ -88,7 +95,7 @@ static void wait_done(node_progress *p) {
     for (int spins = 0;; spins++) {
         int done = atomic_load_explicit(&p->done, memory_order_acquire);
         if (done >= p->chunks) return;
-        if (spins < SPINS_BEFORE_SLEEP) { _mm_pause(); continue; }
+        if (spins < SPINS_BEFORE_SLEEP) { CPU_RELAX(); continue; }
         atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&p->done, memory_order_seq_cst) == done) sleep_while(&p->done, done);
         atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);

@@ -3,7 +3,7 @@
  * gguf-py's dequantization bit for bit), then per 32-block b in order: acc = acc + s_b * dx_b, s_b the
  * float sum over the block's elements in order of w_j * (float)q_j. */
 #include "iq_grids.h"
-#include "matmul.h"
+#include "kernels.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,7 +185,7 @@ IQ_TILE(tile_iq3_s, IQ3_S)
 IQ_TILE(tile_iq1_s, IQ1_S)
 IQ_TILE(tile_iq1_m, IQ1_M)
 
-ly_tile_fn ly_tile_iq(int type) {
+ly_tile_fn ly_tiles_iq_portable(int type) {
     switch (type) {
     case IQ2_XXS: return tile_iq2_xxs; case IQ2_XS: return tile_iq2_xs; case IQ2_S: return tile_iq2_s;
     case IQ3_XXS: return tile_iq3_xxs; case IQ3_S: return tile_iq3_s; case IQ1_S: return tile_iq1_s;

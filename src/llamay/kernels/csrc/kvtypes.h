@@ -2,7 +2,8 @@
  * head_dim: float32 scale d then 32 int8, value = d * q; quantized with d = amax / 127,
  * q = rint(x * (1 / d)) half to even, as the activations are). One head of one slot is
  * head_bytes(type, head_dim) bytes; a slot row holds n_kv_head heads.
- * Dot products use the canonical lanes of lanes.h; dequantized values are d * (float)q in both paths. */
+ * Dot products use the canonical lanes of lanes.h; dequantized values are d * (float)q in every path. These
+ * are the portable forms (attention.c); the AVX2 ones are in attention_avx2.c. */
 #ifndef LLAMAY_KVTYPES_H
 #define LLAMAY_KVTYPES_H
 #include "lanes.h"
@@ -33,31 +34,6 @@ static inline float ly_dot_q8_portable(const float *a, const uint8_t *k, int64_t
     return ly_lanes_reduce(l);
 }
 
-LY_AVX2 static inline __m256 ly_q8_load8_avx2(const int8_t *q, __m256 vs) {
-    __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q));
-    return _mm256_mul_ps(vs, _mm256_cvtepi32_ps(w));
-}
-
-LY_AVX2 static inline float ly_dot_q8_avx2(const float *a, const uint8_t *k, int64_t d) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < d / LY_Q8_BLOCK; b++) {
-        const uint8_t *blk = k + b * LY_Q8_BYTES;
-        __m256 vs = _mm256_set1_ps(ly_q8_scale(blk));
-        const int8_t *q = (const int8_t *)(blk + 4);
-        for (int j = 0; j < LY_Q8_BLOCK; j += 8)
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + b * LY_Q8_BLOCK + j), ly_q8_load8_avx2(q + j, vs)));
-    }
-    return ly_lanes_reduce_avx2(acc);
-}
-
-static inline float ly_kv_dot(int type, const float *a, const uint8_t *k, int64_t d) {
-    if (type == LY_KV_F16)
-        return ly_avx2 ? ly_dot_f16_avx2(a, (const uint16_t *)k, d) : ly_dot_f16_portable(a, (const uint16_t *)k, d);
-    if (type == LY_KV_F32)
-        return ly_avx2 ? ly_dot_f32_avx2(a, (const float *)k, d) : ly_dot_f32_portable(a, (const float *)k, d);
-    return ly_avx2 ? ly_dot_q8_avx2(a, k, d) : ly_dot_q8_portable(a, k, d);
-}
-
 /* ---- o += p * v ---- */
 static inline void ly_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d) {
     for (int64_t i = 0; i < d; i++) {
@@ -70,22 +46,6 @@ static inline void ly_acc_portable(int type, float *o, float p, const uint8_t *v
         }
         o[i] = o[i] + p * x;
     }
-}
-
-LY_AVX2 static inline void ly_acc_avx2(int type, float *o, float p, const uint8_t *v, int64_t d) {
-    __m256 vp = _mm256_set1_ps(p);
-    int64_t i = 0;
-    for (; i + 8 <= d; i += 8) {
-        __m256 x;
-        if (type == LY_KV_F32) x = _mm256_loadu_ps((const float *)v + i);
-        else if (type == LY_KV_F16) x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)v + i)));
-        else {
-            const uint8_t *blk = v + (i / LY_Q8_BLOCK) * LY_Q8_BYTES;
-            x = ly_q8_load8_avx2((const int8_t *)(blk + 4) + i % LY_Q8_BLOCK, _mm256_set1_ps(ly_q8_scale(blk)));
-        }
-        _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i), _mm256_mul_ps(vp, x)));
-    }
-    if (i < d) ly_acc_portable(type, o + i, p, v + ly_kv_head_bytes(type, i), d - i);
 }
 
 /* ---- store one head's values x[d] as type ---- */

@@ -1,11 +1,11 @@
-/* exp for the gated activations, one float operation sequence in scalar and AVX2 form (bit-identical;
- * libm's expf/tanhf have no vector form that is guaranteed to agree with them).
+/* exp for the gated activations, one float operation sequence in scalar and AVX2 (avx2.h) form (bit-identical;
+ * libm's expf/tanhf have no vector form that is guaranteed to agree with them), and the scalar activation
+ * and softcap steps: the portable kernels and the vector kernels' tails (ops.c, ops_avx2.c).
  * exp(x) = 2^n * P(r), n = rint(x * log2 e), r = x - n * ln2 (two-part ln2), P: Cephes expf polynomial
  * (relative error ~1e-7 on the reduced range). x is clamped to [-87.3, 88.3]. */
 #ifndef LLAMAY_MATHFN_H
 #define LLAMAY_MATHFN_H
 #include "common.h"
-#include <immintrin.h>
 
 #define LY_EXP_HI 88.3762626647949f
 #define LY_EXP_LO -87.3365478515625f
@@ -28,15 +28,44 @@ static inline float ly_exp(float x) {
     return y * scale;
 }
 
-LY_AVX2 static inline __m256 ly_exp_avx2(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(LY_EXP_LO)), _mm256_set1_ps(LY_EXP_HI));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LY_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(LY_LN2_A))),
-                             _mm256_mul_ps(n, _mm256_set1_ps(LY_LN2_B)));
-    __m256 y = _mm256_set1_ps(ly_exp_c[0]);
-    for (int i = 1; i < 6; i++) y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(ly_exp_c[i]));
-    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
-    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+/* gate = act(gate) * up (up NULL: gate = act(gate)). act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
+ * 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), with 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) and u
+ * clamped to [-10, 10] (tanh is +-1 in float beyond); 2: gpt-oss's clamped SwiGLU (gated only). exp is
+ * ly_exp, so all paths agree. */
+static inline float ly_gated_one(float g, float up, int act) {
+    const float c = 0.7978845608028654f;
+    float a;
+    if (act == 2) { /* gpt-oss: g = min(g, 7), a = g / (1 + exp(-1.702 g)), times clamp(up, -7, 7) + 1 */
+        g = 7.0f < g ? 7.0f : g;
+        up = 7.0f < up ? 7.0f : up;
+        up = -7.0f > up ? -7.0f : up;
+        return (g / (1.0f + ly_exp(-1.702f * g))) * (up + 1.0f);
+    }
+    if (act == 0) {
+        a = g / (1.0f + ly_exp(-g));
+    } else {
+        float u = c * (g + (0.044715f * g) * (g * g));
+        u = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;
+        a = (0.5f * g) * (2.0f - 2.0f / (ly_exp(u + u) + 1.0f));
+    }
+    return a * up;
 }
+
+static inline float ly_act_one(float g, int act) { return ly_gated_one(g, 1.0f, act); } /* a * 1.0f == a */
+
+/* x = cap * tanh(x / cap). tanh(u): for |u| < 1/8 the odd series u + u^3 (c3 + u^2 (c5 + u^2 c7)) (error
+ * < 2e-9 relative), else 1 - 2 / (exp(2u) + 1) with u clamped to [-10, 10] (tanh is +-1 in float beyond)
+ * and ly_exp; all paths compute both forms and pick by |u|, so they agree bit for bit. */
+#define LY_TANH_C3 -0.333333333333f
+#define LY_TANH_C5 0.133333333333f
+#define LY_TANH_C7 -0.053968253968f
+
+static inline float ly_softcap_one(float x, float cap) {
+    float u = x / cap, u2 = u * u;
+    float small = u + (u * u2) * (LY_TANH_C3 + u2 * (LY_TANH_C5 + u2 * LY_TANH_C7));
+    float c = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;
+    float big = 1.0f - 2.0f / (ly_exp(c + c) + 1.0f);
+    return cap * (fabsf(u) < 0.125f ? small : big);
+}
+
 #endif

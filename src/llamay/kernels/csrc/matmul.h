@@ -24,9 +24,5 @@ void ly_quant_rows(const ly_act *a, int64_t lo, int64_t hi);
 
 typedef void (*ly_tile_fn)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                            const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
-
-/* Returns the tile function for a GGML type id in the current path (portable or AVX2), or NULL. */
-ly_tile_fn ly_tile_q32(int type);  /* F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (q32.c) */
-ly_tile_fn ly_tile_qk(int type);   /* Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (qk.c) */
-ly_tile_fn ly_tile_iq(int type);   /* IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (iq.c), or NULL */
+/* A type's tile in the current path: ly_tile(type) (kernels.h). */
 #endif

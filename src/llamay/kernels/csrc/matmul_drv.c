@@ -3,12 +3,9 @@
  * (never a split of a reduction); each thread walks token tiles whose activations fit in L2 and hands
  * (rows, tokens) tiles to the format's tile function. Every output element follows its format's canonical
  * sequence, so y does not depend on nthreads, on tile bounds or on n. */
-#include "matmul.h"
 #include "graph.h"
+#include "kernels.h"
 #include <omp.h>
-
-/* qk.c may be absent from a build: then K-quant types are simply unsupported. */
-ly_tile_fn ly_tile_qk(int type) __attribute__((weak));
 
 #define ACT_TILE_BYTES (512 * 1024)
 /* Rows per share: the widest tile's row group (AVX-512: 16), so no share ends in a part-empty group. */
@@ -25,8 +22,7 @@ static int64_t token_tile(int64_t k, int64_t n) {
 /* w: m rows of row_bytes; y: [n, m]. Returns 0, or -1 for a type without a tile function. */
 LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, const ly_act *a, int64_t n,
                      float *y, int nthreads) {
-    ly_tile_fn tile = ly_tile_q32(type);
-    if (!tile && ly_tile_qk) tile = ly_tile_qk(type);
+    ly_tile_fn tile = ly_tile(type);
     if (!tile) return -1;
     if (m <= 0 || n <= 0) return 0;
     int64_t groups = (m + ROW_GROUP - 1) / ROW_GROUP, tt = token_tile(a->k, n);
@@ -50,8 +46,7 @@ LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, co
 void ly_matmul_slice(const ly_node *nd, int ith, int nth) {
     const ly_act *a = nd->p[1];
     int64_t m = nd->n[2], n = nd->n[3], groups = (m + ROW_GROUP - 1) / ROW_GROUP, ga, gb;
-    ly_tile_fn tile = ly_tile_q32((int)nd->n[1]);
-    if (!tile && ly_tile_qk) tile = ly_tile_qk((int)nd->n[1]);
+    ly_tile_fn tile = ly_tile((int)nd->n[1]);
     if (!tile || n <= 0) return;
     ly_share(groups, ith, nth, &ga, &gb);
     int64_t ra = ga * ROW_GROUP, rb = gb * ROW_GROUP < m ? gb * ROW_GROUP : m, tt = token_tile(a->k, n);
@@ -77,8 +72,7 @@ void ly_moe_matmul_slice(const ly_node *nd, int ith, int nth) {
     const int32_t *offs = nd->p[3];
     const float *bias = nd->p[4];
     int64_t row_bytes = nd->n[0], m = nd->n[2], n_expert = nd->n[3], groups = (m + ROW_GROUP - 1) / ROW_GROUP;
-    ly_tile_fn tile = ly_tile_q32((int)nd->n[1]);
-    if (!tile && ly_tile_qk) tile = ly_tile_qk((int)nd->n[1]);
+    ly_tile_fn tile = ly_tile((int)nd->n[1]);
     if (!tile) return;
     int64_t used = 0, lo, hi, tt = token_tile(a->k, nd->n[4]);
     for (int64_t e = 0; e < n_expert; e++) used += offs[e + 1] > offs[e];

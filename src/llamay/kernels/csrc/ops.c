@@ -1,12 +1,24 @@
 /* Elementwise and normalisation ops: RMSNorm, LayerNorm, RoPE, (gated) activations, residual add, bias,
  * scale, softcap.
  *
- * Reductions (the RMSNorm sum of squares) use the canonical 8-lane order of lanes.h, so the portable and
- * AVX2 paths agree bit for bit. Transcendentals are scalar libm calls in both paths. */
+ * Reductions (the RMSNorm sum of squares) use the canonical 8-lane order of lanes.h, so all paths agree bit
+ * for bit. The portable kernels of the table are here, the AVX2 ones in ops_avx2.c. */
 #include "graph.h"
+#include "kernels.h"
 #include "lanes.h"
 #include "mathfn.h"
-#include "matmul.h"
+
+float ly_sum_portable(const float *x, int64_t d) {
+    float l[8] = {0};
+    for (int64_t i = 0; i < d; i++) l[i & 7] = l[i & 7] + x[i];
+    return ly_lanes_reduce(l);
+}
+
+float ly_sumsq_portable(const float *x, int64_t d) {
+    float l[8] = {0};
+    for (int64_t i = 0; i < d; i++) l[i & 7] = l[i & 7] + x[i] * x[i];
+    return ly_lanes_reduce(l);
+}
 
 /* y[r] = (x[r] * (1 / sqrt(mean(x[r]^2) + eps))) * w, rows of length d; y may alias x. With p[3] (an
  * ly_act over y, rows of d) each row is quantized as soon as it is normed: one node and one pass fewer. */
@@ -18,7 +30,7 @@ void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth) {
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = x + r * d;
         float *yr = y + r * d;
-        float ss = ly_avx2 ? ly_sumsq_avx2(xr, d) : ly_sumsq_portable(xr, d);
+        float ss = ly_kernels->sumsq(xr, d);
         float scale = 1.0f / sqrtf(ss / (float)d + nd->f[0]);
         for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] * scale) * w[i];
         if (nd->p[3]) ly_quant_rows(nd->p[3], r, r + 1);
@@ -35,9 +47,9 @@ void ly_layernorm_slice(const ly_node *nd, int ith, int nth) {
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = x + r * d;
         float *yr = y + r * d;
-        float mean = (ly_avx2 ? ly_sum_avx2(xr, d) : ly_sum_portable(xr, d)) / (float)d;
+        float mean = ly_kernels->sum(xr, d) / (float)d;
         for (int64_t i = 0; i < d; i++) yr[i] = xr[i] - mean;
-        float var = (ly_avx2 ? ly_sumsq_avx2(yr, d) : ly_sumsq_portable(yr, d)) / (float)d;
+        float var = ly_kernels->sumsq(yr, d) / (float)d;
         float scale = 1.0f / sqrtf(var + nd->f[0]);
         for (int64_t i = 0; i < d; i++) yr[i] = (yr[i] * scale) * w[i] + b[i];
     }
@@ -81,57 +93,9 @@ void ly_rope_slice(const ly_node *nd, int ith, int nth) {
     }
 }
 
-/* gate = act(gate) * up (up NULL: gate = act(gate)). act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
- * 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), with 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) and u
- * clamped to [-10, 10] (tanh is +-1 in float beyond); 2: gpt-oss's clamped SwiGLU (gated only). exp is
- * mathfn.h's, so both paths agree. */
-static inline float gated_one(float g, float up, int act) {
-    const float c = 0.7978845608028654f;
-    float a;
-    if (act == 2) { /* gpt-oss: g = min(g, 7), a = g / (1 + exp(-1.702 g)), times clamp(up, -7, 7) + 1 */
-        g = 7.0f < g ? 7.0f : g;
-        up = 7.0f < up ? 7.0f : up;
-        up = -7.0f > up ? -7.0f : up;
-        return (g / (1.0f + ly_exp(-1.702f * g))) * (up + 1.0f);
-    }
-    if (act == 0) {
-        a = g / (1.0f + ly_exp(-g));
-    } else {
-        float u = c * (g + (0.044715f * g) * (g * g));
-        u = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;
-        a = (0.5f * g) * (2.0f - 2.0f / (ly_exp(u + u) + 1.0f));
-    }
-    return a * up;
-}
-
-static inline float act_one(float g, int act) { return gated_one(g, 1.0f, act); } /* a * 1.0f == a */
-
-LY_AVX2 static void gated_avx2(float *gate, const float *up, int64_t lo, int64_t hi, int act) {
-    const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), c = _mm256_set1_ps(0.7978845608028654f);
-    int64_t i = lo;
-    for (; i + 8 <= hi; i += 8) {
-        __m256 g = _mm256_loadu_ps(gate + i), a;
-        if (act == 2) { /* as gated_one: min_ps(7, x) is 7 < x ? 7 : x, max_ps(-7, x) is -7 > x ? -7 : x */
-            const __m256 seven = _mm256_set1_ps(7.0f);
-            g = _mm256_min_ps(seven, g);
-            __m256 u = _mm256_max_ps(_mm256_set1_ps(-7.0f), _mm256_min_ps(seven, _mm256_loadu_ps(up + i)));
-            a = _mm256_div_ps(g, _mm256_add_ps(one, ly_exp_avx2(_mm256_mul_ps(_mm256_set1_ps(-1.702f), g))));
-            _mm256_storeu_ps(gate + i, _mm256_mul_ps(a, _mm256_add_ps(u, one)));
-            continue;
-        }
-        if (act == 0) {
-            a = _mm256_div_ps(g, _mm256_add_ps(one, ly_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-        } else {
-            __m256 u = _mm256_mul_ps(c, _mm256_add_ps(g, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), g),
-                                                                       _mm256_mul_ps(g, g))));
-            u = _mm256_min_ps(_mm256_max_ps(u, _mm256_set1_ps(-10.0f)), _mm256_set1_ps(10.0f));
-            __m256 e = ly_exp_avx2(_mm256_add_ps(u, u));
-            a = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g),
-                              _mm256_sub_ps(two, _mm256_div_ps(two, _mm256_add_ps(e, one))));
-        }
-        _mm256_storeu_ps(gate + i, up ? _mm256_mul_ps(a, _mm256_loadu_ps(up + i)) : a);
-    }
-    for (; i < hi; i++) gate[i] = up ? gated_one(gate[i], up[i], act) : act_one(gate[i], act);
+/* gate[i] = act(gate[i]) * up[i] (up NULL: act(gate[i])) for i in [lo, hi): mathfn.h's ly_gated_one */
+void ly_gated_portable(float *gate, const float *up, int64_t lo, int64_t hi, int act) {
+    for (int64_t i = lo; i < hi; i++) gate[i] = up ? ly_gated_one(gate[i], up[i], act) : ly_act_one(gate[i], act);
 }
 
 void ly_gated_slice(const ly_node *nd, int ith, int nth) {
@@ -142,8 +106,7 @@ void ly_gated_slice(const ly_node *nd, int ith, int nth) {
     int64_t lo, hi, k = q ? q->k : 1; /* fused with the quantization of rows of k: shares are rows */
     ly_share(nd->n[0] / k, ith, nth, &lo, &hi);
     int64_t a = lo * k, b = hi * k;
-    if (ly_avx2) gated_avx2(gate, up, a, b, act);
-    else for (int64_t i = a; i < b; i++) gate[i] = up ? gated_one(gate[i], up[i], act) : act_one(gate[i], act);
+    ly_kernels->gated(gate, up, a, b, act);
     if (q) ly_quant_rows(q, lo, hi);
 }
 
@@ -163,44 +126,16 @@ void ly_scale_slice(const ly_node *nd, int ith, int nth) {
     for (int64_t i = lo; i < hi; i++) x[i] = x[i] * s;
 }
 
-/* x = cap * tanh(x / cap). tanh(u): for |u| < 1/8 the odd series u + u^3 (c3 + u^2 (c5 + u^2 c7)) (error
- * < 2e-9 relative), else 1 - 2 / (exp(2u) + 1) with u clamped to [-10, 10] (tanh is +-1 in float beyond)
- * and mathfn.h's exp; both paths compute both forms and pick by |u|, so they agree bit for bit. */
-#define TANH_C3 -0.333333333333f
-#define TANH_C5 0.133333333333f
-#define TANH_C7 -0.053968253968f
-
-static inline float softcap_one(float x, float cap) {
-    float u = x / cap, u2 = u * u;
-    float small = u + (u * u2) * (TANH_C3 + u2 * (TANH_C5 + u2 * TANH_C7));
-    float c = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;
-    float big = 1.0f - 2.0f / (ly_exp(c + c) + 1.0f);
-    return cap * (fabsf(u) < 0.125f ? small : big);
-}
-
-LY_AVX2 static void softcap_avx2(float *x, int64_t lo, int64_t hi, float cap) {
-    const __m256 k = _mm256_set1_ps(cap), one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    int64_t i = lo;
-    for (; i + 8 <= hi; i += 8) {
-        __m256 u = _mm256_div_ps(_mm256_loadu_ps(x + i), k), u2 = _mm256_mul_ps(u, u);
-        __m256 p = _mm256_add_ps(_mm256_set1_ps(TANH_C5), _mm256_mul_ps(u2, _mm256_set1_ps(TANH_C7)));
-        p = _mm256_add_ps(_mm256_set1_ps(TANH_C3), _mm256_mul_ps(u2, p));
-        __m256 small = _mm256_add_ps(u, _mm256_mul_ps(_mm256_mul_ps(u, u2), p));
-        __m256 c = _mm256_min_ps(_mm256_max_ps(u, _mm256_set1_ps(-10.0f)), _mm256_set1_ps(10.0f));
-        __m256 big = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(ly_exp_avx2(_mm256_add_ps(c, c)), one)));
-        __m256 is_small = _mm256_cmp_ps(_mm256_and_ps(u, abs_mask), _mm256_set1_ps(0.125f), _CMP_LT_OQ);
-        _mm256_storeu_ps(x + i, _mm256_mul_ps(k, _mm256_blendv_ps(big, small, is_small)));
-    }
-    for (; i < hi; i++) x[i] = softcap_one(x[i], cap);
+/* x[i] = cap * tanh(x[i] / cap) for i in [lo, hi): mathfn.h's ly_softcap_one */
+void ly_softcap_portable(float *x, int64_t lo, int64_t hi, float cap) {
+    for (int64_t i = lo; i < hi; i++) x[i] = ly_softcap_one(x[i], cap);
 }
 
 void ly_softcap_slice(const ly_node *nd, int ith, int nth) {
     float *x = nd->p[0];
     int64_t lo, hi;
     ly_share(nd->n[0], ith, nth, &lo, &hi);
-    if (ly_avx2) { softcap_avx2(x, lo, hi, nd->f[0]); return; }
-    for (int64_t i = lo; i < hi; i++) x[i] = softcap_one(x[i], nd->f[0]);
+    ly_kernels->softcap(x, lo, hi, nd->f[0]);
 }
 
 /* Llama 4's attention temperature on the queries (POS_SCALE). Shares: tokens. */

@@ -1,6 +1,7 @@
-/* Tiles for the 32-block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the lookup formats IQ4_NL, IQ4_XS, MXFP4:
- * the portable path and the dispatch.
- * The canonical formulas are in q32.h; the AVX2 path (q32_avx2.c) and reference.py follow them exactly. */
+/* Tiles for the 32-block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the lookup formats IQ4_NL, IQ4_XS, MXFP4 and
+ * the ternary TQ1_0, TQ2_0: the portable path. The canonical formulas are in q32.h; the ISA tiles
+ * (q32_avx2.c, q32_avxvnni.c, q32_avx512.c) and reference.py follow them exactly. */
+#include "kernels.h"
 #include "q32.h"
 #include <stdlib.h>
 
@@ -119,56 +120,29 @@ static void tile_portable(const ly_q32_fmt *f, const uint8_t *w, size_t row_byte
                                 int64_t t0, int64_t t1, float *y, int64_t ldy) {                             \
         tile_portable(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                               \
     }
-#define TILES256(NAME, TYPE)                                                                                \
-    static void NAME##_portable(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,        \
-                                int64_t t0, int64_t t1, float *y, int64_t ldy) {                             \
-        tile_portable(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                               \
-    }                                                                                                        \
-    static void NAME##_avx2(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,            \
-                            int64_t t0, int64_t t1, float *y, int64_t ldy) {                                 \
-        ly_tile_q32_avx2(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                            \
-    }                                                                                                        \
-    static void NAME##_avxvnni(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,         \
-                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                              \
-        ly_tile_q32_avxvnni(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                         \
-    }
-#define TILES(NAME, TYPE)                                                                                   \
-    TILES256(NAME, TYPE)                                                                                     \
-    static void NAME##_avx512(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,          \
-                              int64_t t0, int64_t t1, float *y, int64_t ldy) {                               \
-        ly_tile_q32_avx512(ly_q32_format(TYPE), w, rb, r0, r1, a, t0, t1, y, ldy);                          \
-    }
-TILES(q4_0, LY_Q4_0)
-TILES(q4_1, LY_Q4_1)
-TILES(q5_0, LY_Q5_0)
-TILES(q5_1, LY_Q5_1)
-TILES(q8_0, LY_Q8_0)
-TILES256(iq4_nl, LY_IQ4_NL)
-TILES256(iq4_xs, LY_IQ4_XS)
-TILES256(mxfp4, LY_MXFP4)
+TILE_PORTABLE(q4_0, LY_Q4_0)
+TILE_PORTABLE(q4_1, LY_Q4_1)
+TILE_PORTABLE(q5_0, LY_Q5_0)
+TILE_PORTABLE(q5_1, LY_Q5_1)
+TILE_PORTABLE(q8_0, LY_Q8_0)
+TILE_PORTABLE(iq4_nl, LY_IQ4_NL)
+TILE_PORTABLE(iq4_xs, LY_IQ4_XS)
+TILE_PORTABLE(mxfp4, LY_MXFP4)
 TILE_PORTABLE(tq1_0, LY_TQ1_0)
 TILE_PORTABLE(tq2_0, LY_TQ2_0)
 
-#define PICK(name) (ly_avx512 ? name##_avx512 : ly_avxvnni ? name##_avxvnni : ly_avx2 ? name##_avx2 : name##_portable)
-/* The lookup formats have 256-bit tiles only: the AVX-512 path runs the AVX-VNNI one (the AVX2 one on a CPU
- * without AVX-VNNI). */
-#define PICK256(name) (ly_vnni256 ? name##_avxvnni : ly_avx2 ? name##_avx2 : name##_portable)
-
-ly_tile_fn ly_tile_q32(int type) {
+ly_tile_fn ly_tiles_q32_portable(int type) {
     switch (type) {
-    case LY_Q4_0: return PICK(q4_0);
-    case LY_Q4_1: return PICK(q4_1);
-    case LY_Q5_0: return PICK(q5_0);
-    case LY_Q5_1: return PICK(q5_1);
-    case LY_Q8_0: return PICK(q8_0);
-    case LY_IQ4_NL: return PICK256(iq4_nl);
-    case LY_IQ4_XS: return PICK256(iq4_xs);
-    case LY_MXFP4: return PICK256(mxfp4);
+    case LY_Q4_0: return q4_0_portable;
+    case LY_Q4_1: return q4_1_portable;
+    case LY_Q5_0: return q5_0_portable;
+    case LY_Q5_1: return q5_1_portable;
+    case LY_Q8_0: return q8_0_portable;
+    case LY_IQ4_NL: return iq4_nl_portable;
+    case LY_IQ4_XS: return iq4_xs_portable;
+    case LY_MXFP4: return mxfp4_portable;
     case LY_TQ1_0: return tq1_0_portable; /* every path: no SIMD tile */
     case LY_TQ2_0: return tq2_0_portable;
-    default: {
-        ly_tile_fn iq = ly_tile_iq(type);
-        return iq ? iq : ly_tile_float(type);
-    }
+    default: return NULL;
     }
 }

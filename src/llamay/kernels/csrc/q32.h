@@ -1,4 +1,5 @@
-/* Internal interface of the 32-block format kernels (q32.c portable, q32_avx2.c, qfloat.c).
+/* Internal interface of the 32-block format kernels (q32.c portable, q32_avx2.c, q32_avxvnni.c, q32_avx512.c)
+ * and the float ones (qfloat*.c).
  *
  * Canonical float sequence per (token t, row r), blocks b in index order, acc starting at 0.0f; dw, mw are
  * the block's f16 scale and min as float, dx the activation block scale, isum the exact int32 dot of the
@@ -53,14 +54,16 @@ typedef struct { int type, size, qh, qs, has_min, offset; } ly_q32_fmt;
 /* NULL for a type that is not a 32-block integer format. */
 const ly_q32_fmt *ly_q32_format(int type);
 
-void ly_tile_q32_avx2(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                      const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
+/* F16 or BF16 row -> float (exact), the portable conversion (qfloat.c, and the ISA tiles' tails) */
+static inline void ly_half_row_to_f32(int type, const uint8_t *row, int64_t k, float *out) {
+    for (int64_t i = 0; i < k; i++) {
+        uint16_t h;
+        memcpy(&h, row + 2 * i, 2);
+        out[i] = type == LY_F16 ? ly_f16_to_f32(h) : ly_bf16_to_f32(h);
+    }
+}
 
-void ly_tile_q32_avxvnni(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                         const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
-
-void ly_tile_q32_avx512(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                        const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy);
-
-ly_tile_fn ly_tile_float(int type); /* F32, F16, BF16 in the current path (qfloat.c) */
+/* qfloat_avx2.c's tile for F32, F16 or BF16 (type), which qfloat_avx512.c runs for few tokens */
+void ly_float_tile_avx2(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
+                        int64_t t0, int64_t t1, float *y, int64_t ldy);
 #endif

@@ -7,9 +7,11 @@
  * dots come out without horizontal adds. Signed formats are made unsigned (Q8_0: v + 128; Q4_0, Q5_0 are
  * already stored as v + offset) and the offset times the activation sum is subtracted: exact integers,
  * so equal to the element-order dot. Floats then follow q32.h's per-block sequence, one row per lane. */
-#include "q32.h"
+#include "common.h"
+#if LY_X86
 #include "avx512.h"
-#include <immintrin.h>
+#include "kernels.h"
+#include "q32.h"
 #include <stdlib.h>
 
 #define NT_MAX 8 /* tokens per kernel call: 8 int32 + 8 float accumulators stay in registers */
@@ -175,13 +177,26 @@ LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int
     free(mem);
 }
 
-LY_AVX512 void ly_tile_q32_avx512(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0,
-                                  int64_t r1, const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
-    switch (f->type) {
-    case LY_Q4_0: tile((q_fmt){LY_Q4_0, 0, 8, 18, -1, 2}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q4_1: tile((q_fmt){LY_Q4_1, 1, 0, 20, -1, 4}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q5_0: tile((q_fmt){LY_Q5_0, 0, 16, 22, 2, 6}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q5_1: tile((q_fmt){LY_Q5_1, 1, 0, 24, 4, 8}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q8_0: tile((q_fmt){LY_Q8_0, 0, 0, 34, -1, 2}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+/* One entry per type: the format's constants are literals in each. */
+#define TILE512(name, ...)                                                                                  \
+    LY_AVX512 static void name(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,         \
+                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                              \
+        tile((q_fmt){__VA_ARGS__}, w, rb, r0, r1, a, t0, t1, y, ldy);                                       \
+    }
+TILE512(q4_0, LY_Q4_0, 0, 8, 18, -1, 2)
+TILE512(q4_1, LY_Q4_1, 1, 0, 20, -1, 4)
+TILE512(q5_0, LY_Q5_0, 0, 16, 22, 2, 6)
+TILE512(q5_1, LY_Q5_1, 1, 0, 24, 4, 8)
+TILE512(q8_0, LY_Q8_0, 0, 0, 34, -1, 2)
+
+ly_tile_fn ly_tiles_q32_avx512(int type) {
+    switch (type) {
+    case LY_Q4_0: return q4_0;
+    case LY_Q4_1: return q4_1;
+    case LY_Q5_0: return q5_0;
+    case LY_Q5_1: return q5_1;
+    case LY_Q8_0: return q8_0;
+    default: return NULL; /* the lookup formats: the 256-bit tiles */
     }
 }
+#endif

@@ -1,15 +1,16 @@
 /* 256-bit tiles for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, MXFP4 (formulas in q32.h, bit-identical to the portable path),
  * built twice: AVX2 (q32_avx2.c) and AVX-VNNI (q32_avxvnni.c). The includer defines X8_TARGET (a target
  * attribute), X8_VNNI (1: vpdpbusd sums 4 products into int32 in one step; 0: maddubs + madd) and X8_ENTRY
- * (the entry's name).
+ * (the name of its tile getter).
  *
  * Rows are processed in groups of 8. A group is unpacked once into int8 "lane-interleaved" vectors:
  * V[b][j] holds, in its 32-bit lane i, the 4 weight values 4j..4j+3 of block b of row i. The 4 activation
  * values 4j..4j+3 are broadcast, so the u8 x s8 dot of 4 gives each row's partial dot in its own lane and the 8
  * row sums of a block come out as one vector without horizontal adds. Integer sums are exact in any
  * order, so this equals the portable element-order dot. Each unpacked group serves up to 4 tokens at once. */
+#include "kernels.h"
 #include "q32.h"
-#include <immintrin.h>
+#include "x86.h"
 #include <stdlib.h>
 
 #define LY_INLINE X8_TARGET static inline __attribute__((always_inline))
@@ -289,16 +290,31 @@ LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int
     free(mem);
 }
 
-X8_TARGET void X8_ENTRY(const ly_q32_fmt *f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                        const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
-    switch (f->type) {
-    case LY_Q4_0: tile((q_fmt){LY_Q4_0, K_Q4, 0, 8, 18}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q4_1: tile((q_fmt){LY_Q4_1, K_Q4, 1, 0, 20}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q5_0: tile((q_fmt){LY_Q5_0, K_Q5, 0, 16, 22}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q5_1: tile((q_fmt){LY_Q5_1, K_Q5, 1, 0, 24}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_Q8_0: tile((q_fmt){LY_Q8_0, K_Q8, 0, 0, 34}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_IQ4_NL: tile((q_fmt){LY_IQ4_NL, LUT_KIND, 0, LUT_OFFSET, 18}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_IQ4_XS: tile((q_fmt){LY_IQ4_XS, LUT_KIND, 0, LUT_OFFSET, 136}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
-    case LY_MXFP4: tile((q_fmt){LY_MXFP4, LUT_KIND, 0, LUT_OFFSET, 17}, w, row_bytes, r0, r1, a, t0, t1, y, ldy); break;
+/* One entry per type: the format's constants are literals in each. */
+#define X8_TILE(name, ...)                                                                                  \
+    X8_TARGET static void name(const uint8_t *w, size_t rb, int64_t r0, int64_t r1, const ly_act *a,         \
+                               int64_t t0, int64_t t1, float *y, int64_t ldy) {                              \
+        tile((q_fmt){__VA_ARGS__}, w, rb, r0, r1, a, t0, t1, y, ldy);                                       \
+    }
+X8_TILE(q4_0, LY_Q4_0, K_Q4, 0, 8, 18)
+X8_TILE(q4_1, LY_Q4_1, K_Q4, 1, 0, 20)
+X8_TILE(q5_0, LY_Q5_0, K_Q5, 0, 16, 22)
+X8_TILE(q5_1, LY_Q5_1, K_Q5, 1, 0, 24)
+X8_TILE(q8_0, LY_Q8_0, K_Q8, 0, 0, 34)
+X8_TILE(iq4_nl, LY_IQ4_NL, LUT_KIND, 0, LUT_OFFSET, 18)
+X8_TILE(iq4_xs, LY_IQ4_XS, LUT_KIND, 0, LUT_OFFSET, 136)
+X8_TILE(mxfp4, LY_MXFP4, LUT_KIND, 0, LUT_OFFSET, 17)
+
+ly_tile_fn X8_ENTRY(int type) {
+    switch (type) {
+    case LY_Q4_0: return q4_0;
+    case LY_Q4_1: return q4_1;
+    case LY_Q5_0: return q5_0;
+    case LY_Q5_1: return q5_1;
+    case LY_Q8_0: return q8_0;
+    case LY_IQ4_NL: return iq4_nl;
+    case LY_IQ4_XS: return iq4_xs;
+    case LY_MXFP4: return mxfp4;
+    default: return NULL;
     }
 }

@@ -1,5 +1,7 @@
-/* Quantized matmul tiles for the K-quant formats Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: block layouts, the
- * portable tile and the dispatch. The canonical integer/float sequence is written in qk.h. */
+/* Quantized matmul tiles for the K-quant formats Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: block layouts and the
+ * portable tiles (the ISA ones: qk_avx2.c, qk_avxvnni.c, qk_avx512.c). The canonical integer/float
+ * sequence is written in qk.h. */
+#include "kernels.h"
 #include "qk.h"
 #include <stdlib.h>
 
@@ -149,19 +151,14 @@ static void tile_portable(const qk_format *f, const uint8_t *w, size_t row_bytes
     }
 QK_ENTRIES(QK_PORTABLE)
 
-ly_tile_fn ly_tile_qk(int type) {
-    if (ly_avx512) return qk_tile_avx512(type);
-    if (ly_avxvnni) return qk_tile_avxvnni(type);
-    if (ly_avx2) return qk_tile_avx2(type);
-    QK_PICK(type);
-}
+ly_tile_fn ly_tiles_qk_portable(int type) { QK_PICK(type); }
 
 /* Test and bench entry: one tile on the calling thread, in the current path. Returns -1 for a type that is
  * not a K-quant or k not a multiple of 256, else 0. */
 LY_API int ly_qk_tile_call(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                            const int8_t *q, const float *d, const int32_t *s16, int64_t k,
                            int64_t t0, int64_t t1, float *y, int64_t ldy) {
-    ly_tile_fn fn = ly_tile_qk(type);
+    ly_tile_fn fn = qk_format_of(type) ? ly_tile(type) : NULL;
     if (fn == NULL || k % 256 != 0) return -1;
     ly_act a = {q, d, s16, NULL, k};
     fn(w, row_bytes, r0, r1, &a, t0, t1, y, ldy);

@@ -42,7 +42,4 @@ const qk_format *qk_format_of(int type);
         static const ly_tile_fn tiles[] = {tile_q2k, tile_q3k, tile_q4k, tile_q5k, tile_q6k};       \
         return (type) >= QK_Q2_K && (type) <= QK_Q6_K ? tiles[(type) - QK_Q2_K] : NULL;            \
     } while (0)
-ly_tile_fn qk_tile_avx2(int type);
-ly_tile_fn qk_tile_avxvnni(int type);
-ly_tile_fn qk_tile_avx512(int type);
 #endif

@@ -3,7 +3,10 @@
  * vectors (V[dword] lane i = 4 values of row i) and [block][row] tables; vpdpbusd with broadcast
  * activations then gives each row's exact 16-value dots in its own lane, 16 rows per vector.
  * Few tokens (decode): qk_direct.h with 256-bit vpdpbusd. */
+#include "common.h"
+#if LY_X86
 #include "avx512.h"
+#include "kernels.h"
 #include "qk.h"
 #include <stdlib.h>
 
@@ -132,4 +135,5 @@ LY_INLINE void tile_buffered(const qk_format *f, unpack_fn unpack, const uint8_t
 #define QK_BUFFERED tile_buffered
 QK_ENTRIES(QK_ENTRY)
 
-ly_tile_fn qk_tile_avx512(int type) { QK_PICK(type); }
+ly_tile_fn ly_tiles_qk_avx512(int type) { QK_PICK(type); }
+#endif

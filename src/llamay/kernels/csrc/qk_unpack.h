@@ -3,7 +3,7 @@
 #ifndef LLAMAY_QK_UNPACK_H
 #define LLAMAY_QK_UNPACK_H
 #include "qk.h"
-#include <immintrin.h>
+#include "x86.h"
 
 typedef void (*unpack_fn)(const uint8_t *blk, __m256i q[8]); /* q[j]: values 32j .. 32j + 31 */
 

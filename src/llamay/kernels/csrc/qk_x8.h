@@ -5,6 +5,7 @@
  * Many tokens: a group's super-blocks are decoded once per chunk of tokens into q bytes and [block][row]
  * tables, then reused for every token. Few tokens (decode): each row's super-block is decoded in registers,
  * its 8 block terms computed with lanes = blocks, and 8 rows' terms transposed to lanes = rows. */
+#include "kernels.h"
 #include "qk_unpack.h"
 #include <stdlib.h>
 

@@ -1,0 +1,27 @@
+/* AVX2 forms of the portable helpers of lanes.h and mathfn.h, equal bit for bit. x86 ISA units only. */
+#ifndef LLAMAY_AVX2_H
+#define LLAMAY_AVX2_H
+#include "x86.h"
+#include "lanes.h"
+#include "mathfn.h"
+
+/* ly_lanes_reduce of the 8 lanes of acc */
+LY_AVX2 static inline float ly_lanes_reduce_avx2(__m256 acc) {
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    return ly_lanes_reduce(l);
+}
+
+/* ly_exp, 8 wide */
+LY_AVX2 static inline __m256 ly_exp_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(LY_EXP_LO)), _mm256_set1_ps(LY_EXP_HI));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LY_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(LY_LN2_A))),
+                             _mm256_mul_ps(n, _mm256_set1_ps(LY_LN2_B)));
+    __m256 y = _mm256_set1_ps(ly_exp_c[0]);
+    for (int i = 1; i < 6; i++) y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(ly_exp_c[i]));
+    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+#endif

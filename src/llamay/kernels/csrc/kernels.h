@@ -1,0 +1,61 @@
+/* The kernel table: every kernel that has ISA versions is called through ly_kernels, the table of the
+ * current path (dispatch.c builds one per path at load; ly_init picks one). Callers fetch an entry once per
+ * row, tile or call, never per element. Every entry of every table follows the same canonical sequence. */
+#ifndef LLAMAY_KERNELS_H
+#define LLAMAY_KERNELS_H
+#include "attention.h"
+#include "matmul.h"
+
+#define LY_N_TYPES 40 /* GGML type ids below this index the tiles */
+
+typedef struct {
+    float (*sum)(const float *x, int64_t d);   /* lanes.h order (ops.c) */
+    float (*sumsq)(const float *x, int64_t d);
+    void (*gated)(float *gate, const float *up, int64_t lo, int64_t hi, int act); /* [lo, hi) of mathfn.h's */
+    void (*softcap)(float *x, int64_t lo, int64_t hi, float cap);
+    void (*quant_row)(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16); /* one row (act.c) */
+    float (*kv_dot)(int type, const float *a, const uint8_t *k, int64_t d);         /* kvtypes.h */
+    void (*kv_acc)(int type, float *o, float p, const uint8_t *v, int64_t d);       /* o += p * v */
+    void (*attend_group_f16)(const ly_att *at, float *s); /* NULL: attention.c's per-head loop */
+    ly_tile_fn tile[LY_N_TYPES];                           /* by GGML type id; NULL: unsupported */
+} ly_kernel_table;
+
+extern const ly_kernel_table *ly_kernels;
+
+static inline ly_tile_fn ly_tile(int type) {
+    return type >= 0 && type < LY_N_TYPES ? ly_kernels->tile[type] : NULL;
+}
+
+/* The entries, named for their ISA; a tile getter returns NULL for a type its file has no tile for. */
+float ly_sum_portable(const float *x, int64_t d);
+float ly_sumsq_portable(const float *x, int64_t d);
+void ly_gated_portable(float *gate, const float *up, int64_t lo, int64_t hi, int act);
+void ly_softcap_portable(float *x, int64_t lo, int64_t hi, float cap);
+void ly_quant_row_portable(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
+float ly_kv_dot_portable(int type, const float *a, const uint8_t *k, int64_t d);
+void ly_kv_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d);
+ly_tile_fn ly_tiles_q32_portable(int type);   /* q32.c: Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 */
+ly_tile_fn ly_tiles_float_portable(int type); /* qfloat.c: F32, F16, BF16 */
+ly_tile_fn ly_tiles_qk_portable(int type);    /* qk.c: Q2_K .. Q6_K */
+ly_tile_fn ly_tiles_iq_portable(int type);    /* iq.c: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M */
+
+float ly_sum_avx2(const float *x, int64_t d);
+float ly_sumsq_avx2(const float *x, int64_t d);
+void ly_gated_avx2(float *gate, const float *up, int64_t lo, int64_t hi, int act);
+void ly_softcap_avx2(float *x, int64_t lo, int64_t hi, float cap);
+void ly_quant_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
+float ly_kv_dot_avx2(int type, const float *a, const uint8_t *k, int64_t d);
+void ly_kv_acc_avx2(int type, float *o, float p, const uint8_t *v, int64_t d);
+void ly_attend_group_f16_avx2(const ly_att *at, float *s);
+ly_tile_fn ly_tiles_q32_avx2(int type);   /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
+ly_tile_fn ly_tiles_float_avx2(int type);
+ly_tile_fn ly_tiles_qk_avx2(int type);
+
+ly_tile_fn ly_tiles_q32_avxvnni(int type); /* as AVX2's */
+ly_tile_fn ly_tiles_qk_avxvnni(int type);
+
+void ly_attend_group_f16_avx512(const ly_att *at, float *s);
+ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
+ly_tile_fn ly_tiles_float_avx512(int type);
+ly_tile_fn ly_tiles_qk_avx512(int type);
+#endif
