@@ -69,7 +69,7 @@ def test_harmony_template_renders_the_tools_and_calls_are_read_as_messages(fixtu
 
 
 def test_the_server_reads_a_harmony_template_as_harmony(fixtures_dir):
-    from llamay.server.generation import reader_for
+    from llamay.server.stream import reader_for
     oss = (fixtures_dir / "templates" / "openai-gpt-oss-120b.jinja").read_text()
     qwen = (fixtures_dir / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text()
     r = reader_for(oss, None)

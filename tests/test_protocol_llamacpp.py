@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from llamay.chat.reasoning import ReasoningSplitter
 from llamay.events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from llamay.gguf import GGUFReader
-from llamay.server.generation import bind_sampling, grammar_spec, with_server_defaults
+from llamay.server.prepare import bind_sampling, grammar_spec, with_server_defaults
 from llamay.server.models import Settings
 from llamay.server.protocol import embeddings as emb_conv
 from llamay.server.protocol import llamacpp as proto

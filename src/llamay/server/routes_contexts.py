@@ -16,13 +16,15 @@ from fastapi.responses import JSONResponse, Response
 from ..engine import SnapshotError, snapshots
 from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
-from .generation import check_prompt, render, render_plan, with_server_defaults
 from ..toolcall.plan import ToolPlan
-from .http import RunOptions, api, off_loop, on_scheduler, read_bounded, read_json
+from .http import api, off_loop, on_scheduler, read_bounded, read_json
 from .models import Loaded
+from .prepare import with_server_defaults
 from .protocol import openai as proto
 from .protocol.base import GenRequest, Output, ProtocolError, bad_request
 from .protocol.toolcalls import add_call_part
+from .render import check_prompt, render, render_plan
+from .responder import RunOptions
 
 router = APIRouter()
 SNAPSHOT_TYPE = "application/octet-stream"

@@ -8,9 +8,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from ..events import Finish, Usage
 from . import routes_studio
-from .http import RunOptions, api, dumps, new_meta, read_json
+from .http import api, dumps, read_json
 from .protocol import ollama as proto
 from .protocol.base import ProtocolError
+from .responder import RunOptions, new_meta
 
 router = APIRouter()
 NDJSON = "application/x-ndjson"
