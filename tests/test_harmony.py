@@ -62,7 +62,7 @@ def test_harmony_template_renders_the_tools_and_calls_are_read_as_messages(fixtu
                                                "parameters": {"type": "object",
                                                               "properties": {"city": {"type": "string"}}}}}]
     messages = [{"role": "user", "content": "Weather in Paris?"}]
-    p = plan(source, messages, tools, {"tool_choice": "auto"}, tokenizer=None)
+    p = plan(source, messages, tools, tokenizer=None, choice="auto")
     assert p.tools == tools and p.fmt is None and p.lark is None
     text = ChatTemplate(source).render(p.messages, tools=p.tools, add_generation_prompt=True)
     assert "namespace functions" in text and "get_weather" in text and text.endswith("<|start|>assistant")

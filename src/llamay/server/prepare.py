@@ -13,7 +13,8 @@ from ..engine import GrammarError, SamplingParams
 from ..toolcall.formats import CallFormat
 from ..toolcall.plan import ToolPlan
 from .models import Loaded, split_adapters
-from .protocol.base import SAMPLING_KEYS, GenRequest, ProtocolError, bad_request
+from .protocol.base import ProtocolError, bad_request
+from .protocol.request import GenRequest, Sampling
 from .render import check_prompt, render_plan
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class Prepared:
 def adapter_choice(llm, req: GenRequest):
     """The request's LoRA choice (LLM.lora_choice): model NAME@ADAPTER,... or llama-server's `lora` ids and
     scales (ids in name order, as GET /lora-adapters lists them); None: the default."""
-    named, by_id = split_adapters(req.model)[1], req.options.get("lora")
+    named, by_id = split_adapters(req.model)[1], req.llama.lora
     if by_id is None:
         return named
     if named is not None:
@@ -70,7 +71,7 @@ def compile_grammar(loaded: Loaded, req: GenRequest, tools: ToolPlan | None = No
     """Tool calls' grammar when tools are in play, else the request's grammar or structured-output format,
     else the server's --grammar-file."""
     spec = ("lark", tools.lark) if tools is not None and tools.lark else \
-        grammar_spec(req.format, req.options.get("grammar")) or grammar_spec(None, loaded.default_grammar)
+        grammar_spec(req.format, req.llama.grammar) or grammar_spec(None, loaded.default_grammar)
     if spec is None:
         return None
     from ..engine import Grammar, GrammarBusy
@@ -86,10 +87,10 @@ def compile_grammar(loaded: Loaded, req: GenRequest, tools: ToolPlan | None = No
 def with_model_defaults(req: GenRequest, stored) -> GenRequest:
     """A new request with a stored model's layers applied as Ollama applies them: its system prompt when
     the request has none, its stop strings added, and (Ollama requests, which say what they set) its params
-    for what is unset. The request given is not changed."""
+    under what the request set. The request given is not changed."""
     if stored is None:
         return req
-    req = dataclasses.replace(req, sampling=dict(req.sampling))
+    req = dataclasses.replace(req)
     has_system = req.system is not None or any(m.get("role") == "system" for m in req.messages or [])
     if stored.system and not has_system and not req.raw:
         req.system = stored.system
@@ -102,38 +103,37 @@ def with_model_defaults(req: GenRequest, stored) -> GenRequest:
     params = stored.params or {}
     stops = params.get("stop") or []
     req.stop = list(dict.fromkeys(list(req.stop) + ([stops] if isinstance(stops, str) else list(stops))))
-    if req.options_set is not None:
-        unset = set(SAMPLING_KEYS) - req.options_set
-        req.sampling.update({k: params[k] for k in unset if k in params})
-        if "num_predict" not in req.options_set and (params.get("num_predict") or 0) > 0:
+    if req.ollama is not None:
+        req.sampling_defaults = Sampling.of(params).over(req.sampling_defaults)
+        if req.ollama.num_predict is None and (params.get("num_predict") or 0) > 0:
             req.max_tokens = params["num_predict"]
     return req
 
 
 def with_server_defaults(req: GenRequest, settings) -> GenRequest:
     """A new request with what `llamay serve` was started with (settings: server.models.Settings): its
-    sampling defaults for the fields the request did not set itself, its -n for a request that set no
-    max_tokens, its --chat-template and --reasoning-format unless the request chose."""
-    sent = req.sent if req.sent is not None else req.options_set if req.options_set is not None else req.sampling
-    fill = {k: v for k, v in settings.sampling.items() if k not in sent}
-    options = {"reasoning_format": settings.reasoning_format, **req.options}
-    if settings.chat_template is not None:
-        options.setdefault("chat_template", settings.chat_template)
-    return dataclasses.replace(req, sampling={**req.sampling, **fill}, options=options,
-                               max_tokens=settings.n_predict if req.max_tokens is None else req.max_tokens)
+    sampling flags under what the request set, its -n for a request that set no max_tokens, its
+    --chat-template and --reasoning-format unless the request chose."""
+    chat = req.chat
+    chat = dataclasses.replace(chat, template=settings.chat_template if chat.template is None else chat.template,
+                               reasoning_format=chat.reasoning_format or settings.reasoning_format)
+    return dataclasses.replace(req, sampling_defaults=Sampling.of(settings.sampling).over(req.sampling_defaults),
+                               chat=chat, max_tokens=settings.n_predict if req.max_tokens is None else req.max_tokens)
 
 
-def bind_sampling(llm, req: GenRequest) -> dict:
-    """req.sampling with what needs the vocabulary: llama-server's logit biases by text (options
-    logit_bias: (token id or text, bias) pairs, a text biasing each of its tokens) and ignore_eos (every
-    end-of-generation token banned)."""
-    bias = dict(req.sampling.get("logit_bias") or {})
-    for key, value in req.options.get("logit_bias", ()):
+def sampling_params(llm, req: GenRequest) -> SamplingParams:
+    """The engine's SamplingParams for req.run_sampling(), with what needs the vocabulary: llama-server's
+    logit biases by text (a text biases each of its tokens) and ignore_eos (every end-of-generation
+    token banned)."""
+    run = req.run_sampling()
+    bias = dict(run.logit_bias or {})
+    for key, value in req.llama.logit_bias:
         for tok in [key] if isinstance(key, int) else llm.tokenize(key, add_special=False):
             bias[tok] = value
-    if req.options.get("ignore_eos"):
+    if req.llama.ignore_eos:
         bias.update(dict.fromkeys(llm.tokenizer.eog_ids, -math.inf))
-    return {**req.sampling, "logit_bias": bias} if bias else req.sampling
+    seed = None if run.seed is None or run.seed < 0 else run.seed  # < 0: a fresh one
+    return SamplingParams(**{**run.given(), "seed": seed, "logit_bias": bias or None})
 
 
 def prepare(loaded: Loaded, req: GenRequest, extra: int = 0, tools: ToolPlan | None = None,
@@ -148,7 +148,7 @@ def prepare(loaded: Loaded, req: GenRequest, extra: int = 0, tools: ToolPlan | N
         raise bad_request("the prompt is empty", "prompt")
     check_prompt(llm, ids, extra, "messages")
     try:
-        params = SamplingParams(**bind_sampling(llm, req))
+        params = sampling_params(llm, req)
         params.check(llm.n_vocab)
     except (TypeError, ValueError) as e:
         raise bad_request(f"sampling: {e}") from None

@@ -11,8 +11,9 @@ from ..engine import ContextOverflow
 from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
 from .models import Loaded
-from .protocol.base import GenRequest, ProtocolError, bad_request
+from .protocol.base import ProtocolError, bad_request
 from .protocol.llamacpp_params import mixed_ids
+from .protocol.request import GenRequest
 
 
 def render(loaded: Loaded, req: GenRequest, cancel: threading.Event | None = None) -> list[int]:
@@ -49,8 +50,9 @@ def chat_plan(loaded: Loaded, req: GenRequest, messages: list[dict]) -> tuple[Ch
     """The chat template (the server's --chat-template, else the model's) and the tool plan for messages."""
     llm = loaded.llm
     try:
-        template = template_for(llm.metadata, llm.tokenizer, req.options.get("chat_template"))
-        return template, plan_tools(template.source, messages, req.tools, req.options, llm.tokenizer)
+        template = template_for(llm.metadata, llm.tokenizer, req.chat.template)
+        tools = req.tool_options
+        return template, plan_tools(template.source, messages, req.tools, llm.tokenizer, tools.choice, tools.parallel)
     except ChatTemplateError as e:
         raise bad_request(f"the model's chat template cannot be used: {e}", "messages") from None
     except ValueError as e:
@@ -63,7 +65,7 @@ RENDER_ARGS = frozenset({"messages", "add_generation_prompt", "tools", "cancel"}
 def render_text(template: ChatTemplate, tools: ToolPlan, req: GenRequest, add_generation_prompt: bool = True,
                 cancel: threading.Event | None = None) -> str:
     """The template's text for the plan's messages and tools (with the request's chat_template_kwargs)."""
-    kwargs = req.options.get("chat_template_kwargs", {})
+    kwargs = req.chat.template_kwargs
     taken = sorted(set(kwargs) & RENDER_ARGS)
     if taken:
         raise bad_request(f"'chat_template_kwargs' may not set {', '.join(taken)}", "chat_template_kwargs")

@@ -19,14 +19,15 @@ from . import requestlog
 from .http import CLIENT_GONE, collect, frames, off_loop
 from .models import Loaded
 from .prepare import prepare, with_server_defaults
-from .protocol.base import GenRequest, Output, ResponseMeta, merge_usage
+from .protocol.base import Output, ResponseMeta, merge_usage
+from .protocol.request import GenRequest
 from .slots import SlotTable
 from .stream import Generation
 
 
-def new_meta(prefix: str, model: str) -> ResponseMeta:
+def new_meta(prefix: str, model: str, slot: int = -1) -> ResponseMeta:
     now = time.time_ns()
-    return ResponseMeta(f"{prefix}{uuid.uuid4().hex[:24]}", now // 10**9, model, now)
+    return ResponseMeta(f"{prefix}{uuid.uuid4().hex[:24]}", now // 10**9, model, now, slot)
 
 
 @dataclass
@@ -84,7 +85,8 @@ class Responder:
     async def start(self, request: Request, req: GenRequest, make_output: Callable[..., Output], id_prefix: str,
                     opts: RunOptions) -> tuple[Output, AsyncIterator, Generation, GenRequest]:
         """Prepares and submits one generation -> (its output, its events, the generation, the request as
-        run: with the server's and the model's defaults). Every generation takes a slot (slots.py)."""
+        run: with the server's and the model's defaults). Every generation takes a slot (slots.py), which
+        its ResponseMeta names."""
         slot = None
 
         def close():
@@ -103,9 +105,8 @@ class Responder:
             req = with_server_defaults(req, self.registry.settings)
             prep = await off_loop(request, prepare, loaded, req, opts.extra, opts.tools)
             req = prep.req
-            slot = self.slots.take(loaded.info.name, prep.ids, req.options.get("id_slot"))
-            req.options["id_slot"] = slot.id
-            meta = new_meta(id_prefix, self.registry.reply_name(req.model, loaded.info.name))
+            slot = self.slots.take(loaded.info.name, prep.ids, req.llama.id_slot)
+            meta = new_meta(id_prefix, self.registry.reply_name(req.model, loaded.info.name), slot.id)
             out = make_output(req, meta, Usage(len(prep.ids) + opts.extra)) if opts.prompt_usage \
                 else make_output(req, meta)
             gen = Generation(loaded, req, prep, opts.ctx, close)

@@ -16,8 +16,9 @@ from .http import CLIENT_GONE, api, off_loop, on_scheduler, read_json
 from .models import Loaded
 from .prepare import with_server_defaults
 from .protocol import llamacpp as proto
-from .protocol.base import GenRequest, ProtocolError
+from .protocol.base import ProtocolError
 from .protocol.llamacpp_infill import FimVocab, infill_ids, missing
+from .protocol.request import GenRequest
 from .render import chat_plan, render_text
 from .responder import RunOptions
 

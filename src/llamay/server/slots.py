@@ -15,7 +15,8 @@ import numpy as np
 
 from ..engine import snapshots
 from ..events import Finish
-from .protocol.base import GenRequest, bad_request
+from .protocol.base import bad_request
+from .protocol.request import GenRequest
 
 
 @dataclass

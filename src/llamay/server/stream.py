@@ -14,7 +14,8 @@ from ..toolcall.harmony import HarmonyReader, is_harmony
 from ..toolcall.parser import CallParser
 from .models import Loaded
 from .prepare import Prepared, adapter_choice
-from .protocol.base import GenRequest, ProtocolError, bad_request
+from .protocol.base import ProtocolError, bad_request
+from .protocol.request import GenRequest
 
 
 class Generation:
@@ -31,7 +32,7 @@ class Generation:
             lora = loaded.llm.lora_choice(adapter_choice(loaded.llm, req))
         except ValueError as e:
             raise ProtocolError(404, str(e), "not_found", "model") from None
-        spec = req.options.get("spec")
+        spec = req.llama.spec
         try:
             if spec:
                 loaded.scheduler.check_mode(spec)
@@ -60,8 +61,8 @@ class Generation:
 
     async def events(self) -> AsyncIterator[Delta | Finish]:
         req, tokenizer = self.req, self.loaded.llm.tokenizer
-        template = req.options.get("chat_template") or self.loaded.llm.metadata.get("tokenizer.chat_template", "")
-        mode = req.options.get("reasoning_format", "auto")
+        template = req.chat.template or self.loaded.llm.metadata.get("tokenizer.chat_template", "")
+        mode = req.chat.reasoning_format or "auto"
         splitters = [reader_for(template, self.calls, mode) for _ in range(req.n)]
         held: list[list[int]] = [[] for _ in range(req.n)]  # tokens sampled since each choice's last delta
         try:
