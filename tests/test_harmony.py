@@ -62,14 +62,14 @@ def test_harmony_template_renders_the_tools_and_calls_are_read_as_messages(fixtu
                                                "parameters": {"type": "object",
                                                               "properties": {"city": {"type": "string"}}}}}]
     messages = [{"role": "user", "content": "Weather in Paris?"}]
-    p = plan(source, messages, tools, {"tool_choice": "auto"}, tokenizer=None)
+    p = plan(source, messages, tools, tokenizer=None, choice="auto")
     assert p.tools == tools and p.fmt is None and p.lark is None
     text = ChatTemplate(source).render(p.messages, tools=p.tools, add_generation_prompt=True)
     assert "namespace functions" in text and "get_weather" in text and text.endswith("<|start|>assistant")
 
 
 def test_the_server_reads_a_harmony_template_as_harmony(fixtures_dir):
-    from llamay.server.generation import reader_for
+    from llamay.server.stream import reader_for
     oss = (fixtures_dir / "templates" / "openai-gpt-oss-120b.jinja").read_text()
     qwen = (fixtures_dir / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text()
     r = reader_for(oss, None)

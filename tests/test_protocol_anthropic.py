@@ -83,11 +83,11 @@ def test_sdk_request_with_tools_and_system_is_parsed():
         thinking={"type": "enabled", "budget_tokens": 1024}, extra_body={"temperature": 0.25, "top_k": 5})
     req = route.requests[0]
     assert (req.model, req.max_tokens, req.stop, req.stream) == ("claude-x", 64, ["END"], False)
-    assert req.sampling == {"temperature": 0.25, "top_k": 5}
+    assert req.run_sampling().given() == {"temperature": 0.25, "top_k": 5}
     assert req.tools == [{"type": "function", "function": {
         "name": "get_weather", "description": "Weather now", "parameters": tools[0]["input_schema"]}}]
-    assert (req.options["tool_choice"], req.options["parallel_tool_calls"]) == ("auto", True)
-    assert req.options["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert (req.tool_options.choice, req.tool_options.parallel) == ("auto", True)
+    assert req.chat.thinking == {"type": "enabled", "budget_tokens": 1024}
     assert req.messages == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
@@ -101,7 +101,7 @@ def test_sdk_request_with_tools_and_system_is_parsed():
 
 def test_defaults_leave_unset_samplers_to_llamacpp():
     req = parse_messages(BASE)
-    assert req.sampling == {"temperature": 1.0}
+    assert req.run_sampling().given() == {"temperature": 1.0}
     assert (req.stream, req.stop, req.tools, req.n, req.format) == (False, [], None, 1, None)
 
 
@@ -112,7 +112,7 @@ def test_system_messages_inside_messages_and_merging():
         {"role": "system", "content": "S2"}, {"role": "assistant", "content": "The answer is"}]})
     assert req.messages == [{"role": "system", "content": "S0\nS1"}, {"role": "user", "content": "a\nb"},
                             {"role": "system", "content": "S2"}, {"role": "assistant", "content": "The answer is"}]
-    assert req.options["continue_final_message"] is True
+    assert req.chat.continue_final is True
 
 
 def test_output_config_schema_is_kept_as_format():

@@ -14,15 +14,16 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from llamay.chat.reasoning import ReasoningSplitter
 from llamay.events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from llamay.gguf import GGUFReader
-from llamay.server.generation import bind_sampling, grammar_spec, with_server_defaults
 from llamay.server.models import Settings
 from llamay.server.protocol import embeddings as emb_conv
 from llamay.server.protocol import llamacpp as proto
-from llamay.server.protocol.base import GenRequest, ProtocolError, ResponseMeta
+from llamay.server.prepare import grammar_spec, sampling_params, with_server_defaults
+from llamay.server.protocol.base import ProtocolError, ResponseMeta
 from llamay.server.protocol.llamacpp_infill import FimVocab, Infill, infill_ids, missing
 from llamay.server.protocol.llamacpp_out import pick_fields
 from llamay.server.protocol.llamacpp_params import mixed_ids, parse_prompts
 from llamay.server.protocol.openai import ChatOutput, error_body as openai_error_body, parse_chat
+from llamay.server.protocol.request import FRESH_SEED, GenRequest, LlamaOptions, OllamaOptions, Sampling
 from llamay.server.protocol.timings import timings_body
 from llamay.tokenizer import Tokenizer
 
@@ -73,11 +74,11 @@ def test_completion_fields():
     reqs = proto.parse_completion({"prompt": ["a", [1, 2]], "n_predict": -1, "temperature": -0.5, "top_p": 1.5,
                                    "top_k": -3, "seed": 4294967295, "stop": "\n", "id_slot": 1,
                                    "cache_prompt": False, "n_probs": 3, "return_tokens": True})
-    assert [r.prompt for r in reqs] == ["a", [1, 2]] and reqs[0].options is not reqs[1].options
+    assert [r.prompt for r in reqs] == ["a", [1, 2]]
     r = reqs[0]
     assert r.max_tokens is None and r.raw and r.model is None and r.stop == ["\n"]
-    assert r.sampling == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": None}  # clamped as llama-server
-    assert r.logprobs and r.top_logprobs == 3 and r.options == {"id_slot": 1, "return_tokens": True}
+    assert r.sampling == Sampling(temperature=0.0, top_p=1.0, top_k=0, seed=FRESH_SEED)  # clamped as llama-server
+    assert r.logprobs and r.top_logprobs == 3 and r.llama == LlamaOptions(id_slot=1, return_tokens=True)
     assert proto.parse_completion({"prompt": "a", "max_tokens": 0})[0].max_tokens == 0  # the prompt only
     assert proto.parse_completion({"prompt": "a", "n_cmpl": 2})[0].n == 2
 
@@ -110,8 +111,8 @@ ON = [("mirostat", 2), ("typical_p", 0.9), ("top_n_sigma", 1.0), ("dynatemp_rang
 def test_per_request_lora_ids_and_scales():
     """llama-server's `lora` (adapters by id; test_lora.py checks what each choice generates)."""
     lora = [{"id": 1, "scale": 0.5}, {"id": 0, "scale": 2}]
-    assert proto.parse_completion({"prompt": "a", "lora": lora})[0].options["lora"] == [(1, 0.5), (0, 2.0)]
-    assert parse_chat({"messages": [{"role": "user", "content": "a"}], "lora": []}).options["lora"] == []
+    assert proto.parse_completion({"prompt": "a", "lora": lora})[0].llama.lora == ((1, 0.5), (0, 2.0))
+    assert parse_chat({"messages": [{"role": "user", "content": "a"}], "lora": []}).llama.lora == ()
     for bad in ([{"id": "0", "scale": 1}], [{"id": 0}], [{"id": 0, "scale": float("inf")}], [3], {"id": 0}):
         with pytest.raises(ProtocolError) as e:
             proto.parse_completion({"prompt": "a", "lora": bad})
@@ -136,7 +137,7 @@ def test_samplers_we_do_not_run_are_refused_when_on(name, value):
 
 def test_xtc_and_dry_turned_off_by_their_second_knob():
     for body in ({"xtc_probability": 0.5, "xtc_threshold": 0.6}, {"dry_multiplier": 0.8, "dry_penalty_last_n": 0}):
-        assert proto.parse_completion({"prompt": "a", **body})[0].sampling == {}
+        assert proto.parse_completion({"prompt": "a", **body})[0].sampling.given() == {}
 
 
 LLAMA_DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]
@@ -151,7 +152,7 @@ LLAMA_DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "
     (["penalties", "top_k", "top_p", "min_p"], {"temperature": 1.0}),
 ])
 def test_samplers_left_out_are_turned_off(samplers, want):
-    assert proto.parse_completion({"prompt": "a", "samplers": samplers})[0].sampling == want
+    assert proto.parse_completion({"prompt": "a", "samplers": samplers})[0].sampling.given() == want
 
 
 @pytest.mark.parametrize("samplers", [["temperature", "top_k"], ["infill", "temperature"], ["bogus"],
@@ -163,7 +164,7 @@ def test_samplers_we_cannot_honour_are_refused(samplers):
 
 
 class _Vocab:
-    """llm.tokenize / llm.tokenizer over the starcoder test vocabulary (for bind_sampling)."""
+    """llm.tokenize / llm.tokenizer over the starcoder test vocabulary (for sampling_params)."""
 
     def __init__(self, tok: Tokenizer):
         self.tokenizer = tok
@@ -182,9 +183,9 @@ def test_logit_bias_forms_and_ignore_eos(starcoder):
     hello = starcoder.encode(" hello world", add_special=False)
     for raw in ([[" hello world", False], [5, 2.5]], {" hello world": False, "5": 2.5}):
         req = proto.parse_completion({"prompt": "a", "logit_bias": raw, "ignore_eos": True})[0]
-        sampling = bind_sampling(llm, req)
+        params = sampling_params(llm, req)
         want = {**dict.fromkeys(hello, -math.inf), 5: 2.5, **dict.fromkeys(starcoder.eog_ids, -math.inf)}
-        assert sampling["logit_bias"] == want and len(hello) == 2
+        assert params.logit_bias == want and len(hello) == 2
 
 
 # ---- FIM ----------------------------------------------------------------------------------------------
@@ -288,8 +289,7 @@ SCRIPT = [Delta(0, content="Hel", tokens=[5]), Delta(0, content="lo", tokens=[6,
 
 def test_native_result_and_stream():
     req = proto.parse_completion({"prompt": "x", "stream": True, "n_probs": 1})[0]
-    req.options["id_slot"] = 2
-    out = proto.CompletionOutput(req, META, Usage(6), _view())
+    out = proto.CompletionOutput(req, ResponseMeta("cmpl-x", 1, "smollm2:135m", slot=2), Usage(6), _view())
     events = sse([f for ev in SCRIPT for f in out.feed(ev)] + out.end())
     assert [(e["content"], e["tokens"], e["stop"]) for e in events] == [("Hel", [5], False), ("lo", [6, 7], False),
                                                                        ("", [], True)]
@@ -338,8 +338,8 @@ def test_generation_settings_of_the_defaults():
 def test_openai_chat_has_llama_servers_additions():
     req = parse_chat({"messages": [{"role": "user", "content": "a"}], "stream": True, "top_k": 5, "min_p": 0.1,
                       "cache_prompt": True, "n_probs": 2, "repeat_last_n": -1, "ignore_eos": True, "id_slot": 0})
-    assert (req.sampling["top_k"], req.sampling["min_p"], req.sampling["repeat_last_n"]) == (5, 0.1, -1)
-    assert req.logprobs and req.top_logprobs == 2 and req.options["ignore_eos"] and req.options["id_slot"] == 0
+    assert (req.sampling.top_k, req.sampling.min_p, req.sampling.repeat_last_n) == (5, 0.1, -1)
+    assert req.logprobs and req.top_logprobs == 2 and req.llama.ignore_eos and req.llama.id_slot == 0
     out = ChatOutput(req, META)
     frames = [f for ev in (Delta(0, content="Hi"), Finish(0, "stop", USAGE)) for f in out.feed(ev)] + out.end()
     chunks = sse(frames[:-1])
@@ -421,13 +421,14 @@ def test_server_defaults_fill_only_what_the_request_left_to_its_api():
     settings = Settings(sampling={"temperature": 0.1, "top_k": 3, "seed": 9}, n_predict=7, chat_template="T",
                         reasoning_format="none")
     chat = with_server_defaults(parse_chat({"messages": ASK, "temperature": 0.5}), settings)
-    assert chat.sampling == {"temperature": 0.5, "top_p": 1.0, "top_k": 3, "seed": 9} and chat.max_tokens == 7
-    assert chat.options["chat_template"] == "T" and chat.options["reasoning_format"] == "none"
+    assert chat.run_sampling() == Sampling(temperature=0.5, top_p=1.0, top_k=3, seed=9) and chat.max_tokens == 7
+    assert chat.chat.template == "T" and chat.chat.reasoning_format == "none"
     native = with_server_defaults(proto.parse_completion({"prompt": "a", "n_predict": 2, "seed": -1})[0], settings)
-    assert native.sampling == {"temperature": 0.1, "top_k": 3, "seed": None} and native.max_tokens == 2
-    ollama = with_server_defaults(GenRequest(model=None, sampling={"temperature": 0.8, "top_k": 40},
-                                             options_set=frozenset({"top_k"})), settings)
-    assert ollama.sampling == {"temperature": 0.1, "top_k": 40, "seed": 9}
+    assert native.run_sampling() == Sampling(temperature=0.1, top_k=3, seed=FRESH_SEED) and native.max_tokens == 2
+    ollama = with_server_defaults(GenRequest(model=None, sampling=Sampling(top_k=40),
+                                             sampling_defaults=Sampling(temperature=0.8), ollama=OllamaOptions()),
+                                  settings)
+    assert ollama.run_sampling() == Sampling(temperature=0.1, top_k=40, seed=9)
 
 
 def test_slots_are_chosen_by_the_longest_shared_prefix():

@@ -43,6 +43,7 @@ from llamay.server.protocol.ollama import (
     tags_body,
     version_body,
 )
+from llamay.server.protocol.request import FRESH_SEED, OllamaOptions
 
 SECOND, MINUTE, HOUR = 10**9, 60 * 10**9, 3600 * 10**9
 MS, US = 10**6, 10**3
@@ -144,7 +145,7 @@ class FakeOllama:
             req = (parse_generate if path == "/api/generate" else parse_chat)(body)
             self.requests.append(req)
             out = (OllamaGenerateOutput if path == "/api/generate" else OllamaChatOutput)(req, META, clock)
-            if req.options.get("load_only") or req.options.get("unload"):
+            if req.ollama.load:
                 return httpx.Response(200, json=out.load_body())
             return self._generate(req, out)
         if path == "/api/tags":
@@ -206,19 +207,38 @@ def test_generate_request_from_client():
     assert req.stream is False  # the client sends stream: false unless asked
     assert (req.max_tokens, req.stop, req.keep_alive, req.format, req.context) == (64, ["\n\n"], 5400.0, "json",
                                                                                    [5, 6])
-    assert req.sampling == {"temperature": 0.2, "top_k": 7, "top_p": 0.5, "min_p": 0.0, "repeat_penalty": 1.3,
-                            "repeat_last_n": 32, "presence_penalty": 0.1, "frequency_penalty": 0.2, "seed": 42}
-    assert req.options == {"num_ctx": 2048, "think": True}
+    assert req.run_sampling().given() == {"temperature": 0.2, "top_k": 7, "top_p": 0.5, "min_p": 0.0,
+                                          "repeat_penalty": 1.3, "repeat_last_n": 32, "presence_penalty": 0.1,
+                                          "frequency_penalty": 0.2, "seed": 42}
+    assert req.ollama == OllamaOptions(num_predict=64, think=True)  # num_ctx: accepted, not run
 
 
 def test_generate_defaults_follow_ollama():
     """Unset options take Ollama's server defaults (doc §8); seed -1 (random) is SamplingParams' None."""
     req = parse_generate({"model": "m", "prompt": "hi"})
     assert req.stream is True  # doc §0: absent stream means streaming
-    assert req.sampling == {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.0,
-                            "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": None}
-    assert (req.max_tokens, req.stop, req.keep_alive, req.options) == (None, [], None, {})
-    assert parse_generate({"model": "m", "prompt": "hi", "options": {"seed": -1}}).sampling["seed"] is None
+    assert req.run_sampling().given() == {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0,
+                                          "repeat_penalty": 1.0, "repeat_last_n": 64, "presence_penalty": 0.0,
+                                          "frequency_penalty": 0.0}  # no seed: a fresh one
+    assert (req.max_tokens, req.stop, req.keep_alive, req.ollama) == (None, [], None, OllamaOptions())
+    assert parse_generate({"model": "m", "prompt": "hi", "options": {"seed": -1}}).sampling.seed == FRESH_SEED
+
+
+def test_sampling_layers_sent_then_model_then_server_then_ollama():
+    """What the request set wins; a stored model's params come next (and its num_predict where the request
+    sent none), then serve's flags, then Ollama's defaults."""
+    from types import SimpleNamespace
+
+    from llamay.server.models import Settings
+    from llamay.server.prepare import with_model_defaults, with_server_defaults
+    stored = SimpleNamespace(system=None, template=None, params={"temperature": 0.3, "top_k": 5, "num_predict": 9})
+    req = parse_generate({"model": "m", "prompt": "x", "options": {"top_k": 7}})
+    req = with_server_defaults(req, Settings(sampling={"temperature": 0.1, "top_p": 0.5}))
+    run = with_model_defaults(req, stored)
+    assert (run.run_sampling().temperature, run.run_sampling().top_k, run.run_sampling().top_p) == (0.3, 7, 0.5)
+    assert run.run_sampling().min_p == 0.0 and run.max_tokens == 9 and req.max_tokens is None
+    sent = with_model_defaults(parse_generate({"model": "m", "prompt": "x", "options": {"num_predict": -1}}), stored)
+    assert sent.max_tokens is None
 
 
 @pytest.mark.parametrize("n_predict", [-1, -2, 0])
@@ -231,10 +251,10 @@ def test_options_types_like_go():
     req = parse_generate({"model": "m", "prompt": "x", "options": {
         "top_k": 5.9, "temperature": 1, "stop": "###", "num_thread": 2, "use_mmap": False, "typical_p": 0.7,
         "mirostat": "on", "tfs_z": [1], "penalize_newline": "yes", "made_up": {}, "top_p": None}})
-    assert (req.sampling["top_k"], req.sampling["temperature"], req.sampling["top_p"]) == (5, 1.0, 0.9)
-    assert isinstance(req.sampling["temperature"], float)
-    assert req.stop == ["###"]
-    assert req.options == {"num_thread": 2, "use_mmap": False, "typical_p": 0.7}
+    run = req.run_sampling()
+    assert (run.top_k, run.temperature, run.top_p) == (5, 1.0, 0.9)
+    assert isinstance(run.temperature, float)
+    assert req.stop == ["###"]  # num_thread, use_mmap, typical_p: checked, accepted, not run
 
 
 @pytest.mark.parametrize("key,value,fragment", [
@@ -278,8 +298,8 @@ def test_generate_format_and_think_kept():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     req = parse_generate({"model": "m", "prompt": "x", "format": schema, "think": "high", "logprobs": True,
                           "top_logprobs": 3, "truncate": False})
-    assert (req.format, req.options["think"], req.logprobs, req.top_logprobs) == (schema, "high", True, 3)
-    assert req.options["truncate"] is False
+    assert (req.format, req.ollama.think, req.logprobs, req.top_logprobs) == (schema, "high", True, 3)
+    assert req.ollama.truncate is False
     assert parse_generate({"model": "m", "prompt": "x", "format": ""}).format is None
 
 
@@ -354,7 +374,7 @@ def test_chat_request_from_client():
                                               "function": {"name": "get_weather", "arguments": {"city": "Tokyo"}}}]
     assert req.messages[3] == {"role": "tool", "content": "sunny", "name": "get_weather"}
     assert req.tools[0]["function"]["name"] == "get_weather"
-    assert (req.sampling["temperature"], req.keep_alive, req.options["think"], req.prompt) == (0.1, -1.0, "low",
+    assert (req.sampling.temperature, req.keep_alive, req.ollama.think, req.prompt) == (0.1, -1.0, "low",
                                                                                                None)
 
 
@@ -406,8 +426,7 @@ def test_generate_load_and_unload(keep_alive, reason):
     fake = FakeOllama()
     resp = fake.client().generate(model="m", keep_alive=keep_alive)  # the client's own load form: no prompt
     assert (resp.done, resp.done_reason, resp.response, resp.model) == (True, reason, "", "smollm2:135m")
-    flags = fake.requests[0].options
-    assert flags == ({"unload": True} if reason == "unload" else {"load_only": True})
+    assert fake.requests[0].ollama.load == reason
 
 
 @pytest.mark.parametrize("keep_alive,reason", [(None, "load"), (0, "unload")])
@@ -415,7 +434,7 @@ def test_chat_load_and_unload(keep_alive, reason):
     fake = FakeOllama()
     resp = fake.client().chat(model="m", messages=[], keep_alive=keep_alive)
     assert (resp.done, resp.done_reason, resp.message.role, resp.message.content) == (True, reason, "assistant", "")
-    assert fake.requests[0].options.get("unload" if reason == "unload" else "load_only") is True
+    assert fake.requests[0].ollama.load == reason
 
 
 @pytest.mark.parametrize("reason", ["load", "unload"])
@@ -429,8 +448,8 @@ def test_load_reason_through_finish(reason):
 
 
 def test_non_empty_prompt_is_no_load():
-    assert "load_only" not in parse_generate({"model": "m", "prompt": " "}).options
-    assert "unload" not in parse_generate({"model": "m", "prompt": "x", "keep_alive": 0}).options
+    assert parse_generate({"model": "m", "prompt": " "}).ollama.load is None
+    assert parse_generate({"model": "m", "prompt": "x", "keep_alive": 0}).ollama.load is None
 
 # ---------------------------------------------------------------------------------------------- errors
 

@@ -26,6 +26,7 @@ from llamay.server.protocol.openai import (
     parse_responses,
     stream_error,
 )
+from llamay.server.protocol.request import FRESH_SEED
 
 MODEL = "smollm2:135m"
 
@@ -114,11 +115,11 @@ def test_parse_chat_from_the_sdk_request():
     req = parse_chat(body)
     assert req.model == MODEL and req.stream and req.include_usage and req.n == 2
     assert req.stop == ["END"] and req.max_tokens == 20  # max_completion_tokens wins
-    assert req.sampling == {"temperature": 0.3, "top_p": 0.9, "presence_penalty": 0.5, "frequency_penalty": -0.5,
-                            "min_p": 0.1, "repeat_penalty": 1.1, "top_k": 20, "seed": 7,
-                            "logit_bias": {15: -100.0, 42: 2.5}}
+    assert req.sampling.given() == {"temperature": 0.3, "top_p": 0.9, "presence_penalty": 0.5,
+                                    "frequency_penalty": -0.5, "min_p": 0.1, "repeat_penalty": 1.1, "top_k": 20,
+                                    "seed": 7, "logit_bias": {15: -100.0, 42: 2.5}}
     assert req.logprobs and req.top_logprobs == 3
-    assert req.tools[0]["function"]["name"] == "f" and req.options["tool_choice"] == "required"
+    assert req.tools[0]["function"]["name"] == "f" and req.tool_options.choice == "required"
     assert req.format == {"type": "json_object"}
     assert [m["role"] for m in req.messages] == ["system", "user", "assistant", "tool"]
     assert req.messages[1]["content"] == "a\nb"
@@ -128,7 +129,7 @@ def test_parse_chat_from_the_sdk_request():
 
 def test_parse_chat_defaults_follow_openai_and_leave_llamacpp_extras_unset():
     req = parse_chat(CHAT)
-    assert req.sampling == {"temperature": 1.0, "top_p": 1.0}
+    assert req.run_sampling().given() == {"temperature": 1.0, "top_p": 1.0}
     assert req.max_tokens is None and req.n == 1 and req.stop == [] and not req.stream
     assert not req.logprobs and req.tools is None and req.format is None and req.prompt is None
 
@@ -171,7 +172,7 @@ def test_parse_chat_stop_list_and_llama_server_schema_format():
     req = parse_chat({**CHAT, "stop": ["a", "", "b"], "response_format": {"type": "json_schema", "schema": {}}})
     assert req.stop == ["a", "b"] and req.format["schema"] == {}
     assert parse_chat({**CHAT, "response_format": {"type": "text"}}).format is None
-    assert "seed" not in parse_chat({**CHAT, "seed": -1}).sampling  # llama.cpp's -1: a random seed
+    assert parse_chat({**CHAT, "seed": -1}).sampling.seed == FRESH_SEED  # llama.cpp's -1: a random seed
 
 
 # ---- chat output -----------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ def test_parse_completion_from_the_sdk_request():
     req = parse_completion(body)
     assert req.prompt == "Once" and req.raw and req.echo and req.suffix == "end" and req.messages is None
     assert req.logprobs and req.top_logprobs == 3 and req.max_tokens == 8 and req.stop == ["\n"]
-    assert req.n == 2 and req.sampling == {"temperature": 1.0, "top_p": 1.0, "seed": 1}
+    assert req.n == 2 and req.run_sampling().given() == {"temperature": 1.0, "top_p": 1.0, "seed": 1}
     assert parse_completion({**COMPLETION, "prompt": [1, 2, 3]}).prompt == [1, 2, 3]
     assert parse_completion({**COMPLETION, "prompt": [[4, 5]]}).prompt == [4, 5]
     assert parse_completion({**COMPLETION, "logprobs": 0}).logprobs
@@ -336,7 +337,7 @@ def test_parse_responses_from_the_sdk_request():
     req = parse_responses(body)
     assert req.messages == [{"role": "system", "content": "be brief"}, {"role": "system", "content": "dev"},
                             {"role": "user", "content": "a\nb"}, {"role": "assistant", "content": "prev"}]
-    assert req.max_tokens == 30 and req.stream and req.sampling == {"temperature": 0.2, "top_p": 0.5}
+    assert req.max_tokens == 30 and req.stream and req.run_sampling().given() == {"temperature": 0.2, "top_p": 0.5}
     assert parse_responses(RESPONSES).messages == [{"role": "user", "content": "Say hi"}]
 
 

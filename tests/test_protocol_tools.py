@@ -106,13 +106,13 @@ def test_chat_tool_choice_forms_from_the_sdk(choice, expected):
         model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER, TIME], tool_choice=choice,
         parallel_tool_calls=False))
     req = parse_chat(body)
-    assert req.options["tool_choice"] == expected and req.options["parallel_tool_calls"] is False
+    assert req.tool_options.choice == expected and req.tool_options.parallel is False
     assert req.tools == [WEATHER, TIME]
 
 
 def test_chat_defaults_without_tools():
     req = parse_chat({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tool_choice": "none"})
-    assert (req.tools, req.options["tool_choice"], req.options["parallel_tool_calls"]) == (None, "none", True)
+    assert (req.tools, req.tool_options.choice, req.tool_options.parallel) == (None, "none", True)
 
 
 @pytest.mark.parametrize("patch, param, words", [
@@ -235,7 +235,7 @@ def test_responses_tools_and_tool_choice_from_the_sdk(choice, expected):
                                                     tool_choice=choice))
     req = parse_responses(body)
     assert req.tools == [WEATHER, TIME]  # the chat-template shape
-    assert req.options["tool_choice"] == expected and req.options["parallel_tool_calls"] is True
+    assert req.tool_options.choice == expected and req.tool_options.parallel is True
 
 
 def test_responses_function_call_items_become_a_tool_turn():
@@ -375,7 +375,7 @@ def test_anthropic_tool_choice_from_the_sdk(choice, expected):
     seen = []
     anthropic_client(call_events(), seen).messages.create(
         model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}], tools=ANTH_TOOLS, tool_choice=choice)
-    assert (seen[0].options["tool_choice"], seen[0].options["parallel_tool_calls"]) == expected
+    assert (seen[0].tool_options.choice, seen[0].tool_options.parallel) == expected
     assert [t["function"]["name"] for t in seen[0].tools] == ["get_weather", "get_time"]
 
 
@@ -464,7 +464,7 @@ def test_ollama_tools_kept_and_tool_choice_auto():
     ollama_client(call_events(), seen).chat(model="m", messages=[{"role": "user", "content": "hi"}],
                                             tools=[WEATHER, TIME])
     assert seen[0].tools[0]["function"]["name"] == "get_weather" and len(seen[0].tools) == 2
-    assert (seen[0].options["tool_choice"], seen[0].options["parallel_tool_calls"]) == ("auto", True)
+    assert (seen[0].tool_options.choice, seen[0].tool_options.parallel) == ("auto", True)
 
 
 @pytest.mark.parametrize("tools, param", [

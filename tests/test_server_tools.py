@@ -11,7 +11,7 @@ import ollama
 import openai
 import pytest
 
-from llamay.server.generation import render_plan
+from llamay.server.render import render_plan
 from llamay.server.protocol.anthropic import parse_messages
 from llamay.server.protocol.ollama import parse_chat as parse_ollama_chat
 from llamay.server.protocol.openai_chat import parse_chat

@@ -247,16 +247,16 @@ def test_plan_per_choice(tokenizer):
     from llamay.chat.template import CHATML_SOURCE
     from llamay.toolcall.plan import plan
     hermes, ask = source("Qwen-Qwen2.5-7B-Instruct"), [{"role": "user", "content": "hi"}]
-    auto = plan(hermes, ask, TOOLS, {}, tokenizer)
+    auto = plan(hermes, ask, TOOLS, tokenizer)
     assert auto.fmt.name == "hermes" and auto.tools and "trig[lazy]" in auto.lark  # <tool_call> is text here
-    none = plan(hermes, ask, TOOLS, {"tool_choice": "none"}, tokenizer)
+    none = plan(hermes, ask, TOOLS, tokenizer, "none")
     assert none.tools and none.fmt is None and none.lark is None  # rendered, neither forced nor read
-    generic_none = plan(CHATML_SOURCE, ask, TOOLS, {"tool_choice": "none"}, tokenizer)
+    generic_none = plan(CHATML_SOURCE, ask, TOOLS, tokenizer, "none")
     assert generic_none.fmt is GENERIC and "tool_calls" not in generic_none.lark.split("start:")[1].split("\n")[0]
     assert "get_weather" in generic_none.messages[0]["content"]  # described in a system message
     with pytest.raises(ValueError, match="'nope'.*get_weather, get_time"):
-        plan(hermes, ask, TOOLS, {"tool_choice": {"name": "nope"}}, tokenizer)
-    assert plan(hermes, ask, None, {}, tokenizer).lark is None
+        plan(hermes, ask, TOOLS, tokenizer, {"name": "nope"})
+    assert plan(hermes, ask, None, tokenizer).lark is None
 
 
 def test_a_response_holds_at_most_max_calls(tokenizer):

@@ -16,11 +16,12 @@ from . import (routes_anthropic, routes_contexts, routes_embed, routes_extras, r
                routes_openai, routes_studio)
 from .contexts import ContextTable, expire
 from .guard import Guard, GuardSettings, proto_for
-from .http import Responder, error_response
+from .http import error_response
 from .metrics import Metrics
 from .models import Registry
 from .protocol.base import ProtocolError
 from .requestlog import RequestLog
+from .responder import Responder
 
 REAP_EVERY_S = 5.0
 

@@ -1,5 +1,5 @@
-"""What every route shares: reading JSON, answering errors in the route's own API shape, running a
-generation to a streamed or whole response, and noticing clients that go away."""
+"""What every route shares over HTTP: reading bodies, answering errors in the route's own API shape,
+streaming an Output's frames or collecting it whole, and noticing clients that go away."""
 from __future__ import annotations
 
 import asyncio
@@ -8,22 +8,13 @@ import functools
 import json
 import logging
 import threading
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from ..events import Finish, Usage
-from ..toolcall.plan import ToolPlan
-from . import requestlog
-from .generation import Generation, prepare, with_server_defaults
 from .jsonbody import parse_body
-from .models import Loaded
-from .protocol.base import GenRequest, Output, ProtocolError, ResponseMeta, merge_usage
-from .slots import SlotTable
+from .protocol.base import Output, ProtocolError
 
 DISCONNECT_POLL_S = 0.25
 CLIENT_GONE = 499  # nginx's "client closed request": what a log shows for an answer nobody was there to read
@@ -90,116 +81,10 @@ def error_response(proto, err: ProtocolError) -> JSONResponse:
     return JSONResponse(proto.error_body(err), status_code=status, headers=headers)
 
 
-def new_meta(prefix: str, model: str) -> ResponseMeta:
-    now = time.time_ns()
-    return ResponseMeta(f"{prefix}{uuid.uuid4().hex[:24]}", now // 10**9, model, now)
-
-
-@dataclass
-class RunOptions:
-    """How Responder.run serves one generation, beyond the request itself."""
-    loaded: Loaded | None = None  # the model, when the route holds it already (else looked up by name)
-    ctx: int | None = None  # a named context's engine context to continue; None: a fresh sequence
-    extra: int = 0  # tokens already in that context before the prompt
-    tools: ToolPlan | None = None  # the tool plan of a context's chat (the route rendered it whole)
-    prompt_usage: bool = False  # make_output(req, meta, usage) gets the prompt's size before generating
-    on_finish: Callable[[list[Finish]], None] | None = None  # once every choice finished
-    on_close: Callable[[], None] | None = None  # once the generation is over, or at once if it never started
-
-
-class Responder:
-    """Runs a request's generation to its API's response, with the app's registry and counters (set on
-    app.state.responder)."""
-
-    def __init__(self, registry, metrics):
-        self.registry, self.metrics = registry, metrics
-        self.slots = SlotTable(registry.settings.concurrency)
-
-    async def run(self, request: Request, proto, req: GenRequest, make_output: Callable[..., Output],
-                  id_prefix: str, media_type: str, opts: RunOptions = RunOptions()) -> Response:
-        """Cache hits are known only at the end: with opts.prompt_usage the output gets Usage.prompt_tokens."""
-        out, events, gen, req = await self.start(request, req, make_output, id_prefix, opts)
-        if req.stream:
-            return StreamingResponse(_frames(out, events, gen), media_type=media_type,
-                                     headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
-        if not await _collect(request, out, events, gen):
-            return Response(status_code=CLIENT_GONE)  # nobody reads it; no traceback in the log either
-        return JSONResponse(out.body())
-
-    async def run_all(self, request: Request, reqs: list[GenRequest], make_output: Callable[..., Output],
-                      id_prefix: str, opts: RunOptions = RunOptions()) -> list[Output] | None:
-        """Several generations at once, each collected whole (llama-server's batch of prompts;
-        make_output(i, req, meta, ...) for the i-th) -> their outputs in order; None when the client left."""
-        started = []
-        try:
-            for i, req in enumerate(reqs):
-                started.append(await self.start(request, req, functools.partial(make_output, i), id_prefix, opts))
-        except BaseException:
-            for _, _, gen, _ in started:
-                gen.cancel()
-            raise
-        tasks = [asyncio.ensure_future(_collect(request, out, events, gen)) for out, events, gen, _ in started]
-        try:
-            done = await asyncio.gather(*tasks)
-        finally:  # one failed: the others stop too
-            for task, (_, _, gen, _) in zip(tasks, started):
-                task.cancel()
-                gen.cancel()
-        return [out for out, *_ in started] if all(done) else None
-
-    async def start(self, request: Request, req: GenRequest, make_output: Callable[..., Output], id_prefix: str,
-                    opts: RunOptions) -> tuple[Output, AsyncIterator, Generation, GenRequest]:
-        """Prepares and submits one generation -> (its output, its events, the generation, the request as
-        run: with the server's and the model's defaults). Every generation takes a slot (slots.py)."""
-        slot = None
-
-        def close():
-            if slot is not None:
-                self.slots.release(slot)
-            if opts.on_close:
-                opts.on_close()
-
-        try:
-            loaded = opts.loaded or await self.registry.get(req.model, req.keep_alive)
-        except BaseException:
-            close()
-            raise
-        loaded.busy += 1  # not unloaded from here on; the Generation gives it back when it ends
-        try:
-            req = with_server_defaults(req, self.registry.settings)
-            prep = await off_loop(request, prepare, loaded, req, opts.extra, opts.tools)
-            req = prep.req
-            slot = self.slots.take(loaded.info.name, prep.ids, req.options.get("id_slot"))
-            req.options["id_slot"] = slot.id
-            meta = new_meta(id_prefix, self.registry.reply_name(req.model, loaded.info.name))
-            out = make_output(req, meta, Usage(len(prep.ids) + opts.extra)) if opts.prompt_usage \
-                else make_output(req, meta)
-            gen = Generation(loaded, req, prep, opts.ctx, close)
-        except BaseException:
-            loaded.busy -= 1
-            close()
-            raise
-        self.metrics.requests += 1
-        requestlog.note(request, meta.model)
-        finishes: list[Finish] = []
-
-        async def events() -> AsyncIterator:
-            async for ev in gen.events():
-                if isinstance(ev, Finish):
-                    finishes.append(ev)
-                    self.metrics.count(ev.usage)
-                    if len(finishes) == req.n:
-                        requestlog.note(request, meta.model, merge_usage(finishes))
-                        self.slots.finish(slot, req, min(finishes, key=lambda f: f.index), gen.job.lora)
-                        if opts.on_finish:
-                            opts.on_finish(finishes)
-                yield ev
-
-        return out, events(), gen, req
-
-
-async def _frames(out: Output, events: AsyncIterator, gen: Generation) -> AsyncIterator[str]:
-    """Starlette cancels this generator when the client disconnects; the finally cancels the job."""
+async def frames(out: Output, events: AsyncIterator, close: Callable[[], None]) -> AsyncIterator[str]:
+    """out's frames for each event, then its end (or its error frames): a StreamingResponse's body.
+    Starlette cancels this generator when the client disconnects; the finally calls close (it cancels the
+    generation)."""
     try:
         async for ev in events:
             for frame in out.feed(ev):
@@ -214,11 +99,12 @@ async def _frames(out: Output, events: AsyncIterator, gen: Generation) -> AsyncI
         for frame in out.fail(internal_error(e)):
             yield frame
     finally:
-        gen.cancel()
+        close()
 
 
-async def _collect(request: Request, out: Output, events: AsyncIterator, gen: Generation) -> bool:
-    """Feeds every event to out -> True; a client that disconnects meanwhile cancels the generation -> False."""
+async def collect(request: Request, out: Output, events: AsyncIterator, close: Callable[[], None]) -> bool:
+    """Feeds every event to out -> True; a client that disconnects meanwhile -> False. close is called
+    either way (it cancels the generation)."""
     async def consume():
         async for ev in events:
             out.feed(ev)
@@ -235,4 +121,4 @@ async def _collect(request: Request, out: Output, events: AsyncIterator, gen: Ge
         await task
         return True
     finally:
-        gen.cancel()
+        close()

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from .generation import render
-from .http import RunOptions, api, off_loop, read_json
+from .http import api, off_loop, read_json
 from .protocol import anthropic as proto
+from .render import render
+from .responder import RunOptions
 
 router = APIRouter()
 

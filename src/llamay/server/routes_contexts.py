@@ -16,13 +16,16 @@ from fastapi.responses import JSONResponse, Response
 from ..engine import SnapshotError, snapshots
 from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
-from .generation import check_prompt, render, render_plan, with_server_defaults
 from ..toolcall.plan import ToolPlan
-from .http import RunOptions, api, off_loop, read_bounded, read_json
+from .http import api, off_loop, read_bounded, read_json
 from .models import Loaded
+from .prepare import with_server_defaults
 from .protocol import openai as proto
-from .protocol.base import GenRequest, Output, ProtocolError, bad_request
+from .protocol.base import Output, ProtocolError, bad_request
+from .protocol.request import GenRequest
 from .protocol.toolcalls import add_call_part
+from .render import check_prompt, render, render_plan
+from .responder import RunOptions
 from .sessions import settle
 
 router = APIRouter()
@@ -229,7 +232,8 @@ async def chat(request: Request, cid: str):
     req = proto.parse_chat({**body, "model": nc.model, "messages": body["messages"] if appended else nc.messages})
     loaded = await _loaded(request, nc)
     messages = nc.messages + req.messages if appended else nc.messages
-    whole = GenRequest(model=nc.model, messages=messages, tools=req.tools, options=req.options)
+    whole = GenRequest(model=nc.model, messages=messages, tools=req.tools, tool_options=req.tool_options,
+                       chat=req.chat)
     full, plan = await off_loop(request, render_plan, loaded,
                                 with_server_defaults(whole, request.app.state.registry.settings))
     req.n = 1

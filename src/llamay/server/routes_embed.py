@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse
 from ..events import Usage
 from . import requestlog
 from .embed_models import run_embedder
-from .generation import context_error
 from .http import api, read_json
 from .protocol import embeddings as conv
 from .protocol import llamacpp as llamacpp_proto
@@ -23,6 +22,7 @@ from .protocol import ollama as ollama_proto
 from .protocol import openai as openai_proto
 from .protocol.base import ProtocolError, bad_request
 from .protocol.llamacpp_params import mixed_ids
+from .render import context_error
 
 router = APIRouter()
 log = logging.getLogger("llamay.server")

@@ -12,12 +12,15 @@ from fastapi.responses import JSONResponse, Response
 from ..chat import template_for
 from ..engine import SnapshotError, snapshots
 from . import slots as slot_ops
-from .generation import chat_plan, render_text, with_server_defaults
-from .http import CLIENT_GONE, RunOptions, api, off_loop, read_json
+from .http import CLIENT_GONE, api, off_loop, read_json
 from .models import Loaded
+from .prepare import with_server_defaults
 from .protocol import llamacpp as proto
-from .protocol.base import GenRequest, ProtocolError
+from .protocol.base import ProtocolError
 from .protocol.llamacpp_infill import FimVocab, infill_ids, missing
+from .protocol.request import GenRequest
+from .render import chat_plan, render_text
+from .responder import RunOptions
 
 router = APIRouter()
 SSE = "text/event-stream"

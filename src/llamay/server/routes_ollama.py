@@ -8,9 +8,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from ..events import Finish, Usage
 from . import routes_studio
-from .http import RunOptions, api, dumps, new_meta, read_json
+from .http import api, dumps, read_json
 from .protocol import ollama as proto
 from .protocol.base import ProtocolError
+from .responder import RunOptions, new_meta
 
 router = APIRouter()
 NDJSON = "application/x-ndjson"
@@ -32,12 +33,12 @@ async def version():
 async def _generate(request: Request, parse, output):
     req = parse(await read_json(request))
     registry = request.app.state.registry
-    if req.options.get("unload"):
+    if req.ollama.load == "unload":
         name = registry.resolve(req.model, exact=True)
         registry.unload(name)
         return _no_generation(req, output, "unload", registry.reply_name(req.model, name))
     loaded = await registry.get(req.model, req.keep_alive)
-    if req.options.get("load_only"):
+    if req.ollama.load == "load":
         return _no_generation(req, output, "load", registry.reply_name(req.model, loaded.info.name), loaded.load_ns)
     return await request.app.state.responder.run(request, proto, req, output, "", NDJSON, RunOptions(loaded=loaded))
 

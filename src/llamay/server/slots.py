@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..events import Finish
-from .protocol.base import GenRequest, bad_request
+from .protocol.base import bad_request
+from .protocol.request import GenRequest
 from .sessions import settle
 
 

@@ -19,17 +19,16 @@ class ToolPlan:
     lark: str | None  # the grammar constraining the output (None: unconstrained)
 
 
-def choice_of(options: dict):
-    choice = options.get("tool_choice", "auto")
+def check_choice(choice) -> None:
     if choice not in ("auto", "none", "required") and not (isinstance(choice, dict) and "name" in choice):
         raise ValueError(f"tool_choice must be auto, none, required or a named function, got {choice!r}")
-    return choice
 
 
-def plan(source: str, messages: list[dict], tools: list[dict] | None, options: dict, tokenizer) -> ToolPlan:
-    """source: the chat template; tools in the chat-template shape; options: tool_choice, parallel_tool_calls.
-    ValueError for a named function that is not offered."""
-    choice = choice_of(options)
+def plan(source: str, messages: list[dict], tools: list[dict] | None, tokenizer, choice: str | dict = "auto",
+         parallel: bool = True) -> ToolPlan:
+    """source: the chat template; tools in the chat-template shape; choice: "auto", "none", "required" or
+    {"name": function}; parallel: several calls allowed. ValueError for a named function that is not offered."""
+    check_choice(choice)
     found = caps(source)
     if not tools:
         return ToolPlan(adapt(found, messages, None), None, None, None)
@@ -48,7 +47,6 @@ def plan(source: str, messages: list[dict], tools: list[dict] | None, options: d
     messages = adapt(found, messages, tools)
     if choice == "none" and fmt is not GENERIC:
         return ToolPlan(messages, tools if found.supports_tools else None, None, None)
-    parallel = options.get("parallel_tool_calls", True) is not False
     lark = tool_grammar(fmt, tools, choice, parallel, tokenizer, think=THINK in source)
     return ToolPlan(messages, tools if found.supports_tools else None, fmt, lark)
 

@@ -12,7 +12,8 @@ from .anthropic_out import (
     error_status,
     stream_error,
 )
-from .base import GenRequest, ProtocolError, bad_request, sent_keys
+from .base import ProtocolError, bad_request
+from .request import ChatOptions, GenRequest, Sampling, ToolOptions
 
 __all__ = [
     "MessagesOutput", "count_tokens_body", "error_body", "error_status", "parse_count_tokens", "parse_messages",
@@ -30,7 +31,7 @@ def parse_messages(body: Any) -> GenRequest:
     req.max_tokens = _int(body, "max_tokens", minimum=1, required=True)
     req.stream = _bool(body, "stream")
     req.stop = _stop_sequences(body.get("stop_sequences"))
-    req.sampling, req.sent = _sampling(body), sent_keys(body)
+    req.sampling, req.sampling_defaults = _sampling(body), ANTHROPIC_DEFAULTS
     return req
 
 
@@ -48,22 +49,23 @@ def _parse_common(body: Any) -> GenRequest:
     messages = _system(body.get("system"))
     for msg in _messages(body.get("messages")):
         _append_merged(messages, msg)
-    req = GenRequest(model=model or None, messages=messages, tools=_tools(body.get("tools")))
-    if messages[-1]["role"] == "assistant":  # prefill: the reply continues this text
-        req.options["continue_final_message"] = True
-    req.options["tool_choice"], req.options["parallel_tool_calls"] = _tool_choice(body.get("tool_choice"), req.tools)
-    if body.get("thinking") is not None:
-        req.options["thinking"] = _thinking(body["thinking"])
-    req.format = _output_format(body.get("output_config"))
-    return req
+    tools = _tools(body.get("tools"))
+    tool_options = ToolOptions(*_tool_choice(body.get("tool_choice"), tools))
+    thinking = _thinking(body["thinking"]) if body.get("thinking") is not None else None
+    # continue_final: prefill, the reply continues the last (assistant) message's text
+    return GenRequest(model=model or None, messages=messages, tools=tools, tool_options=tool_options,
+                      chat=ChatOptions(thinking=thinking, continue_final=messages[-1]["role"] == "assistant"),
+                      format=_output_format(body.get("output_config")))
 
 
-def _sampling(body: dict) -> dict:
-    # Only temperature has a documented API default (1.0). top_k / top_p have none in the API (and min_p does
-    # not exist there), so unset ones are left out and take llama.cpp's defaults (SamplingParams).
-    sampling = {"temperature": _number(body, "temperature", 0.0, 1.0, default=1.0),
-                "top_p": _number(body, "top_p", 0.0, 1.0), "top_k": _int(body, "top_k", minimum=0)}
-    return {key: value for key, value in sampling.items() if value is not None}
+# Only temperature has a documented API default (1.0). top_k / top_p have none in the API (and min_p does
+# not exist there), so unset ones take llama.cpp's defaults (SamplingParams).
+ANTHROPIC_DEFAULTS = Sampling(temperature=1.0)
+
+
+def _sampling(body: dict) -> Sampling:
+    return Sampling(temperature=_number(body, "temperature", 0.0, 1.0), top_p=_number(body, "top_p", 0.0, 1.0),
+                    top_k=_int(body, "top_k", minimum=0))
 
 
 def _system(system: Any) -> list[dict]:
@@ -276,10 +278,10 @@ def _int(body: dict, key: str, minimum: int, required: bool = False) -> int | No
     return value
 
 
-def _number(body: dict, key: str, low: float, high: float, default: float | None = None) -> float | None:
+def _number(body: dict, key: str, low: float, high: float) -> float | None:
     value = body.get(key)
     if value is None:
-        return default
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise bad_request(f"{key}: must be a number between {low} and {high}", key)
     return float(value)

@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from ...events import Delta, Finish, ToolCallDelta, Usage
-from .base import GenRequest, ProtocolError, ResponseMeta, merge_usage
+from .base import ProtocolError, ResponseMeta, merge_usage
+from .request import GenRequest
 from .toolcalls import arguments_object
 
 _ERROR_TYPES = {"invalid_request": "invalid_request_error", "context_length": "invalid_request_error",

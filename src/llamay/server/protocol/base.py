@@ -1,6 +1,6 @@
 """The one internal request/response model every protocol converts to and from (pure data, no I/O).
 
-A converter parses a request body into a GenRequest, and turns the engine's Delta/Finish events
+A converter parses a request body into a GenRequest (request.py), and turns the engine's Delta/Finish events
 (llamay/events.py) back into its API's response (whole, or streamed). Errors are ProtocolError; each API renders them in its own shape."""
 from __future__ import annotations
 
@@ -28,59 +28,6 @@ def bad_request(message: str, param: str | None = None) -> ProtocolError:
     return ProtocolError(400, message, "invalid_request", param)
 
 
-# the sampling fields a request sets by name (SamplingParams' names; logit_bias aside)
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty",
-                 "frequency_penalty", "seed")
-
-
-def sent_keys(body: dict, more=()) -> frozenset:
-    """GenRequest.sent of a body that names its sampling fields at the top level (plus `more`)."""
-    return frozenset(k for k in SAMPLING_KEYS if body.get(k) is not None) | frozenset(more)
-
-
-@dataclass
-class GenRequest:
-    """What a client asked for, in API-neutral terms.
-
-    Exactly one of messages / prompt is set. messages are normalised to the chat-template shape:
-    {"role": "system"|"user"|"assistant"|"tool", "content": str} (plus "tool_calls", "tool_call_id",
-    "name" where given). prompt is text (or token ids, or llama-server's mix of both: each text piece
-    tokenized in place) used as is when raw, else wrapped as one user message by the model's template
-    (Ollama /api/generate without raw)."""
-    model: str | None  # None: the server's default model
-    messages: list[dict] | None = None
-    prompt: str | list[int | str] | None = None
-    raw: bool = False
-    system: str | None = None  # Ollama's `system` override (generate/chat); Anthropic's top-level system goes into messages
-    template: str | None = None  # Ollama's `template` override (a Go template: only the plain forms are honoured)
-    suffix: str | None = None
-    max_tokens: int | None = None  # None: until end of generation or the context's end
-    stop: list[str] = field(default_factory=list)
-    stream: bool = False
-    n: int = 1
-    # llamay.engine.SamplingParams keyword arguments: temperature, top_k, top_p, min_p, repeat_penalty,
-    # presence_penalty, frequency_penalty, repeat_last_n, seed, logit_bias ({int token id: float bias}).
-    # The converter fills what the request did not set with its API's documented defaults; a field left
-    # out takes SamplingParams' default (llama.cpp's).
-    sampling: dict[str, Any] = field(default_factory=dict)
-    logprobs: bool = False
-    top_logprobs: int = 0
-    include_usage: bool = False  # OpenAI stream_options.include_usage
-    echo: bool = False  # OpenAI completions: prompt text prepended to the output
-    keep_alive: float | None = None  # seconds the model stays loaded after this request; None: default; <0: forever
-    context: list[int] | None = None  # Ollama /api/generate `context` (token ids of an earlier exchange)
-    format: Any = None  # structured output: OpenAI response_format, Ollama format, Anthropic output_config.format
-    # Tool definitions in the chat-template (OpenAI chat) shape:
-    # [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. options["tool_choice"]
-    # is "auto" (the default), "none", "required" or {"name": function}; options["parallel_tool_calls"] a bool.
-    tools: list[dict] | None = None
-    options: dict[str, Any] = field(default_factory=dict)  # anything else API-specific the route needs
-    options_set: frozenset | None = None  # Ollama: the option keys the request set (a model's params fill the rest)
-    # the sampling keys the request set itself (the server's serve --temp ... fill the others); None: those
-    # of options_set when it is set, else every key in sampling
-    sent: frozenset | None = None
-
-
 class Output(Protocol):
     """One response being built from the engine's events, in one API's shape (each converter's *Output)."""
 
@@ -104,6 +51,7 @@ class ResponseMeta:
     created: int  # unix seconds
     model: str | None  # None: the server's default model
     created_ns: int = 0  # unix nanoseconds (Ollama's created_at)
+    slot: int = -1  # the llama-server slot serving it (server/slots.py); -1: none
 
 
 def merge_usage(finishes: list[Finish]) -> Usage:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .base import GenRequest, bad_request, sent_keys
+from .base import bad_request
 from .llamacpp_infill import Infill
 from .llamacpp_out import CompletionOutput, ModelView, error_body, generation_settings, props_body, slot_body
 from .llamacpp_params import parse_extras, parse_logit_bias, parse_mixed, parse_n_probs, parse_prompts, parse_sampling
 from .openai_chat import parse_chat, parse_response_format
 from .openai_common import MAX_N, get_bool, get_field, get_int, get_str, optional_model, require_body
+from .request import GenRequest, Sampling
 
 __all__ = ["CompletionOutput", "Infill", "ModelView", "error_body", "generation_settings", "parse_apply_template",
            "parse_completion", "parse_filename", "parse_infill", "parse_slot_action", "props_body", "slot_body"]
@@ -34,23 +35,21 @@ def parse_completion(body: Any) -> list[GenRequest]:
     if base.stream and len(prompts) > 1:
         raise bad_request(f"'prompt' holds {len(prompts)} prompts: stream them one request each, or send the "
                           "batch without stream", "prompt")
-    return [dataclasses.replace(base, prompt=p, options=dict(base.options)) for p in prompts]
+    return [dataclasses.replace(base, prompt=p) for p in prompts]
 
 
 def _request(body: dict) -> GenRequest:
     """Every /completion field but the prompt (absent or null: the server's defaults)."""
-    extra_sampling, options = parse_extras(body)
+    extra_sampling, llama = parse_extras(body)
     n_probs = parse_n_probs(body, MAX_N_PROBS)
-    for name, value in (("return_tokens", get_bool(body, "return_tokens")), ("grammar", get_str(body, "grammar")),
-                        ("logit_bias", parse_logit_bias(body)), ("response_fields", _strings(body, "response_fields"))):
-        if value:
-            options[name] = value
+    llama = dataclasses.replace(
+        llama, return_tokens=bool(get_bool(body, "return_tokens")), grammar=get_str(body, "grammar") or None,
+        logit_bias=tuple(parse_logit_bias(body)), response_fields=tuple(_strings(body, "response_fields")))
     return GenRequest(model=optional_model(body), raw=True, stream=bool(get_bool(body, "stream")),
                       n=next((n for n in (get_int(body, k, 1, MAX_N) for k in ("n_cmpl", "n")) if n), 1),
                       stop=_strings(body, "stop"), max_tokens=_n_predict(body),
-                      sampling={**parse_sampling(body), **extra_sampling}, sent=sent_keys(body, extra_sampling),
-                      logprobs=n_probs > 0, top_logprobs=n_probs, format=parse_response_format(body),
-                      options=options)
+                      sampling=Sampling(**{**parse_sampling(body), **extra_sampling}),
+                      logprobs=n_probs > 0, top_logprobs=n_probs, format=parse_response_format(body), llama=llama)
 
 
 def _n_predict(body: dict) -> int | None:

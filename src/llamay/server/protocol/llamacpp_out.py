@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from ...engine.sampling import SamplingParams
 from ...events import Delta, Finish, TokenLogprob, Usage
-from .base import GenRequest, ProtocolError, ResponseMeta
+from .base import ProtocolError, ResponseMeta
 from .llamacpp_params import RANDOM_SEED, RUN_ORDER
 from .openai_common import frame
+from .request import GenRequest
 from .timings import BUILD_INFO, timings_body
 
 STOP_TYPES = {"stop": "eos", "length": "limit"}  # a stop string makes it "word"
@@ -53,16 +54,16 @@ def error_body(err: ProtocolError) -> dict:
 
 def generation_settings(req: GenRequest, n_ctx: int, model: str) -> dict:
     """The settings a request ran with, in llama-server's names (its defaults where the request set none)."""
-    s = {**dataclasses.asdict(SamplingParams()), **req.sampling}
+    s = {**dataclasses.asdict(SamplingParams()), **req.run_sampling().given()}
     n_predict = -1 if req.max_tokens is None else req.max_tokens
     return {"n_ctx": n_ctx, "model": model, "n_predict": n_predict, "max_tokens": n_predict,
-            "seed": RANDOM_SEED if s["seed"] is None else s["seed"], "temperature": s["temperature"],
+            "seed": RANDOM_SEED if s["seed"] is None or s["seed"] < 0 else s["seed"], "temperature": s["temperature"],
             "top_k": s["top_k"], "top_p": s["top_p"], "min_p": s["min_p"], "repeat_last_n": s["repeat_last_n"],
             "repeat_penalty": s["repeat_penalty"], "presence_penalty": s["presence_penalty"],
             "frequency_penalty": s["frequency_penalty"], "stop": list(req.stop),
-            "ignore_eos": bool(req.options.get("ignore_eos")), "stream": req.stream,
-            "n_probs": req.top_logprobs if req.logprobs else 0, "grammar": req.options.get("grammar") or "",
-            "samplers": list(RUN_ORDER), "reasoning_format": req.options.get("reasoning_format", "auto"),
+            "ignore_eos": req.llama.ignore_eos, "stream": req.stream,
+            "n_probs": req.top_logprobs if req.logprobs else 0, "grammar": req.llama.grammar or "",
+            "samplers": list(RUN_ORDER), "reasoning_format": req.chat.reasoning_format or "auto",
             **OFF_SETTINGS}
 
 
@@ -101,7 +102,7 @@ class CompletionOutput:
         if not self.req.stream or not (text or ev.tokens):
             return []
         part = {"index": self.first + ev.index, "content": text, "tokens": ev.tokens, "stop": False,
-                "id_slot": self._slot(), "tokens_predicted": len(choice.tokens), "tokens_evaluated": self.n_prompt}
+                "id_slot": self.meta.slot, "tokens_predicted": len(choice.tokens), "tokens_evaluated": self.n_prompt}
         if self.req.logprobs:
             part["completion_probabilities"] = [probs_entry(t) for t in ev.logprobs]
         return [frame(part)]
@@ -119,17 +120,14 @@ class CompletionOutput:
     def fail(self, err: ProtocolError) -> list[str]:
         return [frame(error_body(err))]
 
-    def _slot(self) -> int:
-        return self.req.options.get("id_slot", -1)
-
     def _result(self, i: int, streamed: bool) -> dict:
         """The last event of a choice (streamed: its text and tokens already sent) or its whole result."""
         choice, req = self.choices[i], self.req
         finish, usage = choice.finish, choice.finish.usage
         text = "".join(choice.text)
         out = {"index": self.first + i, "content": "" if streamed else text,
-               "tokens": [] if streamed or not req.options.get("return_tokens") else choice.tokens,
-               "id_slot": self._slot(), "stop": True, "model": self.meta.model,
+               "tokens": [] if streamed or not req.llama.return_tokens else choice.tokens,
+               "id_slot": self.meta.slot, "stop": True, "model": self.meta.model,
                "tokens_predicted": usage.completion_tokens, "tokens_evaluated": usage.prompt_tokens,
                "generation_settings": generation_settings(req, self.model.n_ctx, self.meta.model),
                "prompt": self.model.detokenize((finish.context or [])[:usage.prompt_tokens]),
@@ -139,10 +137,10 @@ class CompletionOutput:
                "tokens_cached": usage.prompt_tokens + usage.completion_tokens, "timings": timings_body(usage)}
         if req.logprobs and not streamed:
             out["completion_probabilities"] = [probs_entry(t) for t in choice.probs]
-        return pick_fields(out, req.options.get("response_fields"))
+        return pick_fields(out, req.llama.response_fields)
 
 
-def pick_fields(body: dict, fields: list[str] | None) -> dict:
+def pick_fields(body: dict, fields: tuple[str, ...]) -> dict:
     """response_fields: only these, a/b naming b inside a, moved to the top under the name "a/b"."""
     if not fields:
         return body

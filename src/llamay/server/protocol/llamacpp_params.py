@@ -11,6 +11,7 @@ from typing import Any
 from ...engine.draft import MODES as DRAFT_MODES
 from .base import bad_request
 from .openai_common import NUMBER, get_bool, get_field, get_int, get_num
+from .request import FRESH_SEED, LlamaOptions
 
 Prompt = str | list  # text, token ids, or a mix of both (llama-server's tokenize_mixed)
 RANDOM_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: like -1, a fresh seed
@@ -78,20 +79,19 @@ def parse_samplers(body: dict) -> dict[str, Any]:
     return {k: v for n in RUN_ORDER if n not in ours for k, v in _SAMPLER_OFF[n].items()}
 
 
-def parse_extras(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The llama-server fields its routes take beside OpenAI's -> (SamplingParams fields, options):
-    repeat_last_n, samplers, ignore_eos, id_slot and cache_prompt (accepted; the prefix cache is always on,
-    and a hit gives the same tokens as a miss), after check_off."""
+def parse_extras(body: dict) -> tuple[dict[str, Any], LlamaOptions]:
+    """The llama-server fields its routes take beside OpenAI's -> (Sampling fields, LlamaOptions):
+    repeat_last_n, samplers, ignore_eos, id_slot, lora, spec and cache_prompt (accepted; the prefix cache is
+    always on, and a hit gives the same tokens as a miss), after check_off."""
     check_off(body)
     get_bool(body, "cache_prompt")
     sampling = parse_samplers(body)
     repeat_last_n = get_int(body, "repeat_last_n", -1)  # -1: the whole history
     if repeat_last_n is not None:
         sampling["repeat_last_n"] = repeat_last_n
-    id_slot = get_int(body, "id_slot", -1)
-    options = {"ignore_eos": get_bool(body, "ignore_eos"), "id_slot": None if id_slot == -1 else id_slot,
-               "lora": parse_lora(body), "spec": parse_spec(body)}
-    return sampling, {k: v for k, v in options.items() if v is not None}
+    ignore_eos, id_slot, lora = bool(get_bool(body, "ignore_eos")), get_int(body, "id_slot", -1), parse_lora(body)
+    return sampling, LlamaOptions(id_slot=None if id_slot in (None, -1) else id_slot, ignore_eos=ignore_eos,
+                                  lora=None if lora is None else tuple(lora), spec=parse_spec(body))
 
 
 def parse_spec(body: dict) -> str | None:
@@ -134,15 +134,10 @@ def parse_sampling(body: dict) -> dict[str, Any]:
     top_k = get_int(body, "top_k")
     if top_k is not None:
         sampling["top_k"] = max(top_k, 0)
-    if body.get("seed") is not None:
-        sampling["seed"] = parse_seed(body)
-    return sampling
-
-
-def parse_seed(body: dict) -> int | None:
-    """seed: -1 (or llama.cpp's 0xFFFFFFFF) draws a fresh one -> None."""
     seed = get_int(body, "seed")
-    return None if seed is None or seed < 0 or seed == RANDOM_SEED else seed
+    if seed is not None:  # -1 (or llama.cpp's 0xFFFFFFFF): a fresh one
+        sampling["seed"] = FRESH_SEED if seed < 0 or seed == RANDOM_SEED else seed
+    return sampling
 
 
 def parse_logit_bias(body: dict) -> list[tuple[int | str, float]]:

@@ -4,10 +4,11 @@ re-exported here, so routes import everything from this module.
 Wire reference: shared/docs/protocols/ollama.md (Ollama server code at v0.33; Python client ollama==0.6.3)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
-from .base import GenRequest, bad_request
+from .base import bad_request
 from .ollama_out import (
     OllamaChatOutput,
     OllamaGenerateOutput,
@@ -21,6 +22,7 @@ from .ollama_out import (
     version_body,
 )
 from .openai_common import check_function_tool
+from .request import FRESH_SEED, GenRequest, OllamaOptions, Sampling
 
 __all__ = [
     "OLLAMA_DEFAULTS", "OllamaChatOutput", "OllamaGenerateOutput", "capabilities", "error_body", "parse_chat",
@@ -30,12 +32,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Ollama's api.DefaultOptions for the sampling knobs (doc §8); seed -1 (random) is SamplingParams' None.
-OLLAMA_DEFAULTS: dict[str, Any] = {
-    "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.0,
-    "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": None,
-}
-_SAMPLING = tuple(OLLAMA_DEFAULTS)
+# Ollama's api.DefaultOptions for the sampling knobs (doc §8); its seed -1 (random) is left unset, a fresh one.
+OLLAMA_DEFAULTS = Sampling(temperature=0.8, top_k=40, top_p=0.9, min_p=0.0, repeat_penalty=1.0, repeat_last_n=64,
+                           presence_penalty=0.0, frequency_penalty=0.0)
 
 # Known `options` keys and their Go kinds (api.Options). Keys not here are ignored with a warning, as
 # Ollama does (this includes the retired numa, low_vram, f16_kv, mirostat*, tfs_z, penalize_newline, ...).
@@ -191,16 +190,16 @@ def _parse_options(raw: Any) -> dict[str, Any]:
 
 
 def _apply_options(req: GenRequest, opts: dict[str, Any]) -> None:
-    """Sampling knobs -> req.sampling (Ollama's defaults where unset); num_predict -> max_tokens (<= 0:
-    unlimited, as Ollama's runner treats it); stop -> req.stop; the rest (num_ctx, ...) -> req.options."""
-    req.sampling = {k: opts.get(k, OLLAMA_DEFAULTS[k]) for k in _SAMPLING}
-    req.options_set = frozenset(opts)
-    if req.sampling["seed"] is not None and req.sampling["seed"] < 0:
-        req.sampling["seed"] = None  # -1: a random seed
+    """Sampling knobs -> req.sampling (Ollama's defaults below them); num_predict -> max_tokens (<= 0:
+    unlimited, as Ollama's runner treats it); stop -> req.stop; the rest (num_ctx, ...) are checked, not run."""
+    sampling = Sampling.of(opts)
+    if sampling.seed is not None and sampling.seed < 0:
+        sampling = dataclasses.replace(sampling, seed=FRESH_SEED)  # -1: a random seed
+    req.sampling, req.sampling_defaults = sampling, OLLAMA_DEFAULTS
     n_predict = opts.get("num_predict")
     req.max_tokens = n_predict if n_predict is not None and n_predict > 0 else None
     req.stop = opts.get("stop", [])
-    req.options.update({k: v for k, v in opts.items() if k not in _SAMPLING and k not in ("num_predict", "stop")})
+    req.ollama = OllamaOptions(num_predict=n_predict)
 
 # ---------------------------------------------------------------------------------------- common fields
 
@@ -248,11 +247,9 @@ def _common(body: dict, req: GenRequest) -> None:
     req.format = _format(body.get("format"))
     req.keep_alive = parse_keep_alive(body.get("keep_alive"))
     _apply_options(req, _parse_options(body.get("options")))
-    if body.get("think") is not None:
-        req.options["think"] = _think(body["think"])
-    for key in ("truncate", "shift"):
-        if body.get(key) is not None:
-            req.options[key] = _field(body, key, bool, what="a boolean")
+    think = _think(body["think"]) if body.get("think") is not None else None
+    truncate, shift = (_field(body, key, bool, what="a boolean") for key in ("truncate", "shift"))
+    req.ollama = dataclasses.replace(req.ollama, think=think, truncate=truncate, shift=shift)
     req.logprobs = _field(body, "logprobs", bool, False, "a boolean")
     req.top_logprobs = _field(body, "top_logprobs", int, 0, "an integer")
     if not 0 <= req.top_logprobs <= 20:
@@ -261,7 +258,7 @@ def _common(body: dict, req: GenRequest) -> None:
 
 def _mark_load(req: GenRequest) -> None:
     """Empty prompt / messages: Ollama's load request, or unload with keep_alive 0."""
-    req.options["unload" if req.keep_alive == 0 else "load_only"] = True
+    req.ollama = dataclasses.replace(req.ollama, load="unload" if req.keep_alive == 0 else "load")
 
 
 def _no_images(images: Any, param: str) -> None:
@@ -301,7 +298,7 @@ def _context(value: Any) -> list[int] | None:
 
 def parse_chat(body: Any) -> GenRequest:
     """POST /api/chat -> GenRequest (messages in the chat-template shape, tools kept once checked; Ollama
-    has no tool_choice: always "auto")."""
+    has no tool_choice: always "auto", parallel calls allowed)."""
     req = GenRequest(model=_model(body))
     raw_messages = _field(body, "messages", list, [], "an array")
     req.messages = [_message(m, i) for i, m in enumerate(raw_messages)]
@@ -309,7 +306,6 @@ def parse_chat(body: Any) -> GenRequest:
     if tools is not None and not all(isinstance(t, dict) for t in tools):
         raise bad_request("tools must be an array of objects", "tools")
     req.tools = [check_function_tool(t, f"tools[{i}]") for i, t in enumerate(tools)] if tools else None
-    req.options.update(tool_choice="auto", parallel_tool_calls=True)
     _common(body, req)
     if not req.messages:
         _mark_load(req)

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...events import Delta, Finish, TokenLogprob, Usage
-from .base import GenRequest, ModelInfo, ProtocolError, ResponseMeta
+from .base import ModelInfo, ProtocolError, ResponseMeta
+from .request import GenRequest
 from .toolcalls import ToolCall, add_call_part
 
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop"}  # Ollama keeps "stop" for tool calls
@@ -90,8 +91,8 @@ class _NdjsonOutput:
         return self._object("".join(self.content), "".join(self.thinking), self.logprobs, self.finish)
 
     def load_body(self) -> dict:
-        """The reply to a load / unload request (req.options load_only / unload): one object, done."""
-        reason = "unload" if self.req.options.get("unload") else "load"
+        """The reply to a load / unload request (OllamaOptions.load): one object, done."""
+        reason = "unload" if self.req.ollama.load == "unload" else "load"
         return {**self._head(), **self._payload("", ""), "done": True, "done_reason": reason}
 
     def _head(self) -> dict:

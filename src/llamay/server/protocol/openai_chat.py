@@ -2,15 +2,17 @@
 (ref: ../shared/docs/protocols/openai.md §1)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...chat.reasoning import MODES as REASONING_FORMATS
 from ...events import Delta, Finish, TokenLogprob, ToolCallDelta
-from .base import GenRequest, ResponseMeta, bad_request, sent_keys
+from .base import ResponseMeta, bad_request
 from .llamacpp_params import parse_extras
 from .openai_common import (
     DONE,
     FINISH_REASONS,
+    OPENAI_DEFAULTS,
     ChoicesOutput,
     ChoiceState,
     check_tool_choice,
@@ -29,6 +31,7 @@ from .openai_common import (
     optional_model,
     usage_body,
 )
+from .request import ChatOptions, GenRequest, Sampling, ToolOptions
 from .timings import BUILD_INFO, timings_body
 
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -47,14 +50,16 @@ def parse_chat(body: Any) -> GenRequest:
     stream, include_usage = parse_stream(body)
     logprobs, top_logprobs = _parse_logprobs(body)
     tools = parse_function_tools(body)
-    extra_sampling, extra_options = parse_extras(body)
+    extra_sampling, llama = parse_extras(body)
+    llama = dataclasses.replace(llama, grammar=get_str(body, "grammar") or None)  # llama-server's GBNF field
     return GenRequest(
         model=model, messages=[parse_message(i, m) for i, m in enumerate(messages)], stream=stream,
         include_usage=include_usage, n=parse_n(body), stop=parse_stop(body),
         max_tokens=parse_max_tokens(body, "max_completion_tokens", "max_tokens"),
-        sampling={**parse_sampling(body), **extra_sampling}, sent=sent_keys(body, extra_sampling),
+        sampling=Sampling(**{**parse_sampling(body), **extra_sampling}), sampling_defaults=OPENAI_DEFAULTS,
         logprobs=logprobs, top_logprobs=top_logprobs, tools=tools, format=parse_response_format(body),
-        options={**_parse_options(body, tools), **extra_options})
+        tool_options=ToolOptions(_tool_choice(body, tools), get_bool(body, "parallel_tool_calls") is not False),
+        chat=_chat_options(body), llama=llama)
 
 
 def _tool_call(call: Any, where: str) -> dict:
@@ -130,7 +135,7 @@ def _parse_logprobs(body: dict) -> tuple[bool, int]:
 
 
 def parse_response_format(body: dict) -> dict | None:
-    """The format for the grammar (generation.grammar_spec): OpenAI's response_format (its nested
+    """The format for the grammar (prepare.grammar_spec): OpenAI's response_format (its nested
     json_schema, or llama-server's flat `schema`, which also narrows json_object), else llama-server's
     top-level json_schema ({}: any object); type "text" or neither: none. Every schema must be an
     object, and a GBNF `grammar` beside one is refused, as llama-server refuses it."""
@@ -162,22 +167,15 @@ def _check_format(fmt: dict) -> None:
             raise bad_request(f"'{where}' must be a JSON Schema object", where)
 
 
-def _parse_options(body: dict, tools: list[dict] | None) -> dict[str, Any]:
-    """Route-level extras: tool_choice (normalised), parallel_tool_calls, reasoning_effort,
-    chat_template_kwargs, grammar, reasoning_format (llama-server's)."""
-    options: dict[str, Any] = {"tool_choice": _tool_choice(body, tools),
-                               "parallel_tool_calls": get_bool(body, "parallel_tool_calls") is not False}
+def _chat_options(body: dict) -> ChatOptions:
+    """reasoning_effort, chat_template_kwargs, reasoning_format (llama-server's)."""
     reasoning_format = get_str(body, "reasoning_format")
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
         raise bad_request(f"'reasoning_format' must be one of {', '.join(REASONING_FORMATS)}, got "
                           f"{reasoning_format!r}", "reasoning_format")
-    for name, value in (("reasoning_effort", get_str(body, "reasoning_effort")),
-                        ("reasoning_format", reasoning_format),
-                        ("chat_template_kwargs", get_field(body, "chat_template_kwargs", (dict,), "an object")),
-                        ("grammar", get_str(body, "grammar"))):  # llama-server's GBNF field
-        if value is not None:
-            options[name] = value
-    return options
+    effort = get_str(body, "reasoning_effort")
+    kwargs = get_field(body, "chat_template_kwargs", (dict,), "an object")
+    return ChatOptions(template_kwargs=kwargs or {}, reasoning_format=reasoning_format, reasoning_effort=effort)
 
 
 def _tool_choice(body: dict, tools: list[dict] | None) -> str | dict:

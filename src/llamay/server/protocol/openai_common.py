@@ -8,6 +8,7 @@ from typing import Any
 
 from ...events import Delta, Finish, TokenLogprob, Usage
 from .base import ProtocolError, bad_request, merge_usage
+from .request import FRESH_SEED, Sampling
 from .toolcalls import ToolCall, add_call_part
 
 MAX_N = 8  # choices per request: each is a full sequence in the batch
@@ -70,11 +71,14 @@ def optional_model(body: dict) -> str | None:
     return get_str(body, "model") or None
 
 
+# OpenAI's documented defaults (1.0 each); top_k and min_p are llama-server's extras, left to llama.cpp's
+# defaults (top_k 40, min_p 0.05) as a local-server user expects, which keeps temperature 1.0 sane
+OPENAI_DEFAULTS = Sampling(temperature=1.0, top_p=1.0)
+
+
 def parse_sampling(body: dict) -> dict[str, Any]:
-    """SamplingParams keywords. temperature and top_p take OpenAI's documented default of 1.0 when not
-    sent; top_k and min_p are left out unless sent (llama-server's extras), so llama.cpp's defaults
-    (top_k 40, min_p 0.05) apply as a local-server user expects and keep temperature 1.0 sane."""
-    sampling: dict[str, Any] = {"temperature": 1.0, "top_p": 1.0}
+    """The Sampling fields the body sets (a negative seed: llama.cpp's -1, a fresh one)."""
+    sampling: dict[str, Any] = {}
     for name, lo, hi in (("temperature", 0, 2), ("top_p", 0, 1), ("presence_penalty", -2, 2),
                          ("frequency_penalty", -2, 2), ("min_p", 0, 1), ("repeat_penalty", 0, None)):
         value = get_num(body, name, lo, hi)
@@ -85,8 +89,8 @@ def parse_sampling(body: dict) -> dict[str, Any]:
     top_k, seed = get_int(body, "top_k", 0), get_int(body, "seed")
     if top_k is not None:
         sampling["top_k"] = top_k
-    if seed is not None and seed >= 0:  # a negative seed is llama.cpp's -1: a random one
-        sampling["seed"] = seed
+    if seed is not None:
+        sampling["seed"] = seed if seed >= 0 else FRESH_SEED
     bias = parse_logit_bias(body)
     if bias:
         sampling["logit_bias"] = bias

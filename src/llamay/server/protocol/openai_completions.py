@@ -2,14 +2,16 @@
 text_completion body or chunks (ref: ../shared/docs/protocols/openai.md §2)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...events import Delta, Finish, TokenLogprob
-from .base import GenRequest, ResponseMeta, bad_request, sent_keys
+from .base import ResponseMeta, bad_request
 from .llamacpp_params import parse_extras
 from .openai_common import (
     DONE,
     FINISH_REASONS,
+    OPENAI_DEFAULTS,
     ChoicesOutput,
     frame,
     get_bool,
@@ -24,6 +26,7 @@ from .openai_common import (
     optional_model,
     usage_body,
 )
+from .request import GenRequest, Sampling
 
 from .openai_chat import parse_response_format
 
@@ -41,15 +44,14 @@ def parse_completion(body: Any) -> GenRequest:
     if best_of is not None and best_of > n:
         raise bad_request("'best_of' (server-side candidates) is not supported; use 'n' instead", "best_of")
     top = get_int(body, "logprobs", 0, MAX_LOGPROBS)
-    extra_sampling, options = parse_extras(body)
-    if grammar := get_str(body, "grammar"):
-        options["grammar"] = grammar
+    extra_sampling, llama = parse_extras(body)
+    llama = dataclasses.replace(llama, grammar=get_str(body, "grammar") or None)  # llama-server's GBNF field
     return GenRequest(
         model=model, prompt=parse_prompt(body.get("prompt")), raw=True, suffix=get_str(body, "suffix"),
         echo=bool(get_bool(body, "echo")), stream=stream, include_usage=include_usage, n=n,
         stop=parse_stop(body), max_tokens=parse_max_tokens(body, "max_tokens"),
-        sampling={**parse_sampling(body), **extra_sampling}, sent=sent_keys(body, extra_sampling),
-        logprobs=top is not None, top_logprobs=top or 0, format=parse_response_format(body), options=options)
+        sampling=Sampling(**{**parse_sampling(body), **extra_sampling}), sampling_defaults=OPENAI_DEFAULTS,
+        logprobs=top is not None, top_logprobs=top or 0, format=parse_response_format(body), llama=llama)
 
 
 def parse_prompt(prompt: Any) -> str | list[int]:

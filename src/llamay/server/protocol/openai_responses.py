@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...events import Delta, Finish, TokenLogprob, ToolCallDelta, Usage
-from .base import GenRequest, ProtocolError, ResponseMeta, bad_request, sent_keys
+from .base import ProtocolError, ResponseMeta, bad_request
 from .openai_common import (
+    OPENAI_DEFAULTS,
     check_function,
     check_tool_choice,
     error_object,
@@ -21,6 +22,7 @@ from .openai_common import (
     require_body,
     optional_model,
 )
+from .request import GenRequest, ResponsesOptions, Sampling, ToolOptions
 
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
 TEXT_PARTS = {"input_text", "output_text"}  # output_text: assistant turns of the history
@@ -43,15 +45,14 @@ def parse_responses(body: Any) -> GenRequest:
     text = get_field(body, "text", (dict,), "an object") or {}
     fmt = get_field(text, "format", (dict,), "an object", "text.format")
     tools = _parse_tools(body)
-    options = {"instructions": instructions, "metadata": body.get("metadata"),
-               "tool_choice": check_tool_choice(_tool_choice(body), tools),
-               "parallel_tool_calls": get_bool(body, "parallel_tool_calls") is not False}
+    tool_options = ToolOptions(check_tool_choice(_tool_choice(body), tools),
+                               get_bool(body, "parallel_tool_calls") is not False)
     return GenRequest(
         model=model, messages=messages, stream=bool(get_bool(body, "stream")),
-        max_tokens=parse_max_tokens(body, "max_output_tokens"), sampling=parse_sampling(body), sent=sent_keys(body),
-        logprobs=bool(top) or LOGPROBS_INCLUDE in include, top_logprobs=top or 0,
-        tools=tools,
-        format=None if fmt is None or fmt.get("type") == "text" else fmt, options=options)
+        max_tokens=parse_max_tokens(body, "max_output_tokens"), sampling=Sampling(**parse_sampling(body)),
+        sampling_defaults=OPENAI_DEFAULTS, logprobs=bool(top) or LOGPROBS_INCLUDE in include, top_logprobs=top or 0,
+        tools=tools, tool_options=tool_options, format=None if fmt is None or fmt.get("type") == "text" else fmt,
+        responses=ResponsesOptions(instructions, body.get("metadata")))
 
 
 def _parse_tools(body: dict) -> list[dict] | None:
@@ -340,15 +341,15 @@ class ResponsesOutput:
 
     def _response(self, status: str, output: list[dict], **extra) -> dict:
         """The response object; settings echoed from the request as the SDK's Response model wants."""
-        req, opts = self.req, self.req.options
+        req, echo, sampling = self.req, self.req.responses or ResponsesOptions(), self.req.run_sampling()
         response = {
             "id": self.meta.id, "object": "response", "created_at": self.meta.created, "status": status,
             "model": self.meta.model, "output": output, "error": None, "incomplete_details": None,
-            "instructions": opts.get("instructions"), "max_output_tokens": req.max_tokens,
-            "temperature": req.sampling.get("temperature"), "top_p": req.sampling.get("top_p"),
-            "tools": _echo_tools(req.tools), "tool_choice": _echo_tool_choice(opts.get("tool_choice", "auto")),
-            "parallel_tool_calls": opts.get("parallel_tool_calls", True),
-            "text": {"format": req.format or {"type": "text"}}, "metadata": opts.get("metadata"),
+            "instructions": echo.instructions, "max_output_tokens": req.max_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "tools": _echo_tools(req.tools), "tool_choice": _echo_tool_choice(req.tool_options.choice),
+            "parallel_tool_calls": req.tool_options.parallel,
+            "text": {"format": req.format or {"type": "text"}}, "metadata": echo.metadata,
             "previous_response_id": None, "store": False, "usage": None}
         response.update(extra)
         return response
