@@ -13,7 +13,7 @@ from llamay.cli.main import build_parser
 from llamay.server import guard
 from llamay.server.app import create_app
 from llamay.server.guard import Guard, GuardSettings
-from llamay.server.models import Registry, Settings
+from llamay.server.registry import Registry, Settings
 from llamay.settings import LoadOptions
 
 BASE = "http://127.0.0.1:11435"

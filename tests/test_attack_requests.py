@@ -15,7 +15,7 @@ import pytest
 from llamay.kv.snapshot_format import SnapshotError, _parse_meta
 from llamay.server import contexts as contexts_mod
 from llamay.server.jsonbody import MAX_DEPTH, parse_body
-from llamay.server.models import describe
+from llamay.server.registry import describe
 from llamay.server.protocol.base import ProtocolError
 from llamay.server.protocol.ollama_out import show_body
 from server_thread import ServerThread

@@ -185,10 +185,10 @@ def test_serve_loads_every_model_with_the_adapters(converted):
     import asyncio
 
     from llamay.cli.main import build_parser
-    from llamay.server import models
+    from llamay.server.registry import Registry, Settings
     bases, adapters = converted
     args = build_parser().parse_args(["serve", "-m", str(bases["llama"]), "--lora", f"t={adapters['llama-all']}:0.5"])
-    registry = models.Registry(args.model, models.Settings(load=LoadOptions(threads=1, lora=tuple(args.lora))), use_store=False)
+    registry = Registry(args.model, Settings(load=LoadOptions(threads=1, lora=tuple(args.lora))), use_store=False)
     loaded = asyncio.run(registry.get(None))
     try:
         assert [(a.name, a.scale) for a in loaded.llm.loras] == [("t", 0.5)]

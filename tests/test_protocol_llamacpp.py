@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from llamay.chat.reasoning import ReasoningSplitter
 from llamay.events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from llamay.gguf import GGUFReader
-from llamay.server.models import Settings
+from llamay.server.registry import Settings
 from llamay.server.protocol import embeddings as emb_conv
 from llamay.server.protocol import llamacpp as proto
 from llamay.server.prepare import grammar_spec, sampling_params, with_server_defaults

@@ -229,7 +229,7 @@ def test_sampling_layers_sent_then_model_then_server_then_ollama():
     sent none), then serve's flags, then Ollama's defaults."""
     from types import SimpleNamespace
 
-    from llamay.server.models import Settings
+    from llamay.server.registry import Settings
     from llamay.server.prepare import with_model_defaults, with_server_defaults
     stored = SimpleNamespace(system=None, template=None, params={"temperature": 0.3, "top_k": 5, "num_predict": 9})
     req = parse_generate({"model": "m", "prompt": "x", "options": {"top_k": 7}})

@@ -14,7 +14,7 @@ from conftest import LiveServer
 
 pytestmark = pytest.mark.model
 MINILM = "all-minilm-l6-v2-f16"
-DECODER = "smollm2:135m"  # the default model's name (server.models.DEFAULT_NAME)
+DECODER = "smollm2:135m"  # the default model's name (server.registry.DEFAULT_NAME)
 
 
 @pytest.fixture(scope="module")

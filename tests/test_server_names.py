@@ -3,6 +3,7 @@ model is served, a name nobody has (what clients written for llama-server send) 
 real name in the response, unless --strict-model-names; routes that show, copy or delete a model want its
 exact name. --alias renames the served model; -ctk/-ctv map to --kv; one log line per request."""
 import argparse
+import time
 
 import httpx
 import pytest
@@ -79,6 +80,9 @@ def test_one_log_line_per_request(server):
                       timeout=60) as r:
         r.read()
     httpx.get(server.url + "/nope", timeout=30)
+    deadline = time.monotonic() + 30  # a request's line is written after its answer went out
+    while len(server.lines) < before + 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     new = server.lines[before:]
     assert len(new) == 3, new
     chat, stream, missing = (line.split() for line in new)

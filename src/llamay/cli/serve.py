@@ -108,16 +108,15 @@ def kv_type(args) -> str:
 
 def build_app(args, log=None):
     """The app for these flags; log: where each request's line goes (None: nowhere)."""
-    from ..server import models
+    from ..server.registry import Registry, Settings
     from ..server.app import create_app
-    settings = models.Settings(load=load_options(args, kv=kv_type(args)),
-                               concurrency=args.concurrency, batch=args.batch, max_queue=args.queue,
-                               keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
-                               max_contexts=args.max_contexts, context_ttl=args.context_ttl, alias=args.alias,
-                               strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
+    settings = Settings(load=load_options(args, kv=kv_type(args)), concurrency=args.concurrency, batch=args.batch,
+                        max_queue=args.queue, keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
+                        max_contexts=args.max_contexts, context_ttl=args.context_ttl, alias=args.alias,
+                        strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
     try:
         default = default_model_path()
-        registry = models.Registry(args.model or [], settings, fallback=str(default) if default else None)
+        registry = Registry(args.model or [], settings, fallback=str(default) if default else None)
     except ValueError as e:
         raise CLIError(str(e)) from None
     if not registry.paths:

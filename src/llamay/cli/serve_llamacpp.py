@@ -1,6 +1,6 @@
 """`llamay serve`'s llama-server flags (ref: ../shared/docs/protocols/llama-server.md §4): sampling defaults
 for requests that set none, the chat template, the reasoning split, embedding pooling and the slot files.
-add_args(p) adds them to serve's parser; settings(args) gives the server.models.Settings fields they set."""
+add_args(p) adds them to serve's parser; settings(args) gives the server.registry.Settings fields they set."""
 from __future__ import annotations
 
 import argparse

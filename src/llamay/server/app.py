@@ -18,7 +18,7 @@ from .contexts import ContextTable, expire
 from .guard import Guard, GuardSettings, proto_for
 from .http import error_response
 from .metrics import Metrics
-from .models import Registry
+from .registry import Registry
 from .protocol.base import ProtocolError
 from .requestlog import RequestLog
 from .responder import Responder

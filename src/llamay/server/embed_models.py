@@ -39,7 +39,7 @@ def _is_encoder_file(path: str, mtime_ns: int, size: int) -> bool:
 
 
 def load_embedder(path: str, settings):
-    """An encoder file -> llamay.engine.embed.Embedder (settings: server.models.Settings)."""
+    """An encoder file -> llamay.engine.embed.Embedder (settings: server.registry.Settings)."""
     from ..engine.embed import open_embedder
     return open_embedder(path, threads=settings.load.threads)
 

@@ -12,7 +12,7 @@ from ..chat.gotemplate import GoTemplateError, render_go
 from ..engine import GrammarError, SamplingParams
 from ..toolcall.formats import CallFormat
 from ..toolcall.plan import ToolPlan
-from .models import Loaded, split_adapters
+from .registry import Loaded, split_adapters
 from .protocol.base import ProtocolError, bad_request
 from .protocol.request import GenRequest, Sampling
 from .render import check_prompt, render_plan
@@ -111,7 +111,7 @@ def with_model_defaults(req: GenRequest, stored) -> GenRequest:
 
 
 def with_server_defaults(req: GenRequest, settings) -> GenRequest:
-    """A new request with what `llamay serve` was started with (settings: server.models.Settings): its
+    """A new request with what `llamay serve` was started with (settings: server.registry.Settings): its
     sampling flags under what the request set, its -n for a request that set no max_tokens, its
     --chat-template and --reasoning-format unless the request chose."""
     chat = req.chat

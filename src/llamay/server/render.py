@@ -10,7 +10,7 @@ from ..chat.prompt import text_ids
 from ..engine import ContextOverflow
 from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
-from .models import Loaded
+from .registry import Loaded
 from .protocol.base import ProtocolError, bad_request
 from .protocol.llamacpp_params import mixed_ids
 from .protocol.request import GenRequest

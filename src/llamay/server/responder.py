@@ -17,7 +17,7 @@ from ..events import Finish, Usage
 from ..toolcall.plan import ToolPlan
 from . import requestlog
 from .http import CLIENT_GONE, collect, frames, off_loop
-from .models import Loaded
+from .registry import Loaded
 from .prepare import prepare, with_server_defaults
 from .protocol.base import Output, ResponseMeta, merge_usage
 from .protocol.request import GenRequest

@@ -18,7 +18,7 @@ from ..events import Delta, Finish
 from .contexts import ContextTable, NamedContext
 from ..toolcall.plan import ToolPlan
 from .http import api, off_loop, read_bounded, read_json
-from .models import Loaded
+from .registry import Loaded
 from .prepare import with_server_defaults
 from .protocol import openai as proto
 from .protocol.base import Output, ProtocolError, bad_request

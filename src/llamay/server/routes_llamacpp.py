@@ -13,7 +13,7 @@ from ..chat import template_for
 from ..engine import SnapshotError, snapshots
 from . import slots as slot_ops
 from .http import CLIENT_GONE, api, off_loop, read_json
-from .models import Loaded
+from .registry import Loaded
 from .prepare import with_server_defaults
 from .protocol import llamacpp as proto
 from .protocol.base import ProtocolError

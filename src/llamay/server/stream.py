@@ -12,7 +12,7 @@ from ..events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from ..toolcall.formats import CallFormat
 from ..toolcall.harmony import HarmonyReader, is_harmony
 from ..toolcall.parser import CallParser
-from .models import Loaded
+from .registry import Loaded
 from .prepare import Prepared, adapter_choice
 from .protocol.base import ProtocolError, bad_request
 from .protocol.request import GenRequest

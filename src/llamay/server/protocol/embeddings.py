@@ -6,7 +6,7 @@ ProtocolError (each route renders them in its API's error shape)."""
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,6 @@ class EmbedRequest:
     encoding_format: str = "float"
     truncate: bool = False
     keep_alive: float | None = None
-    options: dict[str, Any] = field(default_factory=dict)
     single: bool = False
     embd_normalize: int | None = None
 
@@ -185,17 +184,18 @@ def native_body(vectors: list[np.ndarray], req: EmbedRequest) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ Ollama
 
 
-def _ollama_common(body: dict) -> tuple[str, float | None, dict]:
+def _ollama_common(body: dict) -> tuple[str, float | None]:
+    """The model and keep_alive; Ollama's `options` checked to be an object (none of them changes an embedding)."""
     options = body.get("options")
     if options is not None and not isinstance(options, dict):
         raise bad_request("options must be an object", "options")
-    return _model(body), parse_keep_alive(body.get("keep_alive")), dict(options or {})
+    return _model(body), parse_keep_alive(body.get("keep_alive"))
 
 
 def parse_ollama_embed(body: dict) -> EmbedRequest:
     """/api/embed: input string | string[] (empty: no embeddings); truncate defaults to true (Ollama cuts
     each input at the context length; with false an over-long input is a 400); dimensions as OpenAI."""
-    model, keep_alive, options = _ollama_common(body)
+    model, keep_alive = _ollama_common(body)
     raw = body.get("input")
     if raw is None or raw == "":
         inputs, single = [], isinstance(raw, str)
@@ -211,7 +211,7 @@ def parse_ollama_embed(body: dict) -> EmbedRequest:
     if not isinstance(truncate, bool):
         raise bad_request("truncate must be a boolean", "truncate")
     return EmbedRequest(model, inputs, dimensions=_positive_int(body, "dimensions"), truncate=truncate,
-                        keep_alive=keep_alive, options=options, single=single)
+                        keep_alive=keep_alive, single=single)
 
 
 def ollama_embed_body(model: str, vectors: list[np.ndarray], prompt_tokens: int, total_ns: int,
@@ -223,14 +223,13 @@ def ollama_embed_body(model: str, vectors: list[np.ndarray], prompt_tokens: int,
 
 def parse_ollama_embeddings(body: dict) -> EmbedRequest:
     """Legacy /api/embeddings: one prompt -> one raw (not normalised) vector; empty prompt: no vector."""
-    model, keep_alive, options = _ollama_common(body)
+    model, keep_alive = _ollama_common(body)
     prompt = body.get("prompt", "")
     if prompt is None:
         prompt = ""
     if not isinstance(prompt, str):
         raise bad_request("prompt must be a string", "prompt")
-    return EmbedRequest(model, [prompt] if prompt else [], normalize=False, keep_alive=keep_alive,
-                        options=options, single=True)
+    return EmbedRequest(model, [prompt] if prompt else [], normalize=False, keep_alive=keep_alive, single=True)
 
 
 def ollama_embeddings_body(vectors: list[np.ndarray]) -> dict:

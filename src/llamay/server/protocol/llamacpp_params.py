@@ -91,10 +91,10 @@ def parse_extras(body: dict) -> tuple[dict[str, Any], LlamaOptions]:
         sampling["repeat_last_n"] = repeat_last_n
     ignore_eos, id_slot, lora = bool(get_bool(body, "ignore_eos")), get_int(body, "id_slot", -1), parse_lora(body)
     return sampling, LlamaOptions(id_slot=None if id_slot in (None, -1) else id_slot, ignore_eos=ignore_eos,
-                                  lora=None if lora is None else tuple(lora), spec=parse_spec(body))
+                                  lora=None if lora is None else tuple(lora), spec=parse_speculation(body))
 
 
-def parse_spec(body: dict) -> str | None:
+def parse_speculation(body: dict) -> str | None:
     """This request's speculative decoding: llamay's `spec` (engine/draft.py MODES), or llama-server's
     `speculative.n_max` (0: none); None: the server's. It changes no token, only the speed."""
     spec = get_field(body, "spec", (str,), "one of " + ", ".join(DRAFT_MODES))

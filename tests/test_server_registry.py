@@ -56,7 +56,7 @@ def test_a_model_holding_contexts_stays_loaded(two_models):
 
 
 def test_the_fallback_file_is_served_only_when_nothing_else_is(tmp_path):
-    from llamay.server.models import DEFAULT_NAME, Registry, Settings
+    from llamay.server.registry import DEFAULT_NAME, Registry, Settings
     fallback, pinned = tmp_path / "default.gguf", tmp_path / "mine.gguf"
     assert Registry([], Settings(), fallback=str(fallback)).paths == {DEFAULT_NAME: str(fallback)}
     assert Registry([str(pinned)], Settings(), use_store=False, fallback=str(fallback)).paths == {"mine": str(pinned)}
