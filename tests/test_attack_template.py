@@ -26,7 +26,7 @@ SHARED = Path(os.environ.get("LLAMAY_SHARED", Path(__file__).resolve().parent.pa
 TEMPLATES = sorted((SHARED / "fixtures" / "templates").glob("*.jinja"))
 EXTRAS = {"fireworks-ai-llama-3-firefunction-v2.jinja": {"functions": "[]", "datetime": "2024-06-01"}}
 MESSAGES = [{"role": "user", "content": "hello"}]
-BOUND_S = 5.0  # every attack ends within this (the time limit is 2 s)
+BOUND_S = 120.0  # every attack ends within this, however loaded the machine (the time limit is 2 s)
 BOUND_BYTES = 400 * 2**20  # peak Python allocation of a memory attack (the allocation limit is 256 MiB)
 
 STEPS = "ran past its limit of 1,000,000 loop steps"
@@ -127,11 +127,17 @@ def _render(source: str, messages: list[dict] = MESSAGES, cancel: threading.Even
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))
-def test_attack_ends_in_its_limit_error_quickly(name):
+def test_attack_ends_in_its_limit_error(name):
+    """Each attack trips the limit named for it. An attack meant for a counting limit (steps, characters,
+    items, bits, memory, nesting) renders without the wall-clock limit, so a loaded machine cannot make the
+    2 s limit fire first; BOUND_S only catches one that never ends."""
     source, limit = ATTACKS[name]
     started = time.monotonic()
     with pytest.raises(ChatTemplateError) as info:
-        _render(source)
+        if limit == TIME:
+            _render(source)
+        else:
+            ChatTemplate(source, limits=RenderLimits(seconds=BOUND_S)).render(MESSAGES)
     elapsed = time.monotonic() - started
     message = str(info.value)
     assert limit in message, message
@@ -157,10 +163,8 @@ def test_memory_attack_peak_stays_bounded(name):
 
 def test_time_limit_is_a_named_constant_of_the_template():
     fast = ChatTemplate(ATTACKS["macro_calls_doubling"][0], limits=RenderLimits(seconds=0.2))
-    started = time.monotonic()
     with pytest.raises(ChatTemplateLimit, match=r"^the chat template ran past its 0\.2 s limit$"):
         fast.render([])
-    assert time.monotonic() - started < 1.5
 
 
 @pytest.mark.parametrize("source", [
@@ -220,14 +224,15 @@ def test_deep_tuple_hash_past_the_c_stack_is_refused_without_crashing():
 
 
 def test_cancel_from_another_thread_stops_a_never_ending_render():
+    """Only the cancel can end it (no wall-clock limit within BOUND_S): the error says it was cancelled."""
     cancel = threading.Event()
     timer = threading.Timer(0.2, cancel.set)
+    template = ChatTemplate(ATTACKS["macro_calls_doubling"][0], limits=RenderLimits(seconds=BOUND_S))
     started = time.monotonic()
     timer.start()
     with pytest.raises(ChatTemplateCancelled, match="^the chat template render was cancelled$"):
-        _render(ATTACKS["macro_calls_doubling"][0], cancel=cancel)
-    elapsed = time.monotonic() - started
-    assert 0.2 <= elapsed < 1.0, elapsed  # cancelled, long before the 2 s limit
+        prompt_ids(template, TOKENIZER, MESSAGES, cancel=cancel)
+    assert time.monotonic() - started >= 0.2  # not before the cancel
 
 
 def test_cancel_stops_a_loop_that_writes_nothing():
@@ -235,23 +240,19 @@ def test_cancel_stops_a_loop_that_writes_nothing():
     timer = threading.Timer(0.2, cancel.set)
     source = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
     template = ChatTemplate(source, limits=RenderLimits(loop_steps=10**12, seconds=60))
-    started = time.monotonic()
     timer.start()
-    with pytest.raises(ChatTemplateCancelled):
+    with pytest.raises(ChatTemplateCancelled):  # not the 60 s limit, nor the 10^12 steps
         template.render([], cancel=cancel)
-    assert time.monotonic() - started < 1.0
 
 
 def test_never_ending_renders_do_not_starve_a_normal_one():
     # as in the server: renders share a small pool of worker threads; seven hostile ones used to hold them all
     hostile = ChatTemplate(ATTACKS["macro_calls_doubling"][0], limits=RenderLimits(seconds=0.5))
     normal = ChatTemplate("{% for m in messages %}[{{ m.content }}]{% endfor %}")
-    started = time.monotonic()
     with ThreadPoolExecutor(4) as pool:
         attacks = [pool.submit(hostile.render, MESSAGES) for _ in range(7)]
         answer = pool.submit(normal.render, MESSAGES)
-        assert answer.result(timeout=10) == "[hello]"
-        assert time.monotonic() - started < 3.0  # two rounds of 0.5 s renders, then the normal one
+        assert answer.result(timeout=BOUND_S) == "[hello]"  # each hostile render gave its worker back
         assert all(isinstance(attack.exception(), ChatTemplateLimit) for attack in attacks)
 
 
@@ -268,16 +269,17 @@ def test_render_limits_leave_caller_data_and_later_renders_alone():
     assert ChatTemplate("{{ messages[0].content }}").render(MESSAGES) == "hello"
 
 
-def test_probing_a_never_ending_template_stops_at_the_first_limit():
+def test_probing_a_never_ending_template_stops_at_the_first_limit(monkeypatch):
     source = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
-    started = time.monotonic()
-    with pytest.raises(ChatTemplateLimit):
-        ChatTemplate(source).render(MESSAGES)
-    one_render = time.monotonic() - started
-    started = time.monotonic()
+    renders, render = [], ChatTemplate.render
+
+    def counted(self, *args, **kwargs):
+        renders.append(1)
+        return render(self, *args, **kwargs)
+    monkeypatch.setattr(ChatTemplate, "render", counted)
     found = caps(source + "{# probe #}")  # a source caps() has not cached yet
     assert found == TemplateCaps()  # nothing is supported
-    assert time.monotonic() - started < 3 * one_render + 0.5  # not once per probe (a dozen of them)
+    assert len(renders) == 1  # not once per probe (a dozen of them)
 
 
 GROWING = "{% set ns = namespace(s='') %}{% macro m(n, kept) %}{% set ns.s = ns.s ~ ('x' * 100000) %}"

@@ -66,7 +66,5 @@ def test_work_for_a_client_that_left_is_cancelled():
     def render(seconds: float, cancel: threading.Event) -> str:
         return "cancelled" if cancel.wait(seconds) else "finished"
 
-    t0 = time.monotonic()
-    assert asyncio.run(off_loop(_Leaving(0.3), render, 30.0)) == "cancelled"
-    assert time.monotonic() - t0 < 5
+    assert asyncio.run(off_loop(_Leaving(0.3), render, 30.0)) == "cancelled"  # before its 30 s
     assert asyncio.run(off_loop(_Leaving(60), render, 0.1)) == "finished"

@@ -1,12 +1,10 @@
 """The prefix cache's shared tier on a real redis-server (or valkey-server) on 127.0.0.1: a second process's
 model reads the pages the first computed, with the same logits (==); other weights never do; a corrupted
 value is computed again; a server that goes away costs misses, never a failed request."""
-import time
 
 import numpy as np
 
 import llamay
-from llamay.kv.shared import TIMEOUT_S
 
 from conftest import free_port
 
@@ -59,7 +57,6 @@ def test_a_server_gone_away_costs_misses_only(tiny_pair):
     llm.cache.flush()
     shared = llm.cache.tiers["shared"]
     assert shared.errors == 1  # then not asked again for BACKOFF_S: the writer's try costs nothing
-    t = time.perf_counter()
     "".join(llm.generate(prompt(100, 4), max_tokens=4, temperature=0))
     assert llm.stats.prompt_tokens == 100 and llm.stats.finish_reason in ("length", "stop")  # answered
-    assert shared.errors == 1 and time.perf_counter() - t < TIMEOUT_S  # no lookup waited on the absent server
+    assert shared.errors == 1  # backing off: no lookup tried (and waited on) the absent server
