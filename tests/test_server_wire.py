@@ -45,7 +45,7 @@ def ndjson_lines(resp: httpx.Response) -> list[dict]:
     return objs
 
 
-def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):  # a bound, not a speed
     deadline = time.monotonic() + timeout
     while True:
         try:
