@@ -92,6 +92,26 @@ def test_one_log_line_per_request(server):
     assert missing[2:7] == ["llama-server", "GET", "/nope", "-", "404"]
 
 
+def test_studio_requests_and_its_polls(server):
+    """Studio requests are labelled studio; its periodic polls (GETs of /studio/api/contexts and cache, and
+    the /metrics it marks) are not logged unless they fail; /metrics from anyone else is."""
+    before, studio = len(server.lines), {"x-llamay-client": "studio"}
+    for path in ("/studio/api/contexts", "/studio/api/cache"):
+        assert httpx.get(server.url + path, timeout=30).status_code == 200
+    assert httpx.get(server.url + "/metrics", headers=studio, timeout=30).status_code == 200
+    assert httpx.post(server.url + "/metrics", headers=studio, timeout=30).status_code == 405
+    assert httpx.get(server.url + "/studio/api/conversations/nope", timeout=30).status_code == 404
+    assert httpx.get(server.url + "/studio", timeout=30).status_code == 200
+    assert httpx.get(server.url + "/metrics", timeout=30).status_code == 200
+    deadline = time.monotonic() + 30
+    while len(server.lines) < before + 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # no line beyond those four
+    assert [line.split()[2:7] for line in server.lines[before:]] == [
+        ["studio", "POST", "/metrics", "-", "405"], ["studio", "GET", "/studio/api/conversations/nope", "-", "404"],
+        ["studio", "GET", "/studio", "-", "200"], ["llama-server", "GET", "/metrics", "-", "200"]]
+
+
 def test_metrics_count_speculative_drafts(server):
     body = {"prompt": COUNTING, "max_tokens": 40, "temperature": 0}
     assert httpx.post(server.url + "/v1/completions", json=body, timeout=60).status_code == 200
