@@ -127,3 +127,17 @@ def test_serve_warns_only_off_loopback():
     from llamay.server.guard import is_loopback
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.org")
+
+
+def test_serve_says_where_the_studio_is(capsys, monkeypatch, smollm_path):
+    import socket
+
+    import uvicorn
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: [s.close() for s in sockets])  # not served
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["serve", "-m", str(smollm_path), "--port", str(port), "-q"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-2].startswith("llamay: serving smollm2:135m on http://127.0.0.1:")
+    assert lines[-1] == f"llamay: Studio: http://127.0.0.1:{port}/studio"

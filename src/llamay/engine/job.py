@@ -29,6 +29,7 @@ class Job:
     lora: tuple | None = None  # a new context's adapters ((name, scale), ...); None: the default ones
     spec: str | None = None  # speculative decoding (draft.MODES); None: the scheduler's (the LLM's spec)
     cancelled: bool = False  # set by cancel(); seen at the next step
+    cached_tokens: int | None = None  # of the prompt, found computed: set when admitted, before any Piece
 
     def cancel(self):
         self.cancelled = True

@@ -330,6 +330,7 @@ class Scheduler:
             ctx, got = job.ctx, store.resume(job.ctx, job.prompt)
             history, todo, n_cached = got.computed, got.todo, len(got.computed)
             cut, last_logits = got.matcher, got.last_logits
+        job.cached_tokens = n_cached
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
         seq.n_disk = store.tier_tokens.get("disk", 0) - before.get("disk", 0)
         seq.n_shared = store.tier_tokens.get("shared", 0) - before.get("shared", 0)

@@ -201,11 +201,16 @@ class Registry:
 
     def _any_name(self) -> bool:
         """Unknown names go to the default model: one model is pinned (or, none pinned, one is servable),
-        unless --strict-model-names."""
+        unless --strict-model-names. Names of one model (one file, or one stored manifest) count once."""
         if self.settings.strict_model_names:
             return False
-        pinned = [n for n in self.pinned if n not in self.hidden]
-        return len(pinned) == 1 or not pinned and len(self.paths) == 1
+        pinned = {os.path.realpath(p) for n, p in self.pinned.items() if n not in self.hidden}
+        return len(pinned) == 1 or not pinned and len({self._model_key(n, p) for n, p in self.paths.items()}) == 1
+
+    def _model_key(self, name: str, path: str) -> str:
+        """What two names of one model share: a stored model's manifest digest, else the file's real path."""
+        stored = self.stored.get(name) if name not in self.pinned else None
+        return stored.digest if stored is not None else os.path.realpath(path)
 
     def reply_name(self, requested: str | None, name: str) -> str:
         """The model name a response shows: the one requested when it names a served model (the client's

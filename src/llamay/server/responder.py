@@ -37,7 +37,7 @@ class RunOptions:
     ctx: int | None = None  # a named context's engine context to continue; None: a fresh sequence
     extra: int = 0  # tokens already in that context before the prompt
     tools: ToolPlan | None = None  # the tool plan of a context's chat (the route rendered it whole)
-    prompt_usage: bool = False  # make_output(req, meta, usage) gets the prompt's size before generating
+    prompt_usage: bool = False  # make_output(req, meta, usage) gets the prompt's size (and cached part) early
     on_finish: Callable[[list[Finish]], None] | None = None  # once every choice finished
     on_close: Callable[[], None] | None = None  # once the generation is over, or at once if it never started
 
@@ -52,7 +52,8 @@ class Responder:
 
     async def run(self, request: Request, proto, req: GenRequest, make_output: Callable[..., Output],
                   id_prefix: str, media_type: str, opts: RunOptions = RunOptions()) -> Response:
-        """Cache hits are known only at the end: with opts.prompt_usage the output gets Usage.prompt_tokens."""
+        """With opts.prompt_usage the output gets a Usage of the prompt's size, its cached_tokens set once the
+        job is admitted (before the first event)."""
         out, events, gen, req = await self.start(request, req, make_output, id_prefix, opts)
         if req.stream:
             return StreamingResponse(frames(out, events, gen.cancel), media_type=media_type,
@@ -107,8 +108,8 @@ class Responder:
             req = prep.req
             slot = self.slots.take(loaded.info.name, prep.ids, req.llama.id_slot)
             meta = new_meta(id_prefix, self.registry.reply_name(req.model, loaded.info.name), slot.id)
-            out = make_output(req, meta, Usage(len(prep.ids) + opts.extra)) if opts.prompt_usage \
-                else make_output(req, meta)
+            prompt = Usage(len(prep.ids) + opts.extra)
+            out = make_output(req, meta, prompt) if opts.prompt_usage else make_output(req, meta)
             gen = Generation(loaded, req, prep, opts.ctx, close)
         except BaseException:
             loaded.busy -= 1
@@ -120,6 +121,7 @@ class Responder:
 
         async def events() -> AsyncIterator:
             async for ev in gen.events():
+                prompt.cached_tokens = gen.job.cached_tokens or 0  # known from admission on
                 if isinstance(ev, Finish):
                     finishes.append(ev)
                     self.metrics.count(ev.usage)

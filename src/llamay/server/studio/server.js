@@ -37,7 +37,8 @@ function draw(canvas, values) {
 }
 
 async function sample() {
-  const m = parse(await (await call("/metrics")).text()), now = performance.now();
+  const r = await call("/metrics", { headers: { "x-llamay-client": "studio" } });  // a poll: serve does not log it
+  const m = parse(await r.text()), now = performance.now();
   if (last) {
     const dt = (now - last.t) / 1000;
     push("tps", Math.max(0, (m.llamay_tokens_generated_total - last.m.llamay_tokens_generated_total) / dt));
