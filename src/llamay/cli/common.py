@@ -77,6 +77,24 @@ def resolve_named(name: str | None) -> tuple[str, str]:
     return str(model.model_path), model.name
 
 
+def input_file(path: str, flag: str = "") -> str:
+    """A file the command reads (given by flag): `no such file: PATH` before any work when there is none."""
+    of = f" ({flag})" if flag else ""
+    if os.path.isdir(path):
+        raise CLIError(f"{path} is a directory, not a file{of}")
+    if not os.path.exists(path):
+        raise CLIError(f"no such file: {path}{of}")
+    return path
+
+
+def output_file(path: str) -> str:
+    """A file the command writes: `no such folder: DIR` before any work when its folder is missing."""
+    folder = os.path.dirname(path)
+    if folder and not os.path.isdir(folder):
+        raise CLIError(f"no such folder: {folder} (for {path})")
+    return path
+
+
 def _default_path() -> str:
     path = default_model_path()
     if path is None:
