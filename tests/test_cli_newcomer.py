@@ -94,7 +94,9 @@ def test_bench_embed_and_cache_name_the_model(capsys, stored, smollm_path, tmp_p
         assert json.loads(capsys.readouterr().out)["model"] == stored
         assert main(["embed", *argv, "hi"]) == 0
         assert json.loads(capsys.readouterr().out)["model"] == stored
-    assert main(["embed", "-m", str(smollm_path), "hi"]) == 0
+    assert main(["embed", "-m", str(smollm_path), "hi"]) == 0  # -m as given (Ollama's API echoes the request's)
+    assert json.loads(capsys.readouterr().out)["model"] == str(smollm_path)
+    assert main(["bench", "-m", str(smollm_path), "--prefill", "4", "--decode", "2", "-r", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == smollm_path.name
     cache = tmp_path / "kv"
     assert main(["run", stored, "-p", "Hi", "-n", "1", "--cache-disk", "64M", "--cache-dir", str(cache)]) == 0

@@ -14,7 +14,8 @@ from .common import THREADS, THREADS_HELP, CLIError, Command, load_model, resolv
 
 
 def open_model(name: str | None, threads: int | None):
-    """-m -> an Embedder (an encoder file directly, a decoder through llamay.load), named as -m names it."""
+    """-m -> an Embedder (an encoder file directly, a decoder through llamay.load), named by its stored name
+    or file name."""
     from ..engine.embed import Embedder, open_embedder
     from ..gguf import GGUFError
     from ..server.embed_models import is_encoder
@@ -48,7 +49,7 @@ def run_embed(args) -> int:
         vectors = emb.embed(texts, normalize=not args.raw)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    json.dump({"model": emb.name, "embeddings": [v.tolist() for v in vectors]}, sys.stdout)
+    json.dump({"model": args.model or emb.name, "embeddings": [v.tolist() for v in vectors]}, sys.stdout)
     print()
     return 0
 
