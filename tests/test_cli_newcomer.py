@@ -64,6 +64,7 @@ def test_run_model_prompt_answers_through_the_chat_template(capsys, smollm_path)
     (["run", "a:1", "-m", "b:1"], "give the model as MODEL or -m, not both"),
     (["run", "a:1", "hi", "-p", "x"], "give the prompt as PROMPT, -p or -f, not two of them"),
     (["run", "a:1", "hi", "-f", "x.txt"], "give the prompt as PROMPT, -p or -f, not two of them"),
+    (["run", "Why is the sky blue?"], "not a model name: the model comes first (llamay run MODEL PROMPT)"),
 ])
 def test_run_positionals_with_flags_are_one_line(capsys, argv, message):
     assert message in one_line_error(capsys, argv)

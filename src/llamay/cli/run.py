@@ -1,6 +1,7 @@
 """Answer PROMPT (Ollama's `run MODEL PROMPT`) or complete -p's text, streamed; with neither, chat interactively."""
 from __future__ import annotations
 
+import os
 import sys
 
 from ..chat import ChatTemplateError
@@ -118,6 +119,9 @@ def _positionals(args) -> bool:
     if args.model_pos is not None:
         if args.model is not None:
             raise CLIError("give the model as MODEL or -m, not both")
+        if " " in args.model_pos.strip() and not os.path.exists(args.model_pos):
+            raise CLIError(f"{args.model_pos!r} is not a model name: the model comes first (llamay run MODEL "
+                           "PROMPT), or -p PROMPT with the default model")
         args.model = args.model_pos
     if args.prompt_pos is None:
         return False
