@@ -106,7 +106,9 @@ def test_verify_passes_on_the_default_model(capsys, smollm_path):
     code, out, err = run_cli(capsys, "verify", "-m", str(smollm_path), "--tokens", "12")
     assert code == 0, out
     from llamay.kernels import _lib
-    rows = [line for line in out.splitlines()[1:] if line.strip()]
+    table, advice = out.split("\n\n")  # the checks, then which KV types suit the model
+    rows = table.splitlines()[1:]
+    assert advice.startswith("KV types: f16, q8, vq8 fine on this model")
     # 4 state checks, 2 other thread counts, each other kernel path, 3 KV types
     assert len(rows) == 4 + 2 + len(_lib.available()) - 1 + 3 and all("  ok  " in r for r in rows)
     assert f"verifying  100%  {len(rows)}/{len(rows)} checks" in err  # the bar's total is the checks made

@@ -2,10 +2,11 @@
 decoding gains on a task."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from ..measure.bench import run_bench, run_spec_bench
-from .common import CLIError, add_model_args, progress_bar, ranged, resolve_model
+from .common import CLIError, add_model_args, progress_bar, ranged, resolve_model, resolve_named
 
 
 def add_parser(p):
@@ -26,11 +27,12 @@ def add_parser(p):
 
 
 def run(args):
-    path = resolve_model(args.model)
+    path, name = resolve_named(args.model)
     if args.spec:
-        return run_spec(args, path)
+        return run_spec(args, path, name)
     with progress_bar("benchmarking", "runs") as step:
         r = run_bench(path, args.threads, args.prefill, args.decode, args.reps, args.kv, step)
+    r = dataclasses.replace(r, model=name)
     if args.json:
         print(json.dumps(r.as_dict()))
         return
@@ -41,7 +43,7 @@ def run(args):
     print(f"load {r.load_s:.3f} s, first token {r.first_token_s:.3f} s after open")
 
 
-def run_spec(args, path: str):
+def run_spec(args, path: str, name: str):
     draft = resolve_model(args.draft_model) if args.draft_model else None
     if (args.spec == "draft") != (draft is not None):
         raise CLIError("--spec draft and --draft-model go together")
@@ -50,6 +52,7 @@ def run_spec(args, path: str):
             r = run_spec_bench(path, args.threads, args.spec, args.task, args.decode, args.reps, args.kv, draft, step)
         except ValueError as e:
             raise CLIError(str(e)) from None
+    r = dataclasses.replace(r, model=name)
     if args.json:
         print(json.dumps(r.as_dict()))
         return

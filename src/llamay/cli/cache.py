@@ -29,7 +29,8 @@ def run(args):
         print(human_bytes(sum(s["bytes"] for s in scopes)))
     elif args.cache_command == "ls":
         rows = [("MODEL", "DIGEST", "KV", "PAGE", "SIZE", "USED")]
-        rows += [(s["model"], s["digest"][:12], s["kv"], str(s["page_size"]), human_bytes(s["bytes"]),
+        names = _stored_names()
+        rows += [(names.get(os.path.realpath(s["path"]) if s["path"] else "", s["model"]), s["digest"][:12], s["kv"], str(s["page_size"]), human_bytes(s["bytes"]),
                   human_time(s["used"]) if s["used"] else "-") for s in scopes]
         print(table(rows))
     else:
@@ -59,6 +60,21 @@ def _scopes(directory: str | None) -> list[dict]:
                     "page_size": meta.get("page_size", "?"), "bytes": sum(st.st_size for st in segs),
                     "used": max((st.st_mtime for st in segs), default=0.0)})
     return out
+
+
+def _stored_names() -> dict[str, str]:
+    """Model file (real path) -> its stored names ('a:1, b:2'), so that `ls` shows names, not blob files."""
+    from ..defaults import DEFAULT_NAME, default_model_path
+    from ..store import StoreError, all_models
+    try:
+        models = [(m.model_path, m.name) for m in all_models() if m.model_path is not None]
+    except (StoreError, OSError):
+        models = []
+    out: dict[str, list[str]] = {}
+    for path, name in models + [(default_model_path(), DEFAULT_NAME)]:
+        if path is not None and name not in out.get(os.path.realpath(path), []):
+            out.setdefault(os.path.realpath(path), []).append(name)
+    return {path: ", ".join(names) for path, names in out.items()}
 
 
 def _names(scope: dict, name: str) -> bool:

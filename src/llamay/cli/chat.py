@@ -4,6 +4,7 @@ Ctrl-D or /bye exits. Replies go to stdout, everything else to stderr."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -19,12 +20,14 @@ INTERRUPT_HINT = "Use Ctrl + d or /bye to exit."
 FAILURES = (ValueError, OSError, OutOfPages, ChatTemplateError)  # one line each; the chat goes on
 
 
-def chat(llm, sampling: dict, grammar=None, system: str | None = None, verbose: bool = False):
-    """sampling: LLM.generate's keywords (max_tokens, temperature, ...), which /set changes."""
+def chat(llm, sampling: dict, grammar=None, system: str | None = None, verbose: bool = False,
+         name: str | None = None):
+    """sampling: LLM.generate's keywords (max_tokens, temperature, ...), which /set changes; name: the
+    model's name to show (default: its file's)."""
     lines = Lines()
     eprint(f"Chat with the model: /? for help, {QUOTES} for several lines, /bye or Ctrl + d to exit.")
     try:
-        Chat(Conversation(llm, system), lines, sampling, grammar, verbose).loop()
+        Chat(Conversation(llm, system), lines, sampling, grammar, verbose, name).loop()
     finally:
         lines.close()
 
@@ -55,8 +58,10 @@ def _dim(text: str):
 
 
 class Chat:
-    def __init__(self, conv: Conversation, lines: Lines, sampling: dict, grammar, verbose: bool):
+    def __init__(self, conv: Conversation, lines: Lines, sampling: dict, grammar, verbose: bool,
+                 name: str | None = None):
         self.conv, self.lines, self.sampling, self.grammar, self.verbose = conv, lines, sampling, grammar, verbose
+        self.name = name or os.path.basename(conv.llm.path)
         self.commands = {"/bye": self._bye, "/exit": self._bye, "/?": self._help, "/help": self._help,
                          "/clear": self._clear, "/system": self._system, "/set": self._set, "/show": self._show,
                          "/save": self._save, "/load": self._load}
@@ -172,7 +177,7 @@ class Chat:
         shown = {"seed": "random", "num_predict": -1}  # what None means for these
         values = {name: self.sampling[key] for name, (key, _) in PARAMS.items()}
         conv = self.conv
-        eprint(f"model: {conv.llm.path}\nsystem: {conv.system or '(none: the template default)'}\n"
+        eprint(f"model: {self.name}\nsystem: {conv.system or '(none: the template default)'}\n"
                f"parameters: {', '.join(f'{n} {shown.get(n) if v is None else v}' for n, v in values.items())}\n"
                f"messages: {len(conv.messages)}; timings: {'verbose' if self.verbose else 'quiet'}")
 

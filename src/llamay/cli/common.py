@@ -46,16 +46,21 @@ class CLIError(Exception):
 def resolve_model(name: str | None) -> str:
     """-m: a GGUF file, or a model name in llamay's store or Ollama's (DEFAULT_NAME: the default model's
     package when the store lacks it); none: the first stored model, else the default model's package."""
+    return resolve_named(name)[0]
+
+
+def resolve_named(name: str | None) -> tuple[str, str]:
+    """resolve_model's path and the model's name to show: the stored name, or the file's name."""
     from ..store import StoreError, all_models, find, looks_like_path
     if name is None:
         stored = [m for m in _stored(all_models) if m.model_path is not None]
         if stored:
-            return str(stored[0].model_path)
-        return _default_path()
+            return str(stored[0].model_path), stored[0].name
+        return _default_path(), DEFAULT_NAME
     if os.path.isdir(name):
         raise CLIError(f"{name} is a directory, not a GGUF file")
     if os.path.exists(name):
-        return name
+        return name, os.path.basename(name)
     if looks_like_path(name):
         raise CLIError(f"no such file: {name}")
     try:
@@ -63,12 +68,31 @@ def resolve_model(name: str | None) -> str:
     except StoreError as e:
         raise CLIError(f"model not found: {name} is not a file, and {e}") from None
     if model is None and name.removesuffix(":latest") == DEFAULT_NAME:
-        return _default_path()
+        return _default_path(), DEFAULT_NAME
     if model is None:
-        raise CLIError(f"model not found: {name} is neither a file nor a stored model (llamay list; llamay pull)")
+        raise CLIError(f"model not found: {name} is neither a file nor a stored model "
+                       f"(llamay pull {name} fetches it; llamay list shows what is stored)")
     if model.model_path is None:
         raise CLIError(f"{name} has no GGUF model layer llamay can run")
-    return str(model.model_path)
+    return str(model.model_path), model.name
+
+
+def input_file(path: str, flag: str = "") -> str:
+    """A file the command reads (given by flag): `no such file: PATH` before any work when there is none."""
+    of = f" ({flag})" if flag else ""
+    if os.path.isdir(path):
+        raise CLIError(f"{path} is a directory, not a file{of}")
+    if not os.path.exists(path):
+        raise CLIError(f"no such file: {path}{of}")
+    return path
+
+
+def output_file(path: str) -> str:
+    """A file the command writes: `no such folder: DIR` before any work when its folder is missing."""
+    folder = os.path.dirname(path)
+    if folder and not os.path.isdir(folder):
+        raise CLIError(f"no such folder: {folder} (for {path})")
+    return path
 
 
 def _default_path() -> str:

@@ -8,7 +8,8 @@ import time
 
 from ..kv.snapshot_format import SnapshotError, SnapshotFile
 from ..engine.sampling import SamplingParams
-from .common import CLIError, HelpFormat, add_lora_arg, add_model_args, load_model, load_options, progress_bar, ranged
+from .common import (CLIError, HelpFormat, add_lora_arg, add_model_args, input_file, load_model, load_options, output_file,
+                     progress_bar, ranged)
 
 PREFILL_CHUNK = 512  # tokens per step of a long create's progress bar (chunked prefill gives the same bits)
 
@@ -43,11 +44,14 @@ def add_parser(p):
 def run(args):
     try:
         return {"create": _create, "fork": _fork, "gen": _gen, "show": _show}[args.ctx_command](args)
-    except (SnapshotError, FileNotFoundError, ValueError) as e:  # ValueError: a prompt that does not fit
+    except FileNotFoundError as e:
+        raise CLIError(f"no such file: {e.filename}") from None
+    except (SnapshotError, ValueError) as e:  # ValueError: a prompt that does not fit
         raise CLIError(str(e)) from None
 
 
 def _create(args):
+    output_file(args.output)
     llm = load_model(args.model, load_options(args))
     ids = llm.tokenize(args.prompt)
     llm.check_ids(ids)
@@ -65,6 +69,7 @@ def _create(args):
 
 
 def _fork(args):
+    input_file(args.input)
     llm = load_model(args.model, load_options(args))
     base = llm.restore_context(args.input)
     state = llm.kv_view()
@@ -87,6 +92,9 @@ def _fork(args):
 
 
 def _gen(args):
+    input_file(args.input)
+    if args.output:
+        output_file(args.output)
     llm = load_model(args.model, load_options(args))
     ctx = llm.restore_context(args.input)
     if args.prompt:
@@ -100,7 +108,7 @@ def _gen(args):
 
 
 def _show(args):
-    with SnapshotFile(args.file) as f:
+    with SnapshotFile(input_file(args.file)) as f:
         h, g = f.header, f.header.geometry
         print(f"file          {args.file} ({f.size} bytes)")
         print(f"tokens        {len(h.token_ids)}")

@@ -10,21 +10,23 @@ import json
 import sys
 
 from ..settings import LoadOptions
-from .common import THREADS, THREADS_HELP, CLIError, Command, load_model, resolve_model
+from .common import THREADS, THREADS_HELP, CLIError, Command, load_model, resolve_named
 
 
 def open_model(name: str | None, threads: int | None):
-    """-m -> an Embedder (an encoder file directly, a decoder through llamay.load)."""
+    """-m -> an Embedder (an encoder file directly, a decoder through llamay.load), named by its stored name
+    or file name."""
     from ..engine.embed import Embedder, open_embedder
     from ..gguf import GGUFError
     from ..server.embed_models import is_encoder
-    path = resolve_model(name)
-    if not is_encoder(path):
-        return Embedder.for_llm(load_model(path, LoadOptions(threads=threads)))
+    path, label = resolve_named(name)
     try:
-        return open_embedder(path, threads=threads)
+        emb = open_embedder(path, threads=threads) if is_encoder(path) else \
+            Embedder.for_llm(load_model(path, LoadOptions(threads=threads)))
     except (GGUFError, ValueError) as e:
         raise CLIError(str(e)) from None
+    emb.name = label
+    return emb
 
 
 def _common(p: argparse.ArgumentParser):

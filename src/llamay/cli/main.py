@@ -25,13 +25,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(1, f"{self.prog}: error: {message}\n")
 
 
+def summary(doc: str) -> str:
+    """A command's one-line summary: its docstring's first paragraph, whole."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="llamay", description="Run GGUF language models locally.")
     parser.add_argument("--version", action="version", version=f"llamay {__version__}")
     sub = parser.add_subparsers(dest="command")
     for name, module in COMMANDS.items():
-        module.add_parser(sub.add_parser(name, help=module.__doc__.splitlines()[0], formatter_class=HelpFormat,
-                                         description=module.__doc__.splitlines()[0]))
+        module.add_parser(sub.add_parser(name, help=summary(module.__doc__), formatter_class=HelpFormat,
+                                         description=summary(module.__doc__)))
     return parser
 
 

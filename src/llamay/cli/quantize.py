@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..kernels.threads import default_threads
 from ..quantize import FTYPES, QuantizeError, quantize
-from .common import THREADS, CLIError, eprint, progress_bar, resolve_model
+from .common import THREADS, CLIError, eprint, input_file, output_file, progress_bar, resolve_model
 
 
 def add_parser(p):
@@ -21,9 +21,13 @@ def add_parser(p):
 
 def run(args):
     threads = args.threads or default_threads()
+    path = resolve_model(args.input)
+    output_file(args.output)
+    if args.imatrix:
+        input_file(args.imatrix, "--imatrix")
     try:
         with progress_bar("quantizing", "bytes") as step:
-            res = quantize(resolve_model(args.input), args.output, args.type, threads=threads, pure=args.pure,
+            res = quantize(path, args.output, args.type, threads=threads, pure=args.pure,
                            output_tensor_type=args.output_tensor_type, token_embedding_type=args.token_embedding_type,
                            leave_output_tensor=args.leave_output_tensor, allow_requantize=args.allow_requantize,
                            imatrix=args.imatrix, progress=step)

@@ -1,6 +1,7 @@
-"""Complete a prompt (-p), streamed to stdout; without -p, chat interactively with the model's template."""
+"""Answer PROMPT (Ollama's `run MODEL PROMPT`) or complete -p's text, streamed; with neither, chat interactively."""
 from __future__ import annotations
 
+import os
 import sys
 
 from ..chat import ChatTemplateError
@@ -20,6 +21,7 @@ from .common import (
     add_model_args,
     eprint,
     load_model,
+    resolve_named,
     load_options,
     n_predict,
     ranged,
@@ -29,6 +31,9 @@ from .conversation import Conversation
 
 
 def add_parser(p):
+    p.add_argument("model_pos", nargs="?", metavar="MODEL", help="as -m (Ollama's `run MODEL`)")
+    p.add_argument("prompt_pos", nargs="?", metavar="PROMPT",
+                   help="a message answered once through the chat template, as Ollama's `run MODEL PROMPT`")
     add_model_args(p)
     add_lora_arg(p)
     add_spec_arg(p)
@@ -109,21 +114,41 @@ def _read_prompt(args):
         raise CLIError(f"{args.file} is not UTF-8 text") from None
 
 
+def _positionals(args) -> bool:
+    """Ollama's `run MODEL [PROMPT]`: MODEL is -m, PROMPT a message -> whether there was one."""
+    if args.model_pos is not None:
+        if args.model is not None:
+            raise CLIError("give the model as MODEL or -m, not both")
+        if " " in args.model_pos.strip() and not os.path.exists(args.model_pos):
+            raise CLIError(f"{args.model_pos!r} is not a model name: the model comes first (llamay run MODEL "
+                           "PROMPT), or -p PROMPT with the default model")
+        args.model = args.model_pos
+    if args.prompt_pos is None:
+        return False
+    if args.prompt is not None or args.file is not None:
+        raise CLIError("give the prompt as PROMPT, -p or -f, not two of them")
+    args.prompt = args.prompt_pos
+    return True
+
+
 def run(args):
+    message = _positionals(args)
     _read_prompt(args)
     if args.prompt == "":
         raise CLIError("the prompt is empty (-p TEXT; omit -p for a chat)")
-    llm = load_model(args.model, load_options(args))
+    path, name = resolve_named(args.model)
+    llm = load_model(path, load_options(args))
     grammar = _grammar(llm, args)
     if args.prompt is not None:
-        _stream(llm, args.prompt if args.system is None else _one_turn(llm, args.system, args.prompt), args, grammar)
+        templated = message or args.system is not None
+        _stream(llm, _one_turn(llm, args.system, args.prompt) if templated else args.prompt, args, grammar)
         print()
         return
-    chat(llm, _sampling(args), grammar, args.system, args.verbose)
+    chat(llm, _sampling(args), grammar, args.system, args.verbose, name)
 
 
-def _one_turn(llm, system: str, text: str) -> list[int]:
-    """--system with -p: the ids of the template's system + one user message."""
+def _one_turn(llm, system: str | None, text: str) -> list[int]:
+    """PROMPT, or --system with -p: the ids of the template's (system +) one user message."""
     conv = Conversation(llm, system)
     conv.messages.append({"role": "user", "content": text})
     try:

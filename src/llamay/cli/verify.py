@@ -1,7 +1,7 @@
 """Check that this file computes the same logits every way llamay can get there (exit 1 if not)."""
 from __future__ import annotations
 
-from ..measure.verify import format_table, run_verify
+from ..measure.verify import format_table, kv_advice, run_verify
 from .common import add_model_args, progress_bar, ranged, resolve_model
 
 
@@ -15,6 +15,9 @@ def run(args):
     with progress_bar("verifying", "checks") as step:
         checks = run_verify(path, args.threads, args.tokens, step)
     print(format_table(checks))
+    advice = kv_advice(checks)
+    if advice:
+        print("\n" + advice)
     failed = [c.name for c in checks if not c.ok]
     if failed:
         print(f"\n{len(failed)} check(s) failed: " + "; ".join(failed))

@@ -14,6 +14,7 @@ TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening, coun
         "lines in the logbook: the wind, the sea, and the ships he had seen. Nobody read the logbook, but "
         "he wrote it carefully all the same, because a record kept for no one is still a record.")
 TV_LIMIT = 0.05
+KV_RULE = f"the mean TV is judged, not the max: above {TV_LIMIT:.0%}, use --kv f32"  # the README says it too
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Check:
     ok: bool
     max_abs_diff: float
     note: str = ""
+    mean_tv: float | None = None  # a KV type's check: the mean next-token TV against f32 KV
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -144,8 +146,20 @@ def _kv_check(path: str, threads: int | None, ids: list[int], kv: str, ref: np.n
         return Check(name, True, 0.0, f"not available: {e}")
     tv = total_variation(ref, got)
     ok = tv.mean() <= TV_LIMIT
-    note = f"mean TV {tv.mean():.2%}, max {tv.max():.2%}" + ("" if ok else "; use --kv f32")
-    return Check(name, ok, _diff(got, ref), note)
+    note = f"mean TV {tv.mean():.2%} (judged), max {tv.max():.2%}" + ("" if ok else "; use --kv f32")
+    return Check(name, ok, _diff(got, ref), note, float(tv.mean()))
+
+
+def kv_advice(checks: list[Check]) -> str:
+    """verify's last line: which KV types suit this model, by KV_RULE ('' when none was checked)."""
+    kv = [(c.name.split(":")[0].removeprefix("KV "), c) for c in checks if c.mean_tv is not None]
+    fine, bad = [k for k, c in kv if c.ok], [k for k, c in kv if not c.ok]
+    if not kv:
+        return ""
+    if not bad:
+        return f"KV types: {', '.join(fine)} fine on this model ({KV_RULE})"
+    return (f"KV types: {', '.join(bad)} above {TV_LIMIT:.0%} mean TV: use --kv f32"
+            + (f" (or {', '.join(fine)}, within it)" if fine else ""))
 
 
 def run_verify(path: str, threads: int | None = None, n_tokens: int = 48, progress: Step | None = None) -> list[Check]:

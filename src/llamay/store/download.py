@@ -246,6 +246,21 @@ def _truncate(path: Path, n: int) -> None:
         f.truncate(n)
 
 
+def unreachable(url: str, what: str, e: httpx.TransportError) -> StoreError:
+    """A pull's first request got no answer: one line naming the host, the server it is, and why."""
+    u = httpx.URL(url)
+    host = f"{u.host}:{u.port}" if u.port else u.host
+    text = str(e)
+    if any(s in text for s in ("Name or service not known", "nodename nor servname", "name resolution",
+                               "No address associated")):
+        why = "its name does not resolve: offline?"
+    elif "Connection refused" in text:
+        why = "connection refused"
+    else:
+        why = _describe(e)
+    return StoreError(f"cannot reach {host}, {what} ({why}); nothing was written")
+
+
 def _describe(e: Exception) -> str:
     if isinstance(e, httpx.TimeoutException):
         return f"timed out ({type(e).__name__})"

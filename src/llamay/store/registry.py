@@ -7,7 +7,7 @@ import json
 import httpx
 
 from .. import env
-from .download import ProgressFn, fetch_blob, new_client
+from .download import ProgressFn, fetch_blob, new_client, unreachable
 from .layout import Store, StoredModel
 from .names import DEFAULT_HOST, ModelName, StoreError, check_digest
 
@@ -55,7 +55,7 @@ def _get_manifest(client: httpx.Client, url: str) -> bytes:
     try:
         r = client.get(url, headers={"Accept": MANIFEST_V2})
     except httpx.TransportError as e:
-        raise StoreError(f"pull model manifest: {url}: {e or type(e).__name__}") from e
+        raise unreachable(url, "the model registry", e) from e
     if r.status_code == 404:
         raise StoreError(f"pull model manifest: file does not exist ({url})")
     if r.status_code == 401:
