@@ -1,9 +1,10 @@
 // Chat: a conversation is a tree of messages kept server-side (/studio/api/conversations); each answer
-// is generated on a named context (/v1/contexts). Continuing the newest answer of a context appends to
-// it; anything else (an edit, a regenerate, a reply to an older answer) forks the context at that message
-// (?messages=k), so the branch shares the pages of everything before it. A context that is gone (the
-// server restarted) is made again from the messages: the prefix cache still has their pages.
-import { api, el, markdown, sse, uid, bytes } from "./util.js";
+// is generated on a named context (/studio/api/contexts: the Studio's, least recently used freed first).
+// Continuing the newest answer of a context appends to it; anything else (an edit, a regenerate, a reply to
+// an older answer) forks the context at that message (?messages=k), so the branch shares the pages of
+// everything before it. A context that is gone (freed, expired, a restart) is made again from the
+// messages: the prefix cache still has their pages.
+import { api, el, markdown, openSse, uid, bytes } from "./util.js";
 
 let conv = null;
 let controller = null;
@@ -85,19 +86,30 @@ async function contextFor(userNode, regenerate) {
     const made = await fork(parent.ctx, count(parent));
     if (made) return { ctx: made, body: newTurn, fresh: true };
   }
-  const r = await api("/v1/contexts", { json: { model: conv.model, messages: messagesThrough(userNode) } });
+  const r = await api("/studio/api/contexts", { json: { model: conv.model, messages: messagesThrough(userNode) } });
   // the prompt was computed here, not by the chat call: its figures count what this found cached
   return { ctx: r.id, body: {}, fresh: true, cached: r.cached_tokens };
 }
 
 async function fork(ctx, k) {
   try {
-    return (await api(`/v1/contexts/${ctx}/fork?n=1&messages=${k}`, { method: "POST" })).ids[0];
+    return (await api(`/studio/api/contexts/${ctx}/fork?n=1&messages=${k}`, { method: "POST" })).ids[0];
   } catch (e) {
     // gone (a restart, --context-ttl), or it no longer holds that message: made again from the messages
     if (/no context|messages must be/.test(e.message)) return null;
     throw e;
   }
+}
+
+// A turn's stream on made.ctx, opened (a refusal throws here).
+function startTurn(made) {
+  const request = { ...made.body, ...sampling(), stream: true, stream_options: { include_usage: true } };
+  return openSse(`/studio/api/contexts/${made.ctx}/chat`, request, controller.signal);
+}
+
+function forget(ctx) {
+  delete conv.heads[ctx];
+  for (const n of Object.values(conv.nodes)) if (n.ctx === ctx) n.ctx = null;
 }
 
 async function answer(userNode, regenerate = false) {
@@ -109,10 +121,16 @@ async function answer(userNode, regenerate = false) {
   let tFirst = null, made = null;
   try {
     made = await contextFor(userNode, regenerate);
-    const { ctx, body } = made;
+    let stream;
+    try { stream = await startTurn(made); } catch (e) {
+      if (!/no context/.test(e.message)) throw e;
+      forget(made.ctx); // freed since: made again from the messages
+      made = await contextFor(userNode, regenerate);
+      stream = await startTurn(made);
+    }
+    const ctx = made.ctx;
     asst.ctx = ctx;
-    const request = { ...body, ...sampling(), stream: true, stream_options: { include_usage: true } };
-    for await (const chunk of sse(`/v1/contexts/${ctx}/chat`, request, controller.signal)) {
+    for await (const chunk of stream) {
       for (const choice of chunk.choices || []) {
         const d = choice.delta || {};
         if ((d.content || d.reasoning_content) && tFirst === null) tFirst = performance.now();

@@ -90,9 +90,14 @@ async function opened(path, json, signal) {
   return r;
 }
 
-// Server-sent events of an OpenAI-style stream: yields each parsed data object until [DONE].
-export async function* sse(path, json, signal) {
-  for await (const line of lines(await opened(path, json, signal))) {
+// Server-sent events of an OpenAI-style stream, opened (a refusal throws here): an async iterator of each
+// parsed data object until [DONE].
+export async function openSse(path, json, signal) {
+  return events(await opened(path, json, signal));
+}
+
+async function* events(response) {
+  for await (const line of lines(response)) {
     if (!line.startsWith("data:")) continue;
     const data = line.slice(5).trim();
     if (data === "[DONE]") return;

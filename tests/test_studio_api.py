@@ -1,0 +1,80 @@
+"""The Studio's JSON routes without a browser, called as its page calls them (a new chat, a turn, a branch):
+any number of conversations leaves the server answering."""
+import httpx
+import pytest
+
+from conftest import LiveServer
+
+pytestmark = pytest.mark.model
+TURN = {"max_tokens": 1, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def studio(smollm_path, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLAMAY_HOME", str(tmp_path_factory.mktemp("studio-api-home")))
+        server = LiveServer(["-m", str(smollm_path), "--threads", "2", "-c", "2048"])  # --max-contexts: default
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def http(studio):
+    with httpx.Client(base_url=studio.url, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def model(http):
+    return http.get("/v1/models").json()["data"][0]["id"]
+
+
+def ok(r: httpx.Response) -> dict:
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+def new_chat(http, model, cid: str, text: str) -> dict:
+    """What the page does for "New chat" and one message: a context of the conversation, its answer, the save."""
+    user = {"role": "user", "content": text}
+    ctx = ok(http.post("/studio/api/contexts", json={"model": model, "messages": [user]}))["id"]
+    answer = ok(http.post(f"/studio/api/contexts/{ctx}/chat", json=TURN))["choices"][0]["message"]
+    doc = {"id": cid, "title": text, "model": model, "system": "", "settings": {}, "leaf": "a", "heads": {ctx: "a"},
+           "nodes": {"u": {"id": "u", "parent": None, "role": "user", "content": text, "t": 1},
+                     "a": {"id": "a", "parent": "u", "role": "assistant", "content": answer["content"], "t": 2,
+                           "ctx": ctx}}}
+    ok(http.put(f"/studio/api/conversations/{cid}", json=doc))
+    return doc
+
+
+def test_any_number_of_conversations_leaves_the_server_answering(http, model):
+    for i in range(500):
+        new_chat(http, model, f"many-{i}", "Hi")
+    new_chat(http, model, "one-more", "Hello there")
+    r = http.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "Hi"}],
+                                                **TURN})
+    assert r.status_code == 200, r.text
+    studio_held = [c for c in ok(http.get("/studio/api/contexts"))["data"] if c["owner"] == "studio"]
+    assert 2 <= len(studio_held) <= 16  # a quarter of --max-contexts (64)
+    other = ok(http.post("/v1/contexts", json={"model": model, "prompt": "Another client's context"}))["id"]
+    assert http.delete(f"/v1/contexts/{other}").status_code == 200
+
+
+def test_a_branch_forks_and_a_freed_conversation_is_made_again_from_the_prefix_cache(http, model):
+    doc = new_chat(http, model, "branchy", "Name one colour of the rainbow, please.")
+    ctx = doc["nodes"]["a"]["ctx"]
+    branch = ok(http.post(f"/studio/api/contexts/{ctx}/fork", params={"n": 1, "messages": 1}))["ids"][0]
+    ok(http.post(f"/studio/api/contexts/{branch}/chat", json=TURN))  # a regenerate
+    rows = {c["id"]: c for c in ok(http.get("/studio/api/contexts"))["data"]}
+    assert rows[branch]["parent"] == ctx and rows[branch]["owner"] == "studio"
+    for i in range(20):  # newer conversations: these two are now the least recently used
+        new_chat(http, model, f"newer-{i}", "Hi")
+    assert http.get(f"/v1/contexts/{ctx}").status_code == 404
+    r = http.post(f"/studio/api/contexts/{ctx}/chat", json=TURN)
+    assert r.status_code == 404 and "no context" in r.json()["error"]["message"]  # the page makes it again:
+    user = {"role": "user", "content": "Name one colour of the rainbow, please."}
+    again = ok(http.post("/studio/api/contexts", json={"model": model, "messages": [user]}))
+    assert again["cached_tokens"] == again["tokens"] - 1  # from the prefix cache, but the last (for logits)
+
