@@ -2,8 +2,12 @@
 server this module starts (SmolLM2, a store of its own, a fake registry). A message streams its reply; an
 edited message becomes a second branch whose context shares its parent's pages; a pull moves its bar to
 100%; a snapshot downloads and restores, and one of other weights is refused naming both digests;
-conversations are found again after a reload. Each view's screenshot goes to docs/studio/."""
+conversations are found again after a reload.
+
+Each view's screenshot goes to a pytest tmp folder, so the suite leaves the checkout clean. To refresh the
+README's pictures, name a folder: `LLAMAY_STUDIO_SHOTS=docs/studio pytest tests/test_studio.py`."""
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +19,6 @@ from conftest import LiveServer
 from store_servers import CONFIG_TYPE, MANIFEST_V2, FakeRegistry
 
 pytestmark = pytest.mark.model
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "studio"
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -42,14 +45,14 @@ def studio(smollm_path, tiny_pair, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(studio):
+def page(studio, shots):
     if BROWSER is None:
         pytest.skip("no chromium (Debian: apt-get install chromium; .ci/run installs it)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="no playwright (pip install '.[test]')")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=BROWSER, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1360, "height": 860}, accept_downloads=True)
-        page.errors = []
+        page.errors, page.shots = [], shots
         page.on("pageerror", lambda e: page.errors.append(str(e)))
         page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and  # refusals are expected
                 not m.text.startswith("Failed to load resource") else None)
@@ -58,9 +61,16 @@ def page(studio):
         browser.close()
 
 
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = os.environ.get("LLAMAY_STUDIO_SHOTS")
+    return Path(folder) if folder else tmp_path_factory.mktemp("studio-shots")
+
+
 def shoot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    folder = page.shots
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"))
 
 
 def test_a_browser_is_sent_to_the_studio_and_ollama_clients_still_get_text(studio):
