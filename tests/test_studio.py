@@ -2,7 +2,8 @@
 server this module starts (SmolLM2, a store of its own, a fake registry). A message streams its reply; an
 edited message becomes a second branch whose context shares its parent's pages; a pull moves its bar to
 100%; a snapshot downloads and restores, and one of other weights is refused naming both digests;
-conversations are found again after a reload.
+conversations are found again after a reload, go on when their context was freed, and are renamed,
+exported and deleted from the sidebar.
 
 Each view's screenshot goes to a pytest tmp folder, so the suite leaves the checkout clean. To refresh the
 README's pictures, name a folder: `LLAMAY_STUDIO_SHOTS=docs/studio pytest tests/test_studio.py`."""
@@ -147,6 +148,18 @@ def test_conversations_are_kept_server_side(studio, page):
     assert "a short story about a robot" in page.inner_text("#messages")
 
 
+def test_a_conversation_whose_context_was_freed_goes_on(studio, page):
+    for c in httpx.get(studio.url + "/v1/contexts").json()["data"]:  # as the Studio's LRU or the TTL would
+        assert httpx.delete(f"{studio.url}/v1/contexts/{c['id']}").status_code == 200
+    page.fill("#set-max_tokens", "8")
+    page.fill("#prompt", "And one more?")
+    page.click("#send")
+    page.wait_for_function("() => document.querySelectorAll('.msg.assistant [data-figures]').length == 3")
+    assert page.locator(".msg .error").count() == 0
+    figures = page.locator(".msg.assistant [data-figures]").nth(2).inner_text()
+    assert " 0 from the cache" not in figures  # made again from the messages, out of the prefix cache
+
+
 
 def test_a_stopped_answer_is_kept_and_the_chat_goes_on(studio, page):
     page.click("button:has-text('New chat')")
@@ -175,6 +188,25 @@ def test_the_schema_box_makes_the_answer_follow_it(studio, page):
     page.wait_for_selector(".msg.assistant [data-figures]")
     answer = json.loads(page.inner_text(".msg.assistant .md"))
     assert answer["color"] in ("red", "blue") and set(answer) == {"color"}
+
+def test_the_sidebar_renames_exports_and_deletes_a_conversation(studio, page, tmp_path):
+    page.wait_for_selector("#conversations .conv")
+    row = page.locator("#conversations .conv").first
+    cid = row.get_attribute("data-conversation")
+    page.once("dialog", lambda d: d.accept("Colors"))
+    row.locator("button[title='rename']").click()
+    page.wait_for_selector(f"[data-conversation='{cid}'] .title:text-is('Colors')")
+    with page.expect_download() as info:
+        page.click(f"[data-conversation='{cid}'] button[title='export as JSON']")
+    saved = tmp_path / "conversation.json"
+    info.value.save_as(saved)
+    doc = json.loads(saved.read_text())
+    assert doc["title"] == "Colors" and [m["role"] for m in doc["messages"]] == ["user", "assistant"]
+    page.once("dialog", lambda d: d.accept())
+    page.click(f"[data-conversation='{cid}'] button[title='delete']")
+    page.wait_for_selector(f"[data-conversation='{cid}']", state="detached")
+    assert httpx.get(f"{studio.url}/studio/api/conversations/{cid}").status_code == 404
+
 
 def test_a_pull_moves_its_bar_to_100(studio, page):
     page.goto(studio.url + "/studio#models")

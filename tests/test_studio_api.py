@@ -1,5 +1,6 @@
 """The Studio's JSON routes without a browser, called as its page calls them (a new chat, a turn, a branch):
-any number of conversations leaves the server answering."""
+any number of conversations leaves the server answering, and conversations can be renamed, exported and
+deleted."""
 import httpx
 import pytest
 
@@ -78,3 +79,28 @@ def test_a_branch_forks_and_a_freed_conversation_is_made_again_from_the_prefix_c
     again = ok(http.post("/studio/api/contexts", json={"model": model, "messages": [user]}))
     assert again["cached_tokens"] == again["tokens"] - 1  # from the prefix cache, but the last (for logits)
 
+
+def test_a_conversation_is_renamed_exported_and_deleted_with_its_contexts(http, model):
+    doc = new_chat(http, model, "keeper", "What is the capital of France?")
+    ctx = doc["nodes"]["a"]["ctx"]
+    r = http.patch("/studio/api/conversations/keeper", json={"title": "  Geography  "})
+    assert ok(r) == {"id": "keeper", "title": "Geography"}
+    listed = {c["id"]: c for c in ok(http.get("/studio/api/conversations"))["data"]}
+    assert listed["keeper"]["title"] == "Geography" and listed["keeper"]["model"] == model
+    assert ok(http.get("/studio/api/conversations/keeper"))["title"] == "Geography"
+    r = http.get("/studio/api/conversations/keeper/export")
+    assert 'filename="conversation-keeper.json"' in r.headers["content-disposition"]
+    exported = ok(r)
+    assert exported["nodes"] == doc["nodes"] and exported["title"] == "Geography"
+    assert [m["role"] for m in exported["messages"]] == ["user", "assistant"]
+    assert exported["messages"][0]["content"] == "What is the capital of France?"
+    for bad in ({}, {"title": ""}, {"title": 3}):
+        assert http.patch("/studio/api/conversations/keeper", json=bad).status_code == 400
+    assert http.get(f"/v1/contexts/{ctx}").status_code == 200
+    assert ok(http.delete("/studio/api/conversations/keeper")) == {"id": "keeper", "deleted": True}
+    assert http.get(f"/v1/contexts/{ctx}").status_code == 404  # its context freed with it
+    assert "keeper" not in {c["id"] for c in ok(http.get("/studio/api/conversations"))["data"]}
+    for call in (http.get, http.delete, lambda u: http.patch(u, json={"title": "x"}),
+                 lambda u: http.get(u + "/export")):
+        r = call("/studio/api/conversations/keeper")
+        assert r.status_code == 404 and "no conversation 'keeper'" in r.json()["error"]["message"]

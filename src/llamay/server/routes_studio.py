@@ -239,10 +239,74 @@ async def put_conversation(request: Request, cid: str):
     return JSONResponse({"id": cid, "saved": True})
 
 
+@router.patch("/studio/api/conversations/{cid}")
+@api(proto)
+async def rename_conversation(request: Request, cid: str):
+    """{"title": ...}: the conversation's new title."""
+    body = await read_json(request)
+    title = body.get("title") if isinstance(body, dict) else None
+    if not isinstance(title, str) or not title.strip():
+        raise bad_request("title must be a non-empty string", "title")
+    path, doc = _read(cid)
+    doc["title"] = title.strip()[:200]
+    data = json.dumps(doc, ensure_ascii=False).encode()
+    write_atomic(path, lambda f: f.write(data))
+    index = _index()
+    index[cid] = {**(index.get(cid) if isinstance(index.get(cid), dict) else {}), "title": doc["title"],
+                  "updated": time.time()}
+    _write_index(index)
+    return JSONResponse({"id": cid, "title": doc["title"]})
+
+
+@router.get("/studio/api/conversations/{cid}/export")
+@api(proto)
+async def export_conversation(request: Request, cid: str):
+    """The stored conversation (its whole tree of nodes) plus `messages`: the branch shown, as chat messages."""
+    _, doc = _read(cid)
+    data = json.dumps({**doc, "messages": _branch(doc)}, ensure_ascii=False, indent=1).encode()
+    return Response(data, media_type="application/json",
+                    headers={"content-disposition": f'attachment; filename="conversation-{cid}.json"'})
+
+
+def _read(cid: str) -> tuple[Path, dict]:
+    path = _path(cid)
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ProtocolError(404, f"no conversation '{cid}'", "not_found", "id") from None
+    except ValueError:
+        raise ProtocolError(500, f"conversation '{cid}' is not JSON", "internal", "id") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError(500, f"conversation '{cid}' is not an object", "internal", "id")
+    return path, doc
+
+
+def _branch(doc: dict) -> list[dict]:
+    """The system prompt and the messages from the root to doc's leaf (the page's `path`)."""
+    nodes = doc.get("nodes") if isinstance(doc.get("nodes"), dict) else {}
+    out, seen, nid = [], set(), doc.get("leaf")
+    while isinstance(nid, str) and nid in nodes and nid not in seen and isinstance(nodes[nid], dict):
+        seen.add(nid)
+        n = nodes[nid]
+        m = {"role": n.get("role"), "content": n.get("content", "")}
+        if n.get("tool_calls"):
+            m["tool_calls"] = n["tool_calls"]
+        out.append(m)
+        nid = n.get("parent")
+    system = doc.get("system")
+    return ([{"role": "system", "content": system}] if isinstance(system, str) and system else []) + out[::-1]
+
+
 @router.delete("/studio/api/conversations/{cid}")
 @api(proto)
 async def delete_conversation(request: Request, cid: str):
-    path = _path(cid)
+    """Deletes the conversation and frees the Studio's contexts it ran on (their tokens stay cached)."""
+    try:
+        path, doc = _read(cid)
+    except ProtocolError as e:
+        if e.status == 404:
+            raise
+        path, doc = _path(cid), {}  # a torn file is deleted all the same
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -250,4 +314,9 @@ async def delete_conversation(request: Request, cid: str):
     index = _index()
     if index.pop(cid, None) is not None:
         _write_index(index)
+    nodes = doc.get("nodes") if isinstance(doc.get("nodes"), dict) else {}
+    ids = {n.get("ctx") for n in nodes.values() if isinstance(n, dict)}
+    table = request.app.state.contexts
+    mine = [nc for nc in table.values() if nc.id in ids and nc.owner == OWNER]
+    await free(table, request.app.state.registry, mine)
     return JSONResponse({"id": cid, "deleted": True})

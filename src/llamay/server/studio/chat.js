@@ -5,6 +5,7 @@
 // everything before it. A context that is gone (freed, expired, a restart) is made again from the
 // messages: the prefix cache still has their pages.
 import { api, el, markdown, openSse, uid, bytes } from "./util.js";
+import * as sidebar from "./sidebar.js";
 
 let conv = null;
 let controller = null;
@@ -259,13 +260,12 @@ function settingsView() {
       s.tools || "")));
 }
 
-async function listConversations() {
-  const side = document.getElementById("conversations");
-  if (!side) return;
-  const { data } = await api("/studio/api/conversations");
-  side.replaceChildren(...data.map((c) => el("div", {
-    class: `conv ${conv && c.id === conv.id ? "active" : ""}`, title: c.title,
-    onclick: () => open(c.id) }, c.title || "(untitled)")));
+function listConversations() {
+  return sidebar.list({ current: () => conv?.id, open, changed: (id, title) => {
+    if (conv?.id !== id) return;
+    if (title === null) fresh();
+    else { conv.title = title; }
+  } });
 }
 
 async function open(id) {
