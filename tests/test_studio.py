@@ -133,7 +133,11 @@ def test_an_edited_message_is_a_second_branch_sharing_its_parents_pages(studio, 
     for tail in ("one", "two"):  # a finished prompt stays in the prefix cache; the second reuses it
         httpx.post(studio.url + "/v1/completions", json={"prompt": "A prefix the cache keeps for later, " + tail,
                                                          "max_tokens": 2}, timeout=60)
+    httpx.post(studio.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                           "max_tokens": 2}, timeout=60)
     page.wait_for_selector("#ctx-cache td:has-text('A prefix the cache keeps')")
+    page.wait_for_selector("#ctx-cache .special:text-is('im_start')")  # a chat's special tokens, as marks
+    assert "<|im_start|>" not in page.inner_text("#ctx-cache")
     cache = httpx.get(studio.url + "/studio/api/cache").json()["models"]
     assert any(s["hits"] >= 1 and s["text"].startswith("A prefix the cache") for seqs in cache.values() for s in seqs)
     shoot(page, "contexts")
@@ -188,6 +192,30 @@ def test_the_schema_box_makes_the_answer_follow_it(studio, page):
     page.wait_for_selector(".msg.assistant [data-figures]")
     answer = json.loads(page.inner_text(".msg.assistant .md"))
     assert answer["color"] in ("red", "blue") and set(answer) == {"color"}
+
+def test_code_blocks_copy_and_the_sampling_controls_reach_the_request(studio, page):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=studio.url)
+    copied = page.evaluate("""async () => {
+      const { markdown } = await import('/studio/assets/util.js');
+      const md = markdown('Run this:\\n```python\\nprint("hi")\\n```');
+      document.body.append(md);
+      md.querySelector('pre button.copy').click();
+      await new Promise((r) => setTimeout(r, 200));
+      const text = await navigator.clipboard.readText();
+      md.remove();
+      return text; }""")
+    assert copied == 'print("hi")'
+    page.click("button:has-text('New chat')")
+    assert (page.input_value("#set-top_k"), page.input_value("#set-min_p")) == ("40", "0.05")
+    for key, value in (("top_k", "7"), ("min_p", "0.1"), ("repeat_penalty", "1.3"), ("max_tokens", "2")):
+        page.fill(f"#set-{key}", value)
+    page.fill("#prompt", "Hi")
+    with page.expect_request(lambda r: r.url.endswith("/chat")) as request:
+        page.click("#send")
+    body = request.value.post_data_json
+    assert (body["top_k"], body["min_p"], body["repeat_penalty"], body["max_tokens"]) == (7, 0.1, 1.3, 2)
+    page.wait_for_selector(".msg.assistant [data-figures]")
+
 
 def test_the_sidebar_renames_exports_and_deletes_a_conversation(studio, page, tmp_path):
     page.wait_for_selector("#conversations .conv")
@@ -276,7 +304,8 @@ def test_the_server_view_plots_the_metrics(studio, page):
     page.wait_for_function("() => document.querySelector('#plot-pages .value').textContent.includes('pages')")
     httpx.post(studio.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 8}, timeout=60)
     page.wait_for_function("() => document.querySelector('#plot-tps .value').textContent != '0.0 tok/s'", timeout=10_000)
-    assert "requests" in page.inner_text("#server-totals")
+    totals = page.inner_text("#server-totals")
+    assert "requests" in totals and "1 model loaded" in totals
     shoot(page, "server")
     assert page.errors == []
 

@@ -14,7 +14,7 @@ const view = () => document.getElementById("view-chat");
 
 function blank(model) {
   return { id: uid(), title: "", model, system: "", settings: { temperature: 0.7, top_p: 0.95, max_tokens: 512,
-           seed: "", schema: "" }, nodes: {}, leaf: null, heads: {} };
+           top_k: 40, min_p: 0.05, repeat_penalty: 1, seed: "", schema: "" }, nodes: {}, leaf: null, heads: {} };
 }
 
 function path(leaf) {
@@ -64,7 +64,9 @@ async function save() {
 function sampling() {
   const s = conv.settings, out = { temperature: Number(s.temperature), top_p: Number(s.top_p),
                                    max_tokens: Number(s.max_tokens) };
-  if (s.seed !== "" && s.seed !== undefined) out.seed = Number(s.seed);
+  for (const key of ["seed", "top_k", "min_p", "repeat_penalty"]) { // unset: the server's default
+    if (s[key] !== "" && s[key] !== undefined) out[key] = Number(s[key]);
+  }
   if (s.tools && s.tools.trim()) out.tools = JSON.parse(s.tools);
   if (s.schema && s.schema.trim()) {
     out.response_format = { type: "json_schema", json_schema: { name: "studio", schema: JSON.parse(s.schema) } };
@@ -251,6 +253,9 @@ function settingsView() {
       oninput: (e) => { conv.system = e.target.value; } }, conv.system)),
     field("Temperature", "temperature", { type: "number", step: "0.1", min: "0" }),
     field("Top p", "top_p", { type: "number", step: "0.05", min: "0", max: "1" }),
+    field("Top k", "top_k", { type: "number", min: "0" }),
+    field("Min p", "min_p", { type: "number", step: "0.01", min: "0", max: "1" }),
+    field("Repeat penalty", "repeat_penalty", { type: "number", step: "0.05", min: "0" }),
     field("Max tokens", "max_tokens", { type: "number", min: "1" }),
     field("Seed", "seed", { type: "number" }),
     el("label", {}, "JSON schema (structured output)", el("textarea", { id: "schema", rows: 4,
