@@ -50,7 +50,7 @@ def new_chat(http, model, cid: str, text: str) -> dict:
     return doc
 
 
-def test_any_number_of_conversations_leaves_the_server_answering(http, model):
+def test_any_number_of_conversations_leaves_the_server_answering(studio, http, model):
     for i in range(500):
         new_chat(http, model, f"many-{i}", "Hi")
     new_chat(http, model, "one-more", "Hello there")
@@ -61,6 +61,20 @@ def test_any_number_of_conversations_leaves_the_server_answering(http, model):
     assert 2 <= len(studio_held) <= 16  # a quarter of --max-contexts (64)
     other = ok(http.post("/v1/contexts", json={"model": model, "prompt": "Another client's context"}))["id"]
     assert http.delete(f"/v1/contexts/{other}").status_code == 200
+    studio.check_pages()  # the engine's contexts are the table's: nothing freed twice or left behind
+
+
+def test_the_studio_frees_its_least_recently_used_idle_contexts_first():
+    from llamay.server.contexts import ContextTable, NamedContext
+    table = ContextTable(max_contexts=6)
+    for i, owner in enumerate(["studio", None, "studio", "studio", None, "studio"]):
+        table.by_id[f"c{i}"] = NamedContext(f"c{i}", "m", i, owner=owner, last_used=float(10 - i))
+    table.by_id["c5"].busy = True
+    ids = lambda ncs: [nc.id for nc in ncs]  # noqa: E731
+    assert ids(table.reclaimable("studio", 4, 1)) == ["c3"]  # the table is full: the oldest idle one
+    assert ids(table.reclaimable("studio", 2, 1)) == ["c3", "c2", "c0"]  # 4 held + 1 new, 2 at most: c5 is busy
+    assert ids(table.reclaimable("studio", 2, 1, keep=("c3",))) == ["c2", "c0"]
+    assert ids(table.reclaimable("studio", 16, 0)) == []
 
 
 def test_a_branch_forks_and_a_freed_conversation_is_made_again_from_the_prefix_cache(http, model):
