@@ -3,7 +3,6 @@ any number of conversations leaves the server answering, and conversations can b
 deleted."""
 import httpx
 import pytest
-
 from conftest import LiveServer
 
 pytestmark = pytest.mark.model
@@ -70,7 +69,7 @@ def test_the_studio_frees_its_least_recently_used_idle_contexts_first():
     for i, owner in enumerate(["studio", None, "studio", "studio", None, "studio"]):
         table.by_id[f"c{i}"] = NamedContext(f"c{i}", "m", i, owner=owner, last_used=float(10 - i))
     table.by_id["c5"].busy = True
-    ids = lambda ncs: [nc.id for nc in ncs]  # noqa: E731
+    ids = lambda ncs: [nc.id for nc in ncs]
     assert ids(table.reclaimable("studio", 4, 1)) == ["c3"]  # the table is full: the oldest idle one
     assert ids(table.reclaimable("studio", 2, 1)) == ["c3", "c2", "c0"]  # 4 held + 1 new, 2 at most: c5 is busy
     assert ids(table.reclaimable("studio", 2, 1, keep=("c3",))) == ["c2", "c0"]
