@@ -53,6 +53,7 @@ function deepest(id) {
 }
 
 async function save() {
+  if (!Object.keys(conv.nodes).length) return; // nothing said yet (or deleted while it answered)
   if (!conv.title) {
     const first = Object.values(conv.nodes).find((n) => n.role === "user");
     conv.title = first ? first.content.slice(0, 60) : "";
@@ -268,7 +269,7 @@ function settingsView() {
 function listConversations() {
   return sidebar.list({ current: () => conv?.id, open, changed: (id, title) => {
     if (conv?.id !== id) return;
-    if (title === null) fresh();
+    if (title === null) { controller?.abort(); fresh(); }
     else { conv.title = title; }
   } });
 }
