@@ -2,8 +2,13 @@
 server this module starts (SmolLM2, a store of its own, a fake registry). A message streams its reply; an
 edited message becomes a second branch whose context shares its parent's pages; a pull moves its bar to
 100%; a snapshot downloads and restores, and one of other weights is refused naming both digests;
-conversations are found again after a reload. Each view's screenshot goes to docs/studio/."""
+conversations are found again after a reload, go on when their context was freed, and are renamed,
+exported and deleted from the sidebar.
+
+Each view's screenshot goes to a pytest tmp folder, so the suite leaves the checkout clean. To refresh the
+README's pictures, name a folder: `LLAMAY_STUDIO_SHOTS=docs/studio pytest tests/test_studio.py`."""
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +20,6 @@ from conftest import LiveServer
 from store_servers import CONFIG_TYPE, MANIFEST_V2, FakeRegistry
 
 pytestmark = pytest.mark.model
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "studio"
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -42,14 +46,14 @@ def studio(smollm_path, tiny_pair, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(studio):
+def page(studio, shots):
     if BROWSER is None:
         pytest.skip("no chromium (Debian: apt-get install chromium; .ci/run installs it)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="no playwright (pip install '.[test]')")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=BROWSER, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1360, "height": 860}, accept_downloads=True)
-        page.errors = []
+        page.errors, page.shots = [], shots
         page.on("pageerror", lambda e: page.errors.append(str(e)))
         page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" and  # refusals are expected
                 not m.text.startswith("Failed to load resource") else None)
@@ -58,9 +62,16 @@ def page(studio):
         browser.close()
 
 
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = os.environ.get("LLAMAY_STUDIO_SHOTS")
+    return Path(folder) if folder else tmp_path_factory.mktemp("studio-shots")
+
+
 def shoot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    folder = page.shots
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"))
 
 
 def test_a_browser_is_sent_to_the_studio_and_ollama_clients_still_get_text(studio):
@@ -122,7 +133,11 @@ def test_an_edited_message_is_a_second_branch_sharing_its_parents_pages(studio, 
     for tail in ("one", "two"):  # a finished prompt stays in the prefix cache; the second reuses it
         httpx.post(studio.url + "/v1/completions", json={"prompt": "A prefix the cache keeps for later, " + tail,
                                                          "max_tokens": 2}, timeout=60)
+    httpx.post(studio.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                           "max_tokens": 2}, timeout=60)
     page.wait_for_selector("#ctx-cache td:has-text('A prefix the cache keeps')")
+    page.wait_for_selector("#ctx-cache .special:text-is('im_start')")  # a chat's special tokens, as marks
+    assert "<|im_start|>" not in page.inner_text("#ctx-cache")
     cache = httpx.get(studio.url + "/studio/api/cache").json()["models"]
     assert any(s["hits"] >= 1 and s["text"].startswith("A prefix the cache") for seqs in cache.values() for s in seqs)
     shoot(page, "contexts")
@@ -135,6 +150,18 @@ def test_conversations_are_kept_server_side(studio, page):
     page.click("#conversations .conv")
     page.wait_for_function("() => document.querySelectorAll('.msg').length == 4")
     assert "a short story about a robot" in page.inner_text("#messages")
+
+
+def test_a_conversation_whose_context_was_freed_goes_on(studio, page):
+    for c in httpx.get(studio.url + "/v1/contexts").json()["data"]:  # as the Studio's LRU or the TTL would
+        assert httpx.delete(f"{studio.url}/v1/contexts/{c['id']}").status_code == 200
+    page.fill("#set-max_tokens", "8")
+    page.fill("#prompt", "And one more?")
+    page.click("#send")
+    page.wait_for_function("() => document.querySelectorAll('.msg.assistant [data-figures]').length == 3")
+    assert page.locator(".msg .error").count() == 0
+    figures = page.locator(".msg.assistant [data-figures]").nth(2).inner_text()
+    assert " 0 from the cache" not in figures  # made again from the messages, out of the prefix cache
 
 
 
@@ -165,6 +192,49 @@ def test_the_schema_box_makes_the_answer_follow_it(studio, page):
     page.wait_for_selector(".msg.assistant [data-figures]")
     answer = json.loads(page.inner_text(".msg.assistant .md"))
     assert answer["color"] in ("red", "blue") and set(answer) == {"color"}
+
+def test_code_blocks_copy_and_the_sampling_controls_reach_the_request(studio, page):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=studio.url)
+    copied = page.evaluate("""async () => {
+      const { markdown } = await import('/studio/assets/util.js');
+      const md = markdown('Run this:\\n```python\\nprint("hi")\\n```');
+      document.body.append(md);
+      md.querySelector('pre button.copy').click();
+      await new Promise((r) => setTimeout(r, 200));
+      const text = await navigator.clipboard.readText();
+      md.remove();
+      return text; }""")
+    assert copied == 'print("hi")'
+    page.click("button:has-text('New chat')")
+    assert (page.input_value("#set-top_k"), page.input_value("#set-min_p")) == ("40", "0.05")
+    for key, value in (("top_k", "7"), ("min_p", "0.1"), ("repeat_penalty", "1.3"), ("max_tokens", "2")):
+        page.fill(f"#set-{key}", value)
+    page.fill("#prompt", "Hi")
+    with page.expect_request(lambda r: r.url.endswith("/chat")) as request:
+        page.click("#send")
+    body = request.value.post_data_json
+    assert (body["top_k"], body["min_p"], body["repeat_penalty"], body["max_tokens"]) == (7, 0.1, 1.3, 2)
+    page.wait_for_selector(".msg.assistant [data-figures]")
+
+
+def test_the_sidebar_renames_exports_and_deletes_a_conversation(studio, page, tmp_path):
+    page.wait_for_selector("#conversations .conv")
+    row = page.locator("#conversations .conv").first
+    cid = row.get_attribute("data-conversation")
+    page.once("dialog", lambda d: d.accept("Colors"))
+    row.locator("button[title='rename']").click()
+    page.wait_for_selector(f"[data-conversation='{cid}'] .title:text-is('Colors')")
+    with page.expect_download() as info:
+        page.click(f"[data-conversation='{cid}'] button[title='export as JSON']")
+    saved = tmp_path / "conversation.json"
+    info.value.save_as(saved)
+    doc = json.loads(saved.read_text())
+    assert doc["title"] == "Colors" and [m["role"] for m in doc["messages"]] == ["user", "assistant"]
+    page.once("dialog", lambda d: d.accept())
+    page.click(f"[data-conversation='{cid}'] button[title='delete']")
+    page.wait_for_selector(f"[data-conversation='{cid}']", state="detached")
+    assert httpx.get(f"{studio.url}/studio/api/conversations/{cid}").status_code == 404
+
 
 def test_a_pull_moves_its_bar_to_100(studio, page):
     page.goto(studio.url + "/studio#models")
@@ -234,7 +304,8 @@ def test_the_server_view_plots_the_metrics(studio, page):
     page.wait_for_function("() => document.querySelector('#plot-pages .value').textContent.includes('pages')")
     httpx.post(studio.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 8}, timeout=60)
     page.wait_for_function("() => document.querySelector('#plot-tps .value').textContent != '0.0 tok/s'", timeout=10_000)
-    assert "requests" in page.inner_text("#server-totals")
+    totals = page.inner_text("#server-totals")
+    assert "requests" in totals and "1 model loaded" in totals
     shoot(page, "server")
     assert page.errors == []
 

@@ -26,6 +26,7 @@ class NamedContext:
     ctx: int  # the engine's context id
     messages: list[dict] | None = None  # the conversation so far, when made from messages
     parent: str | None = None  # the context it was forked from
+    owner: str | None = None  # "studio": the Studio's, freed least recently used first when it needs room
     created: int = field(default_factory=lambda: int(time.time()))
     busy: bool = False
     last_used: float = field(default_factory=time.monotonic)
@@ -57,10 +58,11 @@ class ContextTable:
             raise ProtocolError(429, f"{len(self.by_id)} contexts are open and {n_new} more would pass the limit "
                                      f"of {self.max_contexts} (--max-contexts): delete some first", "rate_limit")
 
-    def add(self, loaded, ctx: int, messages: list[dict] | None, parent: NamedContext | None = None) -> NamedContext:
+    def add(self, loaded, ctx: int, messages: list[dict] | None, parent: NamedContext | None = None,
+            owner: str | None = None) -> NamedContext:
         # random, not a counter: ids stay unique across servers behind `llamay route`, and unguessable
         nc = NamedContext(f"ctx_{secrets.token_hex(8)}", loaded.info.name, ctx, messages,
-                          parent.id if parent else None)
+                          parent.id if parent else None, owner=owner)
         self.by_id[nc.id] = nc
         loaded.contexts.add(nc.id)
         return nc
@@ -75,6 +77,15 @@ class ContextTable:
         (sessions.settle)."""
         return PageShare(tuple(nc.ctx for nc in self.by_id.values() if nc.model == model), CONTEXT_PAGE_SHARE)
 
+    def reclaimable(self, owner: str, cap: int, n_new: int, keep: tuple[str, ...] = ()) -> list[NamedContext]:
+        """owner's idle contexts to free, least recently used first, so that n_new more leave owner at most cap
+        contexts and the table within --max-contexts."""
+        mine = sorted((nc for nc in self.by_id.values() if nc.owner == owner and not nc.busy and nc.id not in keep),
+                      key=lambda nc: nc.last_used)
+        held = sum(nc.owner == owner for nc in self.by_id.values())
+        n = max(held + n_new - cap, len(self.by_id) + n_new - self.max_contexts, 0)
+        return mine[:n]
+
     def expired(self, now: float | None = None) -> list[NamedContext]:
         if self.ttl <= 0:
             return []
@@ -82,15 +93,23 @@ class ContextTable:
         return [nc for nc in self.by_id.values() if not nc.busy and nc.last_used + self.ttl <= now]
 
 
-async def expire(table: ContextTable, registry) -> list[str]:
-    """Free the contexts idle past the TTL (their tokens stay in the prefix cache) -> their ids."""
+async def free(table: ContextTable, registry, contexts: list[NamedContext]) -> list[str]:
+    """Drop contexts (their tokens stay in the prefix cache) -> their ids."""
     gone = []
-    for nc in table.expired():
+    for nc in contexts:
+        if nc.busy or table.by_id.get(nc.id) is not nc:  # taken up, or gone, while an earlier one was freed
+            continue
         loaded = registry.loaded.get(nc.model)
         table.remove(nc, loaded)
         gone.append(nc.id)
         if loaded is not None:
             await asyncio.wrap_future(loaded.session.free(nc.ctx))
+    return gone
+
+
+async def expire(table: ContextTable, registry) -> list[str]:
+    """Free the contexts idle past the TTL -> their ids."""
+    gone = await free(table, registry, table.expired())
     if gone:
         log.info("expired idle contexts: %s", ", ".join(gone))
     return gone

@@ -50,8 +50,8 @@ async def _describe(nc: NamedContext, loaded: Loaded) -> dict:
             **await settle(loaded.session.describe(nc.ctx))}
 
 
-def _add(request: Request, loaded: Loaded, ctx: int, messages) -> NamedContext:
-    return _table(request).add(loaded, ctx, messages)
+def _add(request: Request, loaded: Loaded, ctx: int, messages, owner: str | None = None) -> NamedContext:
+    return _table(request).add(loaded, ctx, messages, owner=owner)
 
 
 async def _loaded(request: Request, nc: NamedContext) -> Loaded:
@@ -61,6 +61,11 @@ async def _loaded(request: Request, nc: NamedContext) -> Loaded:
 @router.post("/v1/contexts")
 @api(proto)
 async def create(request: Request):
+    return await create_context(request)
+
+
+async def create_context(request: Request, owner: str | None = None):
+    """A context from a prompt or messages, or from an uploaded snapshot; owner: see NamedContext."""
     if request.headers.get("content-type", "").startswith(SNAPSHOT_TYPE):
         return await _restore(request)
     body = await read_json(request)
@@ -83,7 +88,7 @@ async def create(request: Request):
     _table(request).check_room()
     name = loaded.info.name
     ctx, n_cached, pages = await settle(loaded.session.create(ids, share=_table(request).share(name)), name)
-    nc = _add(request, loaded, ctx, req.messages)
+    nc = _add(request, loaded, ctx, req.messages, owner)
     return JSONResponse({"id": nc.id, "object": "context", "model": nc.model, "tokens": len(ids),
                          "pages": pages, "cached_tokens": n_cached}, status_code=201)
 
@@ -156,6 +161,10 @@ async def delete(request: Request, cid: str):
 @router.post("/v1/contexts/{cid}/fork")
 @api(proto)
 async def fork(request: Request, cid: str):
+    return await fork_context(request, cid)
+
+
+async def fork_context(request: Request, cid: str, owner: str | None = None):
     nc = _get(request, cid)
     try:
         n = int(request.query_params.get("n", "1"))
@@ -169,7 +178,8 @@ async def fork(request: Request, cid: str):
     loaded = await _loaded(request, nc)
     kids = await settle(loaded.session.fork(nc.ctx, n))
     messages = nc.messages[:keep] if nc.messages is not None else None
-    made = [_table(request).add(loaded, k, list(messages) if messages is not None else None, nc) for k in kids]
+    made = [_table(request).add(loaded, k, list(messages) if messages is not None else None, nc, owner)
+            for k in kids]
     return JSONResponse({"object": "list", "ids": [m.id for m in made]}, status_code=201)
 
 
@@ -221,6 +231,10 @@ async def generate(request: Request, cid: str):
 @router.post("/v1/contexts/{cid}/chat")
 @api(proto)
 async def chat(request: Request, cid: str):
+    return await chat_context(request, cid)
+
+
+async def chat_context(request: Request, cid: str):
     """Appends messages (none: answers the conversation as it stands) to a context made from messages and
     answers like chat completions. The whole conversation is rendered again; only what differs from the
     context's tokens is computed."""

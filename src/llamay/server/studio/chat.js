@@ -1,9 +1,11 @@
 // Chat: a conversation is a tree of messages kept server-side (/studio/api/conversations); each answer
-// is generated on a named context (/v1/contexts). Continuing the newest answer of a context appends to
-// it; anything else (an edit, a regenerate, a reply to an older answer) forks the context at that message
-// (?messages=k), so the branch shares the pages of everything before it. A context that is gone (the
-// server restarted) is made again from the messages: the prefix cache still has their pages.
-import { api, el, markdown, sse, uid, bytes } from "./util.js";
+// is generated on a named context (/studio/api/contexts: the Studio's, least recently used freed first).
+// Continuing the newest answer of a context appends to it; anything else (an edit, a regenerate, a reply to
+// an older answer) forks the context at that message (?messages=k), so the branch shares the pages of
+// everything before it. A context that is gone (freed, expired, a restart) is made again from the
+// messages: the prefix cache still has their pages.
+import { api, el, markdown, openSse, uid, bytes } from "./util.js";
+import * as sidebar from "./sidebar.js";
 
 let conv = null;
 let controller = null;
@@ -12,7 +14,7 @@ const view = () => document.getElementById("view-chat");
 
 function blank(model) {
   return { id: uid(), title: "", model, system: "", settings: { temperature: 0.7, top_p: 0.95, max_tokens: 512,
-           seed: "", schema: "" }, nodes: {}, leaf: null, heads: {} };
+           top_k: 40, min_p: 0.05, repeat_penalty: 1, seed: "", schema: "" }, nodes: {}, leaf: null, heads: {} };
 }
 
 function path(leaf) {
@@ -51,6 +53,7 @@ function deepest(id) {
 }
 
 async function save() {
+  if (!Object.keys(conv.nodes).length) return; // nothing said yet (or deleted while it answered)
   if (!conv.title) {
     const first = Object.values(conv.nodes).find((n) => n.role === "user");
     conv.title = first ? first.content.slice(0, 60) : "";
@@ -62,7 +65,9 @@ async function save() {
 function sampling() {
   const s = conv.settings, out = { temperature: Number(s.temperature), top_p: Number(s.top_p),
                                    max_tokens: Number(s.max_tokens) };
-  if (s.seed !== "" && s.seed !== undefined) out.seed = Number(s.seed);
+  for (const key of ["seed", "top_k", "min_p", "repeat_penalty"]) { // unset: the server's default
+    if (s[key] !== "" && s[key] !== undefined) out[key] = Number(s[key]);
+  }
   if (s.tools && s.tools.trim()) out.tools = JSON.parse(s.tools);
   if (s.schema && s.schema.trim()) {
     out.response_format = { type: "json_schema", json_schema: { name: "studio", schema: JSON.parse(s.schema) } };
@@ -85,19 +90,30 @@ async function contextFor(userNode, regenerate) {
     const made = await fork(parent.ctx, count(parent));
     if (made) return { ctx: made, body: newTurn, fresh: true };
   }
-  const r = await api("/v1/contexts", { json: { model: conv.model, messages: messagesThrough(userNode) } });
+  const r = await api("/studio/api/contexts", { json: { model: conv.model, messages: messagesThrough(userNode) } });
   // the prompt was computed here, not by the chat call: its figures count what this found cached
   return { ctx: r.id, body: {}, fresh: true, cached: r.cached_tokens };
 }
 
 async function fork(ctx, k) {
   try {
-    return (await api(`/v1/contexts/${ctx}/fork?n=1&messages=${k}`, { method: "POST" })).ids[0];
+    return (await api(`/studio/api/contexts/${ctx}/fork?n=1&messages=${k}`, { method: "POST" })).ids[0];
   } catch (e) {
     // gone (a restart, --context-ttl), or it no longer holds that message: made again from the messages
     if (/no context|messages must be/.test(e.message)) return null;
     throw e;
   }
+}
+
+// A turn's stream on made.ctx, opened (a refusal throws here).
+function startTurn(made) {
+  const request = { ...made.body, ...sampling(), stream: true, stream_options: { include_usage: true } };
+  return openSse(`/studio/api/contexts/${made.ctx}/chat`, request, controller.signal);
+}
+
+function forget(ctx) {
+  delete conv.heads[ctx];
+  for (const n of Object.values(conv.nodes)) if (n.ctx === ctx) n.ctx = null;
 }
 
 async function answer(userNode, regenerate = false) {
@@ -109,10 +125,16 @@ async function answer(userNode, regenerate = false) {
   let tFirst = null, made = null;
   try {
     made = await contextFor(userNode, regenerate);
-    const { ctx, body } = made;
+    let stream;
+    try { stream = await startTurn(made); } catch (e) {
+      if (!/no context/.test(e.message)) throw e;
+      forget(made.ctx); // freed since: made again from the messages
+      made = await contextFor(userNode, regenerate);
+      stream = await startTurn(made);
+    }
+    const ctx = made.ctx;
     asst.ctx = ctx;
-    const request = { ...body, ...sampling(), stream: true, stream_options: { include_usage: true } };
-    for await (const chunk of sse(`/v1/contexts/${ctx}/chat`, request, controller.signal)) {
+    for await (const chunk of stream) {
       for (const choice of chunk.choices || []) {
         const d = choice.delta || {};
         if ((d.content || d.reasoning_content) && tFirst === null) tFirst = performance.now();
@@ -232,6 +254,9 @@ function settingsView() {
       oninput: (e) => { conv.system = e.target.value; } }, conv.system)),
     field("Temperature", "temperature", { type: "number", step: "0.1", min: "0" }),
     field("Top p", "top_p", { type: "number", step: "0.05", min: "0", max: "1" }),
+    field("Top k", "top_k", { type: "number", min: "0" }),
+    field("Min p", "min_p", { type: "number", step: "0.01", min: "0", max: "1" }),
+    field("Repeat penalty", "repeat_penalty", { type: "number", step: "0.05", min: "0" }),
     field("Max tokens", "max_tokens", { type: "number", min: "1" }),
     field("Seed", "seed", { type: "number" }),
     el("label", {}, "JSON schema (structured output)", el("textarea", { id: "schema", rows: 4,
@@ -241,13 +266,12 @@ function settingsView() {
       s.tools || "")));
 }
 
-async function listConversations() {
-  const side = document.getElementById("conversations");
-  if (!side) return;
-  const { data } = await api("/studio/api/conversations");
-  side.replaceChildren(...data.map((c) => el("div", {
-    class: `conv ${conv && c.id === conv.id ? "active" : ""}`, title: c.title,
-    onclick: () => open(c.id) }, c.title || "(untitled)")));
+function listConversations() {
+  return sidebar.list({ current: () => conv?.id, open, changed: (id, title) => {
+    if (conv?.id !== id) return;
+    if (title === null) { controller?.abort(); fresh(); }
+    else { conv.title = title; }
+  } });
 }
 
 async function open(id) {

@@ -1,7 +1,7 @@
 // Contexts: every named context as a tree (fork points, tokens, pages held, pages shared with the parent),
 // create / fork / continue / delete, snapshots down and up, the prefix cache's contents and the KV pages
 // against the budget, refreshed while the view is open.
-import { api, call, el } from "./util.js";
+import { api, call, el, readable } from "./util.js";
 
 let timer = null;
 let notice = "";
@@ -61,7 +61,7 @@ function cacheView(models) {
   for (const [model, seqs] of Object.entries(models)) {
     for (const s of seqs) {
       rows.push(el("tr", {}, el("td", {}, s.rank + 1), el("td", {}, model), el("td", {}, s.tokens),
-                   el("td", {}, s.pages), el("td", {}, s.hits), el("td", { class: "muted" }, s.text)));
+                   el("td", {}, s.pages), el("td", {}, s.hits), el("td", { class: "muted" }, readable(s.text))));
     }
   }
   return el("table", {}, el("tr", {}, ["LRU", "model", "tokens", "pages", "hits", "prefix"].map((h) => el("th", {}, h))),

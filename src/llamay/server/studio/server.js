@@ -1,5 +1,5 @@
 // Server: /metrics as small live plots (generated tok/s, queue depth, KV pages in use, prefix-cache hit rate).
-import { call, el } from "./util.js";
+import { call, el, plural } from "./util.js";
 
 const N = 90; // samples kept (every 2 s: three minutes)
 const series = { tps: [], queue: [], pages: [], hit: [] };
@@ -57,8 +57,8 @@ async function sample() {
     card.querySelector(".value").textContent = fmt[name](series[name].at(-1) ?? 0);
     draw(card.querySelector("canvas"), series[name]);
   }
-  document.getElementById("server-totals").textContent = `${m.llamay_requests_total || 0} requests · ` +
-    `${m.llamay_models_loaded || 0} models loaded · ${m.llamay_running_sequences || 0} generating`;
+  document.getElementById("server-totals").textContent = `${plural(m.llamay_requests_total, "request")} · ` +
+    `${plural(m.llamay_models_loaded, "model")} loaded · ${m.llamay_running_sequences || 0} generating`;
 }
 
 export async function show() {

@@ -90,9 +90,14 @@ async function opened(path, json, signal) {
   return r;
 }
 
-// Server-sent events of an OpenAI-style stream: yields each parsed data object until [DONE].
-export async function* sse(path, json, signal) {
-  for await (const line of lines(await opened(path, json, signal))) {
+// Server-sent events of an OpenAI-style stream, opened (a refusal throws here): an async iterator of each
+// parsed data object until [DONE].
+export async function openSse(path, json, signal) {
+  return events(await opened(path, json, signal));
+}
+
+async function* events(response) {
+  for await (const line of lines(response)) {
     if (!line.startsWith("data:")) continue;
     const data = line.slice(5).trim();
     if (data === "[DONE]") return;
@@ -110,6 +115,17 @@ export async function* ndjson(path, json, signal) {
     if (obj.error) throw new Error(obj.error);
     yield obj;
   }
+}
+
+export function plural(n, word) {
+  n = n || 0;
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+// Text with special tokens (<|im_start|>, <s>, [INST], ...) shown as marks and newlines as ↵.
+export function readable(text) {
+  return text.split(/(<\|[^|<>]{1,40}\|>|<\/?s>|\[\/?INST\]|\n)/).map((part, i) => i % 2 === 0 ? part :
+    el("span", { class: "special" }, part === "\n" ? "↵" : part.replace(/^<\||\|>$/g, "")));
 }
 
 export function bytes(n) {
@@ -135,7 +151,7 @@ export function markdown(text) {
       flush();
       const code = [];
       for (i++; i < src.length && !/^\s*```/.test(src[i]); i++) code.push(src[i]);
-      root.append(el("pre", {}, highlight(code.join("\n"), fence[1])));
+      root.append(codeBlock(code.join("\n"), fence[1]));
       continue;
     }
     const head = line.match(/^(#{1,6})\s+(.*)/);
@@ -153,6 +169,15 @@ export function markdown(text) {
   }
   flush();
   return root;
+}
+
+function codeBlock(code, lang) {
+  const copy = el("button", { class: "copy", title: "copy the code", onclick: async () => {
+    await navigator.clipboard.writeText(code);
+    copy.textContent = "copied";
+    setTimeout(() => { copy.textContent = "copy"; }, 1500);
+  } }, "copy");
+  return el("pre", {}, copy, highlight(code, lang));
 }
 
 function inline(text) {
