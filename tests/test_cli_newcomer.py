@@ -12,7 +12,8 @@ import pytest
 from llamay.cli.main import COMMANDS, build_parser, main
 from llamay.defaults import DEFAULT_NAME
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # what a user reads
 
 
 def one_line_error(capsys, argv) -> str:
@@ -124,7 +125,7 @@ def test_verify_says_which_kv_figure_is_judged():
     bad = Check("KV q8: next-token TV vs f32", False, 0.9, "mean TV 7.00%, max 9.00%", mean_tv=0.07)
     assert "f16" in kv_advice([good]) and "--kv f32" not in kv_advice([good]).split("(")[0]
     assert "use --kv f32" in kv_advice([good, bad]) and "q8" in kv_advice([good, bad])
-    readme = " ".join(README.read_text(encoding="utf-8").replace("`", "").split())
+    readme = " ".join(" ".join(p.read_text(encoding="utf-8") for p in DOCS).replace("`", "").split())
     assert KV_RULE in readme
 
 
@@ -190,5 +191,5 @@ def test_an_offline_pull_is_one_line(capsys, home, monkeypatch, variable, value,
 # 7. the README's context ids can be copied
 
 def test_readme_context_ids_are_not_made_up():
-    text = README.read_text(encoding="utf-8")
+    text = " ".join(p.read_text(encoding="utf-8") for p in DOCS)
     assert not re.search(r"\bctx_\d\b", text)

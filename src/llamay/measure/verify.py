@@ -14,7 +14,7 @@ TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening, coun
         "lines in the logbook: the wind, the sea, and the ships he had seen. Nobody read the logbook, but "
         "he wrote it carefully all the same, because a record kept for no one is still a record.")
 TV_LIMIT = 0.05
-KV_RULE = f"the mean TV is judged, not the max: above {TV_LIMIT:.0%}, use --kv f32"  # the README says it too
+KV_RULE = f"the mean TV is judged, not the max: above {TV_LIMIT:.0%}, use --kv f32"  # docs/CLI.md says it too
 
 
 @dataclass
