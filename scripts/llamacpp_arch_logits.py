@@ -3,7 +3,9 @@ llama.cpp's own converter), with float16 and with float32 K/V, into tests/fixtur
 with each file's sha256 so the test knows it has the very file llama.cpp ran. Run once after a case changes:
 
     pip install llama-cpp-python==0.3.36   # or LLAMA_CPP_LIB_PATH=<libllama.so dir> PYTHONPATH=<its sdist>
-    python scripts/llamacpp_arch_logits.py
+    python scripts/llamacpp_arch_logits.py [CASE ...]
+
+Naming cases records only those and keeps every other case's entries from the existing file.
 """
 import sys
 import tempfile
@@ -22,27 +24,28 @@ OUT = ROOT / "tests" / "fixtures" / "llamacpp_arch_logits.npz"
 F16, F32 = 1, 0  # ggml_type
 
 
-def logits(path: Path, ids: list[int], kv: int) -> np.ndarray:
-    m = llama_cpp.Llama(str(path), logits_all=True, n_ctx=64, n_batch=64, n_threads=1, type_k=kv, type_v=kv,
+def logits(path: Path, ids: list[int], kv: int, n_ctx: int) -> np.ndarray:
+    m = llama_cpp.Llama(str(path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, n_threads=1, type_k=kv, type_v=kv,
                         verbose=False)
     m.eval(ids)
     return np.array(m.scores[:len(ids)], np.float32)
 
 
-def main():
+def main(names: list[str]):
     with tempfile.TemporaryDirectory() as tmp:
-        models = {name: (case, build(case)) for name, case in CASES.items()}
+        models = {name: (CASES[name], build(CASES[name])) for name in names or CASES}
         paths = convert(models, Path(tmp), CACHE)
-        out = {"llama_cpp_python": np.array(llama_cpp.__version__)}
+        out = {k: v for k, v in np.load(OUT).items()} if names else {}
+        out["llama_cpp_python"] = np.array(llama_cpp.__version__)
         for name, (case, model) in models.items():
-            ids = token_ids(model.config.vocab_size)
+            ids = token_ids(model.config.vocab_size, case.n_tokens)
             out[f"{name}/sha256"] = np.array(sha256(paths[name]))
-            out[f"{name}/f16kv"] = logits(paths[name], ids, F16)
-            out[f"{name}/f32kv"] = logits(paths[name], ids, F32)
+            out[f"{name}/f16kv"] = logits(paths[name], ids, F16, case.n_ctx)
+            out[f"{name}/f32kv"] = logits(paths[name], ids, F32, case.n_ctx)
             print(name, out[f"{name}/sha256"])
     np.savez_compressed(OUT, **out)
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -54,6 +54,9 @@ class Case:
     extra: dict
     add_meta: dict = dataclasses.field(default_factory=dict)  # keys llama.cpp's converter leaves out, added after
     common: bool = True  # COMMON's settings apply (not to GPT2Config, which names them otherwise)
+    seed: int = 0  # build's draws: torch.manual_seed(seed), the parameters from a generator seeded seed + 1
+    n_tokens: int = N_TOKENS  # the sequence the tests run (token_ids)
+    n_ctx: int = 64  # the context llamay and llama.cpp ran it with (at least n_tokens)
 
 
 CASES = {
@@ -194,6 +197,19 @@ CASES = {
                          rope_parameters=dict(rope_type="yarn", factor=8.0, rope_theta=10000.0, beta_fast=32.0,
                                               beta_slow=1.0, truncate=False, original_max_position_embeddings=64),
                          **NO_SPECIALS)),
+    # gpt-oss held out from the case above: another seed and shape (4 layers, 6 heads of 32 over 2 K/V heads, 6
+    # experts of 40, 3 per token, window 16, YaRN x4 over an original 48, base 5000, not truncated) and 96
+    # tokens, so the windows slide far and positions run twice past the original context (llama.cpp, which
+    # truncates the ramp, is 0.48 off transformers here; llamay 9e-6 with float32 K/V)
+    "gpt-oss-long": Case("gpt-oss", "GptOssForCausalLM", "GptOssConfig",
+                         dict(num_hidden_layers=4, hidden_size=96, num_attention_heads=6, num_key_value_heads=2,
+                              head_dim=32, num_local_experts=6, num_experts_per_tok=3, intermediate_size=40,
+                              sliding_window=16, tie_word_embeddings=False, swiglu_limit=7.0, vocab_size=320,
+                              max_position_embeddings=192,
+                              rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=5000.0, beta_fast=32.0,
+                                                   beta_slow=1.0, truncate=False,
+                                                   original_max_position_embeddings=48),
+                              **NO_SPECIALS), seed=5, n_tokens=96, n_ctx=128),
     "gemma3-softcap": Case("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig", dict(**GEMMA3, final_logit_softcapping=3.0)),
     "gemma4": Case("gemma4", "Gemma4ForCausalLM", "Gemma4TextConfig", GEMMA4),
     "gemma4-moe": Case("gemma4", "Gemma4ForCausalLM", "Gemma4TextConfig", GEMMA4_MOE),
@@ -203,11 +219,11 @@ CASES = {
 def build(case: Case, **overrides):
     """A seeded random model. Every parameter is redrawn: HF's init leaves norms at 1 (0 for Gemma) and
     biases at 0, which would hide a wrong norm or bias; scale 0.15 gives attention far from uniform."""
-    torch.manual_seed(0)
+    torch.manual_seed(case.seed)
     base = COMMON if case.common else dict(attn_implementation="eager")
     config = getattr(tf, case.config)(**{**base, **case.extra, **overrides})
     model = getattr(tf, case.model)(config)
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(case.seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if re.search(r"(norm|\.ln_\w+)\.weight$", name):  # Gemma's RMSNorm scales by (1 + w): same range
@@ -220,8 +236,8 @@ def build(case: Case, **overrides):
     return model.eval()
 
 
-def token_ids(n_vocab: int) -> list[int]:
-    return np.random.default_rng(2).integers(0, n_vocab, N_TOKENS).tolist()
+def token_ids(n_vocab: int, n: int = N_TOKENS) -> list[int]:
+    return np.random.default_rng(2).integers(0, n_vocab, n).tolist()
 
 
 def hf_logits(model, ids, attn: str = "eager") -> np.ndarray:

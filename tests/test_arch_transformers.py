@@ -31,7 +31,7 @@ from llamay.gguf import GGUFReader
 from llamay.models import ModelFileError, UnsupportedModel
 
 TIGHT = 1e-3
-N_CTX = 64  # as llama.cpp ran (scripts/llamacpp_arch_logits.py)
+N_CTX = 64  # as llama.cpp ran (scripts/llamacpp_arch_logits.py); a case's own n_ctx where it runs longer
 FLOOR = 2e-6  # float32 summation order: below it, nearer or further than llama.cpp is noise
 LLAMACPP = ROOT / "tests" / "fixtures" / "llamacpp_arch_logits.npz"  # scripts/llamacpp_arch_logits.py made it
 MOVES = 5e-2  # what each family feature must move the reference by: 50x the tolerance
@@ -76,9 +76,9 @@ def files(tmp_path_factory):
 def converted(request, files):
     case = CASES[request.param]
     model = build(case)
-    ids = token_ids(model.config.vocab_size)
+    ids = token_ids(model.config.vocab_size, case.n_tokens)
     path = files[request.param]
-    return request.param, model, llamay.load(path, threads=1, n_ctx=N_CTX).logits(ids), ids, path
+    return request.param, model, llamay.load(path, threads=1, n_ctx=case.n_ctx).logits(ids), ids, path
 
 
 def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
@@ -98,7 +98,7 @@ def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
     """Per architecture, with ==: 1 thread (the fixture's logits) == 2 threads; prefill == token by token;
     batched with another sequence == alone; a fork, and a snapshot restored, continued == continuous."""
     name, _, want, ids, path = converted
-    llm = llamay.load(path, threads=2, n_ctx=N_CTX)
+    llm = llamay.load(path, threads=2, n_ctx=CASES[name].n_ctx)
     assert np.array_equal(llm.logits(ids), want), name
     ctx = llm.create_context(ids[:1])
     steps = np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]])
@@ -119,7 +119,7 @@ def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
 def test_logits_match_transformers_f32(converted):
     """With K/V kept in float32 too: within 1e-3 of max |logit| and the same argmax at every position."""
     name, model, _, ids, path = converted
-    got, want = llamay.load(path, threads=1, kv="f32", n_ctx=N_CTX).logits(ids), hf_logits(model, ids)
+    got, want = llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids), hf_logits(model, ids)
     diff = rel_diff(got, want)
     assert diff < TIGHT, f"{name}: max |diff| / max |logit| = {diff:.2e}"
     assert (got.argmax(1) == want.argmax(1)).all(), name
@@ -142,7 +142,7 @@ def test_no_further_from_float64_than_llamacpp(converted, llamacpp, kv):
     exact.set_experts_implementation("eager")  # the default grouped matmul has no float64
     with torch.no_grad():
         exact = exact(torch.tensor([ids])).logits[0].numpy()
-    ours = got if kv == "f16" else llamay.load(path, threads=1, kv="f32", n_ctx=N_CTX).logits(ids)
+    ours = got if kv == "f16" else llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids)
     d_ours = np.abs(ours - exact).max() / np.abs(exact).max()
     d_llamacpp = np.abs(llamacpp[f"{name}/{kv}kv"] - exact).max() / np.abs(exact).max()
     assert d_ours <= max(d_llamacpp, FLOOR), f"{name} {kv} K/V: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
@@ -186,21 +186,24 @@ def test_gemma3_features_are_exercised(change):
                                           ("gemma4", dict(final_logit_softcapping=None)),
                                           ("gemma4-moe", dict(top_k_experts=1)),
                                           ("gpt-oss", dict(rope_parameters={**CASES["gpt-oss"].extra["rope_parameters"],
-                                                                            "truncate": True}))])
+                                                                            "truncate": True})),
+                                          ("gpt-oss-long", dict(sliding_window=1000)),
+                                          ("gpt-oss-long", dict(num_experts_per_tok=2))])
 def test_family_features_are_exercised(name, change):
     """Gemma 2's softcaps and window and SmolLM3's layers without RoPE each move the reference by far
     more than the tolerance the engine meets."""
-    case, ids = CASES[name], token_ids(COMMON["vocab_size"])
+    case = CASES[name]
+    ids = token_ids(COMMON["vocab_size"], case.n_tokens)
     assert rel_diff(hf_logits(build(case, **change), ids), hf_logits(build(case), ids)) > MOVES
 
 
 @pytest.mark.parametrize("name", ["llama3-rope", "llama-linear", "gemma3-linear", "gemma2-linear", "phi3", "gpt-oss",
-                                  "qwen3-yarn", "olmo3-yarn", "mistral3"])
+                                  "gpt-oss-long", "qwen3-yarn", "olmo3-yarn", "mistral3"])
 def test_rope_scaling_is_exercised(name):
     """Each RoPE scaling case moves the reference by far more than the tolerance the engine meets, and
     the band factors of Llama 3 are neither all 1 nor all `factor`."""
-    ids = token_ids(COMMON["vocab_size"])
     case = CASES[name]
+    ids = token_ids(COMMON["vocab_size"], case.n_tokens)
     unscaled = dataclasses.replace(case, extra={k: v for k, v in case.extra.items() if k != "rope_parameters"})
     assert rel_diff(hf_logits(build(case), ids), hf_logits(build(unscaled), ids)) > MOVES
 
