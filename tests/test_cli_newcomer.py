@@ -50,6 +50,8 @@ def test_run_model_prompt_answers_through_the_chat_template(capsys, smollm_path)
     question = "Why is the sky blue?"
     assert main(["run", DEFAULT_NAME, question, "-n", "8", "--temp", "0"]) == 0
     out = capsys.readouterr().out
+    assert main(["run", DEFAULT_NAME, "-n", "8", "--temp", "0", question]) == 0  # options between them too
+    assert capsys.readouterr().out == out
     conv = Conversation(llamay.load(smollm_path))
     conv.messages.append({"role": "user", "content": question})
     want = "".join(conv.llm.generate(conv.prompt(), max_tokens=8, temperature=0))

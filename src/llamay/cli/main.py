@@ -42,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "prompt_pos", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
+        args.prompt_pos = extra[0]  # `run MODEL -n 8 PROMPT`: argparse takes both positionals at the first one
+    elif extra:
+        parser.parse_args(argv)  # the usual error for what is left over
     if args.command is None:  # bare `llamay`: what it can do
         parser.print_help()
         return 0
