@@ -33,6 +33,13 @@ static inline int nearest_int(float f) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
+/* (int32_t)v as x86's cvttss2si gives it: NaN and values beyond int32 become INT32_MIN. ggml's reference
+ * casts such floats straight to a byte (undefined: a scale that overflowed to inf); gcc's x86 code takes
+ * the low byte of this, which the fixtures hold, so every compiler is pinned to it (clang's differed). */
+static inline int32_t trunc_i32(float v) {
+    return v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
+}
+
 /* fp16 fields are stored little-endian byte by byte: dst need not be 2-byte aligned. */
 static inline void put16(uint8_t *p, uint16_t h) { p[0] = (uint8_t)h; p[1] = (uint8_t)(h >> 8); }
 static inline void put_f16(uint8_t *p, float f) { put16(p, ly_f32_to_f16(f)); }
@@ -283,8 +290,8 @@ static void block_q4_0(const float *x, const float *w, uint8_t *b) {
     put_f16(b, d);
     for (int j = 0; j < QK / 2; j++) {
         /* the cast truncates a value in [0.5, 16.5]: the +8.5 makes it a rounding */
-        const uint8_t q0 = (uint8_t)imin(15, (int8_t)(x[j] * id + 8.5f));
-        const uint8_t q1 = (uint8_t)imin(15, (int8_t)(x[j + QK / 2] * id + 8.5f));
+        const uint8_t q0 = (uint8_t)imin(15, (int8_t)trunc_i32(x[j] * id + 8.5f));
+        const uint8_t q1 = (uint8_t)imin(15, (int8_t)trunc_i32(x[j + QK / 2] * id + 8.5f));
         b[2 + j] = (uint8_t)(q0 | q1 << 4);
     }
 }
@@ -306,8 +313,8 @@ static void block_q4_1(const float *x, const float *w, uint8_t *b) {
     put_f16(b, d);
     put_f16(b + 2, min);
     for (int j = 0; j < QK / 2; j++) {
-        const uint8_t q0 = (uint8_t)imin(15, (int8_t)((x[j] - min) * id + 0.5f));
-        const uint8_t q1 = (uint8_t)imin(15, (int8_t)((x[j + QK / 2] - min) * id + 0.5f));
+        const uint8_t q0 = (uint8_t)imin(15, (int8_t)trunc_i32((x[j] - min) * id + 0.5f));
+        const uint8_t q1 = (uint8_t)imin(15, (int8_t)trunc_i32((x[j + QK / 2] - min) * id + 0.5f));
         b[4 + j] = (uint8_t)(q0 | q1 << 4);
     }
 }
@@ -334,7 +341,7 @@ static void block_q5_0(const float *x, const float *w, uint8_t *b) {
     const float d = signed_amax(x, QK) / -16, id = d ? 1.0f / d : 0.0f;
     uint8_t q[QK];
     put_f16(b, d);
-    for (int j = 0; j < QK; j++) q[j] = (uint8_t)imin(31, (int8_t)(x[j] * id + 16.5f));
+    for (int j = 0; j < QK; j++) q[j] = (uint8_t)imin(31, (int8_t)trunc_i32(x[j] * id + 16.5f));
     pack_q5(q, b + 2, b + 6);
 }
 
@@ -355,7 +362,7 @@ static void block_q5_1(const float *x, const float *w, uint8_t *b) {
     uint8_t q[QK];
     put_f16(b, d);
     put_f16(b + 2, min);
-    for (int j = 0; j < QK; j++) q[j] = (uint8_t)((x[j] - min) * id + 0.5f); /* no clamp, as ggml */
+    for (int j = 0; j < QK; j++) q[j] = (uint8_t)trunc_i32((x[j] - min) * id + 0.5f); /* no clamp, as ggml */
     pack_q5(q, b + 4, b + 8);
 }
 
@@ -366,7 +373,7 @@ static void block_q8_0(const float *x, const float *w, uint8_t *b) {
     for (int j = 0; j < QK; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
     const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
     put_f16(b, d);
-    for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)trunc_i32(roundf(x[j] * id));
 }
 
 /* ---------------------------------------------------------------- K-quant helpers */

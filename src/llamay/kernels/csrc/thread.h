@@ -33,8 +33,8 @@ void ly_cond_wait(ly_cond *c, ly_mutex *m); /* may wake spuriously: callers re-c
 void ly_cond_signal(ly_cond *c);
 
 /* Starts fn(arg) on a new detached thread (it ends when fn returns; nobody joins it) with a stack of at
- * least 8 MiB and, on POSIX, every signal blocked (they go to the caller's threads). Returns 0, or -1
- * when no thread could be started. */
+ * least 8 MiB and, on POSIX, every signal but a fault's (SIGSEGV, SIGFPE...) blocked: they go to the
+ * caller's threads. Returns 0, or -1 when no thread could be started. */
 int ly_thread_start(void (*fn)(void *), void *arg);
 
 /* One per-thread pointer, NULL in a new thread. ly_tls_init (idempotent, thread-safe) names the destructor

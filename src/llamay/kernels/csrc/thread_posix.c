@@ -46,7 +46,9 @@ int ly_thread_start(void (*fn)(void *), void *arg) {
         pthread_attr_setstacksize(&attr, (size_t)8 << 20);
     sigset_t all, old;
     sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits the full mask */
+    int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}; /* a fault's signal still reaches its thread */
+    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) sigdelset(&all, faults[i]);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
     int rc = pthread_create(&t, &attr, trampoline, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
