@@ -5,11 +5,12 @@
 #include "thread.h"
 #include <stdlib.h>
 
-/* How long a waiting thread polls before it sleeps: decode starts a region per token, and a worker that
- * slept costs the token a wake-up. When a region has more threads than CPUs, polls would take the cores
- * of threads still working: then only SHORT_SPINS polls. */
+/* How a thread waits before it sleeps: decode starts a region per token, and a worker that slept costs
+ * the token a wake-up. It polls PAUSE_POLLS times with a pause (~2 us), then yields between polls until
+ * SPIN_SECONDS have passed: on a busy machine a woken thread often shares its waker's CPU, and a paused
+ * poller would hold it off for the whole spin (OpenMP's spinning stalls for milliseconds there). */
+#define PAUSE_POLLS 64
 #define SPIN_SECONDS 0.002
-#define SHORT_SPINS 256
 #define BARRIER_SPINS 4096
 
 typedef struct ly_pool ly_pool;
@@ -27,7 +28,7 @@ struct ly_pool {
     ly_task_fn fn; /* the region: written before the workers' go, read after it */
     void *arg;
     int nth;
-    atomic_int short_spin, quit;
+    atomic_int quit;
     atomic_int pending;         /* workers of the region still running fn */
     atomic_int caller_sleeping;
     atomic_int refs;            /* the calling thread's and each started worker's: the last frees the pool */
@@ -37,28 +38,21 @@ struct ly_pool {
     worker **workers;           /* worker i runs ith i + 1; touched by the caller only */
 };
 
-static int cpus(void) {
-    static atomic_int n;
-    int v = atomic_load_explicit(&n, memory_order_relaxed);
-    if (!v) atomic_store_explicit(&n, v = ly_cpu_count(), memory_order_relaxed);
-    return v;
-}
-
 typedef int (*ready_fn)(void *p);
 
-/* Polls ready(p) until it holds (returns 1) or the budget is spent (returns 0). */
-static int spin(ready_fn ready, void *p, int short_spin) {
+/* Polls ready(p) until it holds (returns 1) or the time is spent (returns 0). */
+static int spin(ready_fn ready, void *p) {
     double end = 0;
-    for (unsigned i = 1;; i++) {
+    for (int i = 0;; i++) {
         if (ready(p)) return 1;
-        if (short_spin) {
-            if (i >= SHORT_SPINS) return 0;
-        } else if ((i & 255) == 0) { /* the clock every 256 polls */
-            double now = ly_now();
-            if (end == 0) end = now + SPIN_SECONDS;
-            else if (now > end) return 0;
+        if (i < PAUSE_POLLS) {
+            LY_CPU_RELAX();
+            continue;
         }
-        LY_CPU_RELAX();
+        double now = ly_now();
+        if (end == 0) end = now + SPIN_SECONDS;
+        else if (now > end) return 0;
+        ly_yield();
     }
 }
 
@@ -94,7 +88,7 @@ static void worker_main(void *p) {
     ly_pool *pool = w->pool;
     go_wait g = {w, 0};
     for (;;) {
-        if (!spin(go_changed, &g, atomic_load_explicit(&pool->short_spin, memory_order_relaxed))) {
+        if (!spin(go_changed, &g)) {
             atomic_store(&w->sleeping, 1);
             ly_mutex_lock(&w->mu);
             while (!go_changed(&g)) ly_cond_wait(&w->cv, &w->mu);
@@ -181,15 +175,13 @@ void ly_parallel(ly_task_fn fn, void *arg, int nthreads) {
         fn(arg, 0, 1);
         return;
     }
-    int short_spin = nth > cpus();
     pool->fn = fn;
     pool->arg = arg;
     pool->nth = nth;
-    atomic_store_explicit(&pool->short_spin, short_spin, memory_order_relaxed);
     atomic_store_explicit(&pool->pending, nth - 1, memory_order_relaxed);
     for (int i = 0; i < nth - 1; i++) kick(pool->workers[i]);
     fn(arg, 0, nth);
-    if (!spin(pending_done, pool, short_spin)) {
+    if (!spin(pending_done, pool)) {
         atomic_store(&pool->caller_sleeping, 1);
         ly_mutex_lock(&pool->mu);
         while (!pending_done(pool)) ly_cond_wait(&pool->cv, &pool->mu);

@@ -50,6 +50,7 @@ void ly_tls_set(void *v);
 void ly_wait_while(atomic_int *word, int value);
 void ly_wake_all(atomic_int *word);
 
+void ly_yield(void);     /* lets another runnable thread have this CPU */
 double ly_now(void);     /* seconds of a monotonic clock */
 int ly_cpu_count(void);  /* CPUs this process may run on (at least 1) */
 #endif

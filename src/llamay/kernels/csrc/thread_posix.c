@@ -86,6 +86,8 @@ void ly_wait_while(atomic_int *word, int value) { (void)word; (void)value; sched
 void ly_wake_all(atomic_int *word) { (void)word; }
 #endif
 
+void ly_yield(void) { sched_yield(); }
+
 double ly_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -62,6 +62,8 @@ void ly_tls_set(void *v) { FlsSetValue(fls_index, v); }
 void ly_wait_while(atomic_int *word, int value) { WaitOnAddress((volatile VOID *)word, &value, sizeof value, INFINITE); }
 void ly_wake_all(atomic_int *word) { WakeByAddressAll((PVOID)word); }
 
+void ly_yield(void) { SwitchToThread(); }
+
 double ly_now(void) {
     LARGE_INTEGER t, f;
     QueryPerformanceCounter(&t);
