@@ -125,7 +125,7 @@ LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads)
         for (int64_t i = 0; i < n_nodes; i++) run_node(&nodes[i], 0, 1);
         return -1;
     }
-    node_progress *prog = aligned_alloc(64, (size_t)n_nodes * sizeof *prog);
+    node_progress *prog = ly_aligned_alloc(64, (size_t)n_nodes * sizeof *prog);
     if (!prog) return -2;
     for (int64_t i = 0; i < n_nodes; i++) {
         atomic_init(&prog[i].claimed, 0);
@@ -135,7 +135,7 @@ LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads)
     }
     graph_run g = {nodes, n_nodes, prog};
     ly_parallel(run_claiming, &g, nthreads);
-    free(prog);
+    ly_aligned_free(prog);
     return -1;
 }
 

@@ -61,7 +61,7 @@ static void pool_release(ly_pool *pool) {
     for (int i = 0; i < pool->n_workers; i++) {
         ly_mutex_destroy(&pool->workers[i]->mu);
         ly_cond_destroy(&pool->workers[i]->cv);
-        free(pool->workers[i]);
+        ly_aligned_free(pool->workers[i]);
     }
     ly_mutex_destroy(&pool->mu);
     ly_cond_destroy(&pool->cv);
@@ -147,7 +147,7 @@ static int grow(ly_pool *pool, int n) {
         pool->cap = n;
     }
     while (pool->n_workers < n) {
-        worker *w = aligned_alloc(64, sizeof *w);
+        worker *w = ly_aligned_alloc(64, sizeof *w);
         if (!w) break;
         atomic_init(&w->go, 0);
         atomic_init(&w->sleeping, 0);
@@ -160,7 +160,7 @@ static int grow(ly_pool *pool, int n) {
             atomic_fetch_sub(&pool->refs, 1);
             ly_mutex_destroy(&w->mu);
             ly_cond_destroy(&w->cv);
-            free(w);
+            ly_aligned_free(w);
             break;
         }
         pool->workers[pool->n_workers++] = w;

@@ -6,6 +6,10 @@
 #include <stdatomic.h>
 
 #ifdef _WIN32
+#ifndef _WIN32_WINNT
+#define _WIN32_WINNT 0x0602 /* Windows 8: WaitOnAddress */
+#endif
+#define WIN32_LEAN_AND_MEAN
 #include <windows.h>
 typedef SRWLOCK ly_mutex;
 typedef CONDITION_VARIABLE ly_cond;
@@ -49,6 +53,10 @@ void ly_tls_set(void *v);
  * to be released soon, never to park an idle thread (use ly_cond_wait). */
 void ly_wait_while(atomic_int *word, int value);
 void ly_wake_all(atomic_int *word);
+
+/* Memory aligned to align (a power of two; size a multiple of it), freed only by ly_aligned_free. */
+void *ly_aligned_alloc(size_t align, size_t size);
+void ly_aligned_free(void *p);
 
 void ly_yield(void);     /* lets another runnable thread have this CPU */
 double ly_now(void);     /* seconds of a monotonic clock */

@@ -86,6 +86,9 @@ void ly_wait_while(atomic_int *word, int value) { (void)word; (void)value; sched
 void ly_wake_all(atomic_int *word) { (void)word; }
 #endif
 
+void *ly_aligned_alloc(size_t align, size_t size) { return aligned_alloc(align, size); }
+void ly_aligned_free(void *p) { free(p); }
+
 void ly_yield(void) { sched_yield(); }
 
 double ly_now(void) {

@@ -1,6 +1,7 @@
 /* thread.h on Win32 (Windows 8 or later: WaitOnAddress, linked with Synchronization.lib). */
 #include "thread.h"
 #ifdef _WIN32
+#include <malloc.h>
 #include <stdlib.h>
 
 void ly_mutex_init(ly_mutex *m) { InitializeSRWLock(m); }
@@ -61,6 +62,9 @@ void ly_tls_set(void *v) { FlsSetValue(fls_index, v); }
 
 void ly_wait_while(atomic_int *word, int value) { WaitOnAddress((volatile VOID *)word, &value, sizeof value, INFINITE); }
 void ly_wake_all(atomic_int *word) { WakeByAddressAll((PVOID)word); }
+
+void *ly_aligned_alloc(size_t align, size_t size) { return _aligned_malloc(size, align); }
+void ly_aligned_free(void *p) { _aligned_free(p); }
 
 void ly_yield(void) { SwitchToThread(); }
 
