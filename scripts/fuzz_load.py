@@ -9,7 +9,7 @@ base model: a tiny llama or bert (fuzz_gguf.py; a share of them redrawn with a r
 or bert geometry), or --model. One case in ten has no edit and must load. Its bytes go to a tmpfs file
 that a forked child loads and runs (llamay.load, a 3-token forward pass and 2 decode steps; or
 open_embedder and embed), so a crash is a counted signal, not a dead fuzzer. The parent never runs a
-kernel: a fork after OpenMP started its threads is unsafe.
+kernel, so a child starts with none of the parent's kernel threads' state.
 Case i of seed s is random.Random(f"{s}:{i}"), so `--seed s --case i` replays it alone."""
 from __future__ import annotations
 

@@ -8,16 +8,27 @@
  * qk_unpack.h) are included only there. A unit exports its entries (kernels.h) and may call a lower
  * level's (AVX-512 falls back to AVX2 for few tokens). Only this file says which entry a path runs. */
 #include "kernels.h"
+#if LY_X86
+#include <cpuid.h>
+
+/* Bit `bit` of register reg (0-3: EAX, EBX, ECX, EDX) of CPUID leaf/sub; 0 when the leaf is absent. For
+ * features __builtin_cpu_supports does not name in every compiler (clang 14: f16c, avxvnni). */
+static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+    unsigned r[4];
+    if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) return 0;
+    return (int)(r[reg] >> bit) & 1;
+}
+#endif
 
 /* 1 when this CPU runs kernel path `path` (LY_PATH_*), else 0. */
 LY_API int ly_can_run(int path) {
     if (path == LY_PATH_PORTABLE) return 1;
 #if LY_X86
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    int avx2 = __builtin_cpu_supports("avx2") && cpuid_bit(1, 0, 2, 29); /* F16C */
     switch (path) {
     case LY_PATH_AVX2: return avx2;
-    case LY_PATH_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case LY_PATH_AVXVNNI: return avx2 && cpuid_bit(7, 1, 0, 4); /* AVX-VNNI */
     case LY_PATH_AVX512:
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
             && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");

@@ -1,17 +1,9 @@
 #include "graph.h"
 #include "matmul.h"
-#include <omp.h>
-#include <sched.h>
+#include "pool.h"
+#include "thread.h"
 #include <stdatomic.h>
 #include <stdlib.h>
-
-#if LY_X86 /* a spin-wait hint */
-#define CPU_RELAX() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ __volatile__("yield")
-#else
-#define CPU_RELAX() ((void)0)
-#endif
 
 /* Polls of a node's completion (each with a pause, ~20 us in all) before the waiting thread sleeps on a
  * futex until the node's last chunk is done: on a busy machine the thread it waits for is often
@@ -77,27 +69,14 @@ typedef struct {
     char pad[64 - 4 * sizeof(int)]; /* one node per cache line: threads on the next node do not slow this one */
 } node_progress;
 
-#ifdef __linux__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-static void sleep_while(atomic_int *word, int value) {
-    syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
-}
-static void wake_all(atomic_int *word) { syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0); }
-#else
-static void sleep_while(atomic_int *word, int value) { (void)word; (void)value; sched_yield(); }
-static void wake_all(atomic_int *word) { (void)word; }
-#endif
-
 /* Returns when node p's chunks are all done: polls, then sleeps until the last chunk's wake. */
 static void wait_done(node_progress *p) {
     for (int spins = 0;; spins++) {
         int done = atomic_load_explicit(&p->done, memory_order_acquire);
         if (done >= p->chunks) return;
-        if (spins < SPINS_BEFORE_SLEEP) { CPU_RELAX(); continue; }
+        if (spins < SPINS_BEFORE_SLEEP) { LY_CPU_RELAX(); continue; }
         atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
-        if (atomic_load_explicit(&p->done, memory_order_seq_cst) == done) sleep_while(&p->done, done);
+        if (atomic_load_explicit(&p->done, memory_order_seq_cst) == done) ly_wait_while(&p->done, done);
         atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
     }
 }
@@ -106,8 +85,19 @@ static void wait_done(node_progress *p) {
  * that every node up to nodes[i].after is complete (`verified`: all nodes up to it are), so a node that
  * does not depend on the one before starts while that one's last chunks still run. A thread waits only
  * on nodes whose chunks are all claimed (it passed them), and a claimed chunk runs to its end: no
- * deadlock. The region's closing barrier completes the graph. */
-static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *prog) {
+ * deadlock. The region's end (every thread returned) completes the graph. */
+typedef struct {
+    const ly_node *nodes;
+    int64_t n_nodes;
+    node_progress *prog;
+} graph_run;
+
+static void run_claiming(void *arg, int ith, int nth) {
+    const graph_run *g = arg;
+    const ly_node *nodes = g->nodes;
+    node_progress *prog = g->prog;
+    int64_t n_nodes = g->n_nodes;
+    (void)ith; (void)nth;
     int64_t verified = -1;
     for (int64_t i = 0; i < n_nodes; i++) {
         int64_t need = nodes[i].after < i ? nodes[i].after : i - 1;
@@ -119,7 +109,7 @@ static void run_claiming(const ly_node *nodes, int64_t n_nodes, node_progress *p
             /* seq_cst pairs with the sleeper's increment-then-recheck: a wake is never missed */
             if (atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst) + 1 == p->chunks
                 && atomic_load_explicit(&p->sleepers, memory_order_seq_cst))
-                wake_all(&p->done);
+                ly_wake_all(&p->done);
         }
     }
 }
@@ -135,7 +125,7 @@ LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads)
         for (int64_t i = 0; i < n_nodes; i++) run_node(&nodes[i], 0, 1);
         return -1;
     }
-    node_progress *prog = aligned_alloc(64, (size_t)n_nodes * sizeof *prog);
+    node_progress *prog = ly_aligned_alloc(64, (size_t)n_nodes * sizeof *prog);
     if (!prog) return -2;
     for (int64_t i = 0; i < n_nodes; i++) {
         atomic_init(&prog[i].claimed, 0);
@@ -143,32 +133,40 @@ LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads)
         atomic_init(&prog[i].sleepers, 0);
         prog[i].chunks = node_chunks(&nodes[i], nthreads);
     }
-    #pragma omp parallel num_threads(nthreads)
-    run_claiming(nodes, n_nodes, prog);
-    free(prog);
+    graph_run g = {nodes, n_nodes, prog};
+    ly_parallel(run_claiming, &g, nthreads);
+    ly_aligned_free(prog);
     return -1;
 }
 
 /* Profiling form (bench/profile_ops.py): the same nodes and chunks, a barrier after each node, and
  * seconds[i] = node i's wall time from the barrier before it to the one after it (its slowest thread). */
+typedef struct {
+    const ly_node *nodes;
+    int64_t n_nodes;
+    double *seconds;
+    ly_barrier barrier;
+} graph_profile;
+
+static void run_profiled(void *arg, int ith, int nth) {
+    graph_profile *g = arg;
+    double t = ly_now();
+    for (int64_t i = 0; i < g->n_nodes; i++) {
+        int chunks = node_chunks(&g->nodes[i], nth);
+        for (int c = ith; c < chunks; c += nth) run_node(&g->nodes[i], c, chunks);
+        ly_barrier_wait(&g->barrier, nth);
+        if (ith == 0) {
+            double now = ly_now();
+            g->seconds[i] = now - t;
+            t = now;
+        }
+    }
+}
+
 LY_API int64_t ly_graph_profile(const ly_node *nodes, int64_t n_nodes, int nthreads, double *seconds) {
     for (int64_t i = 0; i < n_nodes; i++)
         if (nodes[i].op < LY_OP_RMSNORM || nodes[i].op > LY_OP_LAST) return i;
-    if (nthreads < 1) nthreads = 1;
-    #pragma omp parallel num_threads(nthreads)
-    {
-        int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-        double t = omp_get_wtime();
-        for (int64_t i = 0; i < n_nodes; i++) {
-            int chunks = node_chunks(&nodes[i], nth);
-            for (int c = ith; c < chunks; c += nth) run_node(&nodes[i], c, chunks);
-            #pragma omp barrier
-            if (ith == 0) {
-                double now = omp_get_wtime();
-                seconds[i] = now - t;
-                t = now;
-            }
-        }
-    }
+    graph_profile g = {nodes, n_nodes, seconds, {0}};
+    ly_parallel(run_profiled, &g, nthreads);
     return -1;
 }

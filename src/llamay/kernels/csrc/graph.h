@@ -1,4 +1,4 @@
-/* A forward pass as a list of nodes run inside ONE OpenMP parallel region: threads stay hot for the
+/* A forward pass as a list of nodes run inside ONE parallel region (pool.h): threads stay hot for the
  * whole pass instead of a fork/join per op (hundreds per token). Every op is a slice function: chunk ith
  * of nth does its fixed share, claimed by whichever thread is running (graph.c), and a node completes
  * when its chunks are done, not when every thread arrives. Shares split output rows, tokens or

@@ -5,7 +5,8 @@
  * sequence, so y does not depend on nthreads, on tile bounds or on n. */
 #include "graph.h"
 #include "kernels.h"
-#include <omp.h>
+#include "pool.h"
+#include "thread.h"
 
 #define ACT_TILE_BYTES (512 * 1024)
 /* Rows per share: the widest tile's row group (AVX-512: 16), so no share ends in a part-empty group. */
@@ -19,6 +20,26 @@ static int64_t token_tile(int64_t k, int64_t n) {
     return tt < n ? tt : n;
 }
 
+typedef struct {
+    ly_tile_fn tile;
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t m;
+    const ly_act *a;
+    int64_t n;
+    float *y;
+    int64_t groups, tt;
+} matmul_job;
+
+/* Thread i of nt: its contiguous share of the 16-row groups, token tile by token tile. */
+static void matmul_part(void *arg, int i, int nt) {
+    const matmul_job *j = arg;
+    int64_t ra = j->groups * i / nt * ROW_GROUP, rb = j->groups * (i + 1) / nt * ROW_GROUP;
+    rb = rb < j->m ? rb : j->m;
+    for (int64_t t0 = 0; t0 < j->n && ra < rb; t0 += j->tt)
+        j->tile(j->w, j->row_bytes, ra, rb, j->a, t0, t0 + j->tt < j->n ? t0 + j->tt : j->n, j->y, j->m);
+}
+
 /* w: m rows of row_bytes; y: [n, m]. Returns 0, or -1 for a type without a tile function. */
 LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, const ly_act *a, int64_t n,
                      float *y, int nthreads) {
@@ -26,18 +47,12 @@ LY_API int ly_matmul(const uint8_t *w, size_t row_bytes, int type, int64_t m, co
     if (!tile) return -1;
     if (m <= 0 || n <= 0) return 0;
     int64_t groups = (m + ROW_GROUP - 1) / ROW_GROUP, tt = token_tile(a->k, n);
-    if (nthreads < 1) nthreads = omp_get_num_procs();
+    if (nthreads < 1) nthreads = ly_cpu_count();
     int64_t useful = (int64_t)(m * row_bytes) * n / MIN_THREAD_WORK;
     if (nthreads > useful) nthreads = useful > 1 ? (int)useful : 1;
     if (nthreads > groups) nthreads = (int)groups;
-    #pragma omp parallel num_threads(nthreads)
-    {
-        int64_t i = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t ra = groups * i / nt * ROW_GROUP, rb = groups * (i + 1) / nt * ROW_GROUP;
-        rb = rb < m ? rb : m;
-        for (int64_t t0 = 0; t0 < n && ra < rb; t0 += tt)
-            tile(w, row_bytes, ra, rb, a, t0, t0 + tt < n ? t0 + tt : n, y, m);
-    }
+    matmul_job j = {tile, w, row_bytes, m, a, n, y, groups, tt};
+    ly_parallel(matmul_part, &j, nthreads);
     return 0;
 }
 

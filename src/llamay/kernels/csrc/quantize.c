@@ -10,6 +10,8 @@
  * 32-element blocks with an importance matrix), so rows (and threads) are too. The helpers' pointers
  * are restrict (an int8 output could alias the input otherwise, which keeps their loops from vectorizing). */
 #include "common.h"
+#include "pool.h"
+#include <stdatomic.h>
 #include <float.h>
 #include <stdlib.h>
 
@@ -29,6 +31,13 @@ static inline int nearest_int(float f) {
     float v = f + 12582912.f;
     int32_t i; memcpy(&i, &v, 4);
     return (i & 0x007fffff) - 0x00400000;
+}
+
+/* (int32_t)v as x86's cvttss2si gives it: NaN and values beyond int32 become INT32_MIN. ggml's reference
+ * casts such floats straight to a byte (undefined: a scale that overflowed to inf); gcc's x86 code takes
+ * the low byte of this, which the fixtures hold, so every compiler is pinned to it (clang's differed). */
+static inline int32_t trunc_i32(float v) {
+    return v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
 }
 
 /* fp16 fields are stored little-endian byte by byte: dst need not be 2-byte aligned. */
@@ -281,8 +290,8 @@ static void block_q4_0(const float *x, const float *w, uint8_t *b) {
     put_f16(b, d);
     for (int j = 0; j < QK / 2; j++) {
         /* the cast truncates a value in [0.5, 16.5]: the +8.5 makes it a rounding */
-        const uint8_t q0 = (uint8_t)imin(15, (int8_t)(x[j] * id + 8.5f));
-        const uint8_t q1 = (uint8_t)imin(15, (int8_t)(x[j + QK / 2] * id + 8.5f));
+        const uint8_t q0 = (uint8_t)imin(15, (int8_t)trunc_i32(x[j] * id + 8.5f));
+        const uint8_t q1 = (uint8_t)imin(15, (int8_t)trunc_i32(x[j + QK / 2] * id + 8.5f));
         b[2 + j] = (uint8_t)(q0 | q1 << 4);
     }
 }
@@ -304,8 +313,8 @@ static void block_q4_1(const float *x, const float *w, uint8_t *b) {
     put_f16(b, d);
     put_f16(b + 2, min);
     for (int j = 0; j < QK / 2; j++) {
-        const uint8_t q0 = (uint8_t)imin(15, (int8_t)((x[j] - min) * id + 0.5f));
-        const uint8_t q1 = (uint8_t)imin(15, (int8_t)((x[j + QK / 2] - min) * id + 0.5f));
+        const uint8_t q0 = (uint8_t)imin(15, (int8_t)trunc_i32((x[j] - min) * id + 0.5f));
+        const uint8_t q1 = (uint8_t)imin(15, (int8_t)trunc_i32((x[j + QK / 2] - min) * id + 0.5f));
         b[4 + j] = (uint8_t)(q0 | q1 << 4);
     }
 }
@@ -332,7 +341,7 @@ static void block_q5_0(const float *x, const float *w, uint8_t *b) {
     const float d = signed_amax(x, QK) / -16, id = d ? 1.0f / d : 0.0f;
     uint8_t q[QK];
     put_f16(b, d);
-    for (int j = 0; j < QK; j++) q[j] = (uint8_t)imin(31, (int8_t)(x[j] * id + 16.5f));
+    for (int j = 0; j < QK; j++) q[j] = (uint8_t)imin(31, (int8_t)trunc_i32(x[j] * id + 16.5f));
     pack_q5(q, b + 2, b + 6);
 }
 
@@ -353,7 +362,7 @@ static void block_q5_1(const float *x, const float *w, uint8_t *b) {
     uint8_t q[QK];
     put_f16(b, d);
     put_f16(b + 2, min);
-    for (int j = 0; j < QK; j++) q[j] = (uint8_t)((x[j] - min) * id + 0.5f); /* no clamp, as ggml */
+    for (int j = 0; j < QK; j++) q[j] = (uint8_t)trunc_i32((x[j] - min) * id + 0.5f); /* no clamp, as ggml */
     pack_q5(q, b + 4, b + 8);
 }
 
@@ -364,7 +373,7 @@ static void block_q8_0(const float *x, const float *w, uint8_t *b) {
     for (int j = 0; j < QK; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
     const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
     put_f16(b, d);
-    for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)trunc_i32(roundf(x[j] * id));
 }
 
 /* ---------------------------------------------------------------- K-quant helpers */
@@ -727,33 +736,49 @@ static const float *source_row(const void *src, int src_type, int64_t r, int64_t
     return buf;
 }
 
+typedef struct {
+    int type, bs, ts, src_type;
+    block_fn fn;
+    const void *src;
+    void *dst;
+    int64_t nrows, n_per_row, row_bytes;
+    const float *imatrix;
+    atomic_int failed;
+} quantize_job;
+
+/* Thread ith of nth: its contiguous share of the rows. */
+static void quantize_part(void *arg, int ith, int nth) {
+    quantize_job *j = arg;
+    int64_t lo = j->nrows * ith / nth, hi = j->nrows * (ith + 1) / nth;
+    float *buf = j->src_type && lo < hi ? malloc((size_t)j->n_per_row * sizeof(float)) : NULL;
+    if (j->src_type && lo < hi && !buf) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    for (int64_t r = lo; r < hi; r++)
+        quantize_row(j->type, j->fn, j->bs, j->ts, source_row(j->src, j->src_type, r, j->n_per_row, buf), j->imatrix,
+                     (uint8_t *)j->dst + r * j->row_bytes, j->n_per_row);
+    free(buf);
+}
+
 /* Quantizes nrows rows of n_per_row values of src_type (0: F32, F16 or BF16, widened to float32 row by
  * row in the thread that quantizes it) into ggml type `type` (ggml type ids), rows one after another,
  * as ggml_quantize_chunk(type, src, dst, 0, nrows, n_per_row, imatrix). imatrix: NULL, or n_per_row
  * importance values shared by every row (finite: the caller checks); Q8_0, F16 and BF16 ignore it, as
  * ggml does. Returns the bytes written, or -1 when a type is not one of these, n_per_row is not a multiple
- * of the block size, or memory for a row runs out. Rows are independent: nthreads > 1 splits rows
- * between OpenMP threads (same bytes). */
+ * of the block size, or memory for a row runs out. Rows are independent: nthreads > 1 splits them into
+ * contiguous shares, one per thread (same bytes). */
 LY_API int64_t ly_quantize_rows(int type, const void *src, int src_type, void *dst, int64_t nrows,
                                 int64_t n_per_row, const float *imatrix, int nthreads) {
     block_fn fn;
-    int bs, ts, failed = 0;
+    int bs, ts;
     if (block_info(type, &fn, &bs, &ts) || n_per_row <= 0 || n_per_row % bs || nrows < 0) return -1;
     if (src_type != 0 && src_type != F16 && src_type != BF16) return -1;
     if (type == Q8_0 || type == F16 || type == BF16) imatrix = NULL;
     const int64_t row_bytes = n_per_row / bs * ts;
     if (nthreads < 1) nthreads = 1;
     if (nthreads > nrows) nthreads = nrows > 1 ? (int)nrows : 1;
-    #pragma omp parallel num_threads(nthreads) reduction(|:failed)
-    {
-        float *buf = src_type ? malloc((size_t)n_per_row * sizeof(float)) : NULL;
-        if (src_type && !buf) failed = 1;
-        #pragma omp for schedule(static)
-        for (int64_t r = 0; r < nrows; r++)
-            if (!src_type || buf)
-                quantize_row(type, fn, bs, ts, source_row(src, src_type, r, n_per_row, buf), imatrix,
-                             (uint8_t *)dst + r * row_bytes, n_per_row);
-        free(buf);
-    }
-    return failed ? -1 : nrows * row_bytes;
+    quantize_job j = {type, bs, ts, src_type, fn, src, dst, nrows, n_per_row, row_bytes, imatrix, 0};
+    ly_parallel(quantize_part, &j, nthreads);
+    return atomic_load(&j.failed) ? -1 : nrows * row_bytes;
 }
