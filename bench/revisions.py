@@ -1,7 +1,9 @@
 """Two checkouts of llamay timed side by side: `llamay bench --json` of each on the same files, interleaved
-round by round (A B, B A, ...), so a refactor's before and after meet the same machine load.
+round by round (A B, B A, ...), so a refactor's before and after meet the same machine load; with
+--llama-bench, llama.cpp's llama-bench on the same files in every round too (compare_llamacpp.py's runner).
 
     python bench/revisions.py BEFORE_DIR AFTER_DIR [--rounds 5] [--prefill 512 --decode 128] [-t 2]
+                              [--llama-bench PATH]
 
 Each DIR is a checkout with its C library built in place (`python setup.py build_ext --inplace`); the files
 are SmolLM2-135M Q4_1 and Gemma 3 270M Q4_K_M (bench/models.py). Prints the machine, every round, and the
@@ -16,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import machine  # noqa: E402
+from compare_llamacpp import llama_bench_runner  # noqa: E402
 from models import gemma_path, smollm_path  # noqa: E402
 
 
@@ -35,22 +38,31 @@ def main():
     p.add_argument("--prefill", type=int, default=512)
     p.add_argument("--decode", type=int, default=128)
     p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("--llama-bench", default=None, help="llama.cpp's llama-bench, timed in the same rounds")
     args = p.parse_args()
     print(machine.describe(args.threads))
     sides = {"before": args.before.resolve(), "after": args.after.resolve()}
     for name, model in (("SmolLM2-135M Q4_1", smollm_path()), ("Gemma 3 270M Q4_K_M", gemma_path())):
-        got = {side: {"prefill": [], "decode": []} for side in sides}
+        names = list(sides) + (["llama.cpp"] if args.llama_bench else [])
+        got = {side: {"prefill": [], "decode": []} for side in names}
+        ref = llama_bench_runner(args.llama_bench, model, args.threads or 2) if args.llama_bench else None
         for r in range(args.rounds):
-            order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-            for side in order:
-                res = bench(sides[side], model, args)
+            for side in (names if r % 2 == 0 else names[::-1]):
+                if side == "llama.cpp":
+                    res = {"prefill_tok_s": ref["pp"](), "decode_tok_s": ref["tg"]()}
+                else:
+                    res = bench(sides[side], model, args)
                 got[side]["prefill"].append(res["prefill_tok_s"])
                 got[side]["decode"].append(res["decode_tok_s"])
                 print(f"  {name} round {r} {side}: prefill {res['prefill_tok_s']:.1f} decode {res['decode_tok_s']:.1f} tok/s",
                       flush=True)
         for what in ("prefill", "decode"):
             a, b = (statistics.median(got[s][what]) for s in ("before", "after"))
-            print(f"{name} {what}: before {a:.1f}  after {b:.1f} tok/s  after/before {b / a:.3f}")
+            line = f"{name} {what}: before {a:.1f}  after {b:.1f} tok/s  after/before {b / a:.3f}"
+            if ref:
+                c = statistics.median(got["llama.cpp"][what])
+                line += f"  llama.cpp {c:.1f} tok/s  after/llama.cpp {b / c:.2f}"
+            print(line)
     print(machine.load())
 
 

@@ -117,3 +117,14 @@ def test_a_conversation_is_renamed_exported_and_deleted_with_its_contexts(http, 
                  lambda u: http.get(u + "/export")):
         r = call("/studio/api/conversations/keeper")
         assert r.status_code == 404 and "no conversation 'keeper'" in r.json()["error"]["message"]
+
+
+def test_a_fork_of_too_many_frees_nothing(http, model):
+    """A branch of n outside 1..64 is fork's 400, and no idle Studio context is freed for it first."""
+    idle = new_chat(http, model, "before-bad-fork", "Hi")["nodes"]["a"]["ctx"]
+    parent = new_chat(http, model, "bad-fork", "Hello")["nodes"]["a"]["ctx"]
+    held = {c["id"] for c in ok(http.get("/studio/api/contexts"))["data"] if c["owner"] == "studio"}
+    assert {idle, parent} <= held
+    r = http.post(f"/studio/api/contexts/{parent}/fork", params={"n": 100000})
+    assert r.status_code == 400, r.text
+    assert {c["id"] for c in ok(http.get("/studio/api/contexts"))["data"] if c["owner"] == "studio"} == held

@@ -4,6 +4,7 @@ server read them too. Sampling's defaults are engine/sampling.py SamplingParams 
 module: it imports nothing of llamay."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -96,7 +97,6 @@ class LoadOptions:
     @classmethod
     def of(cls, base: LoadOptions | None = None, **overrides) -> LoadOptions:
         """base (default: the defaults) with fields replaced by name; TypeError for a name that is none."""
-        import dataclasses
         names = {f.name for f in dataclasses.fields(cls)}
         bad = sorted(set(overrides) - names)
         if bad:

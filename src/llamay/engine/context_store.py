@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels.ops import BatchMeta
-from ..kv import KVState, OutOfPages
+from ..kv import InvariantError, KVState, OutOfPages
 from ..models import Decoder
 from ..settings import SCHEDULER
 
@@ -142,10 +142,9 @@ class ContextStore:
         return StoreView(self)
 
     def check(self):
-        """Raise InvariantError unless every invariant holds (tests and `llamay verify`)."""
+        """Raise InvariantError unless every invariant holds: the KV state's, and one record per context."""
         self._kv.check()
         if set(self._ctxs) != set(self._kv.contexts()):
-            from ..kv import InvariantError
             raise InvariantError(f"records {sorted(self._ctxs)} != contexts {self._kv.contexts()}")
 
     def _get(self, ctx: int) -> ContextState:
@@ -402,9 +401,11 @@ class StoreView:
     def __init__(self, store: ContextStore):
         self._store, self._kv = store, store._kv
 
-    contexts = property(lambda self: self._store.contexts)
-    n_tokens = property(lambda self: self._store.n_tokens)
-    pages = property(lambda self: self._store.pages)
+    def n_tokens(self, ctx: int) -> int:
+        return self._store.n_tokens(ctx)
+
+    def pages(self, ctx: int) -> list[int]:
+        return self._store.pages(ctx)
 
     @property
     def n_total(self) -> int:

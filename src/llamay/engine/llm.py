@@ -25,6 +25,7 @@ from .draft_model import DraftModel
 from .context_store import ContextStore
 from .job import Job, Piece
 from .scheduler import Scheduler
+from .session import Session
 from .stops import stop_list
 from .sampling import SamplingParams, sampling_params
 
@@ -59,7 +60,7 @@ class LLM:
         self.cache = cache_tiers(self, opts.cache_dir, opts.cache_disk, opts.cache_redis) \
             if opts.cache_disk or opts.cache_redis else None
         self._store = self._new_store(kv_budget)
-        self._session = None
+        self.session = Session(self)  # the server's typed interface to this model's contexts
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
         speculation = opts.spec or ("draft" if self.draft else SPEC.mode)
         # every generation and every KV change goes through it: stepped here until a server starts it
@@ -136,14 +137,6 @@ class LLM:
         """The owner of every context's state: the engine's modules call its verbs on the scheduler's
         thread (scheduler.do); the server goes through session (engine/session.py)."""
         return self._store
-
-    @property
-    def session(self):
-        """The server's typed interface to this model's contexts (engine/session.py)."""
-        if self._session is None:
-            from .session import Session
-            self._session = Session(self)
-        return self._session
 
     def kv_view(self):
         """A read-only view of the context store (context_store.StoreView): pool size, free pages, stats."""

@@ -40,9 +40,6 @@ class Session:
     def describe(self, ctx: int) -> Future[dict]:
         return self._call(lambda store: store.describe(ctx))
 
-    def tokens(self, ctx: int) -> Future[list[int]]:
-        return self._call(lambda store: store.tokens(ctx))
-
     def fork(self, ctx: int, n: int) -> Future[list[int]]:
         return self._call(lambda store: store.fork(ctx, n))
 

@@ -157,7 +157,8 @@ async def new_context(request: Request):
 async def fork_conversation(request: Request, cid: str):
     """POST /v1/contexts/{cid}/fork: a branch (an edit or a regenerate) of a conversation."""
     n = request.query_params.get("n", "1")
-    return await _with_room(request, int(n) if n.isdigit() else 1, (cid,), lambda: fork_context(request, cid, OWNER))
+    n_new = int(n) if n.isdigit() and 1 <= int(n) <= 64 else 0  # another n: fork_context's 400, nothing freed
+    return await _with_room(request, n_new, (cid,), lambda: fork_context(request, cid, OWNER))
 
 
 @router.post("/studio/api/contexts/{cid}/chat")
