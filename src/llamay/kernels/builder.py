@@ -256,6 +256,23 @@ class Builder:
         self._op("row_scale", (y, s), (y.shape[0], y.shape[1]), (alpha, float(rank)), writes=(y,), reads=(y, s))
         return y
 
+    def conv(self, x: np.ndarray, w: np.ndarray, state: np.ndarray, batch: BatchSlot,
+             bias: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """A causal depthwise convolution of x [n, C] by w [C, K] over each token's sequence, reading and
+        updating the sequence's slot of state [slots, K - 1, C] (its last K - 1 inputs); out may be x."""
+        _f32(x, "x"), _f32(w, "conv weight"), _f32(state, "conv state")
+        if x.ndim != 2 or x.shape[0] != batch.n_tokens or w.ndim != 2 or w.shape[0] != x.shape[1] or w.shape[1] < 2:
+            raise ValueError(f"conv of x {x.shape} by w {w.shape} over {batch.n_tokens} tokens")
+        n, C, K = *x.shape, w.shape[1]
+        if state.ndim != 3 or state.shape[1:] != (K - 1, C):
+            raise ValueError(f"conv state {state.shape} for {K} taps over {C} channels")
+        if bias is not None:
+            _f32(bias, "conv bias", (C,))
+        out = self.tensor(n, C) if out is None else _f32(out, "out", (n, C))
+        self._op("conv", (x, w, out, state, batch.struct, bias), (n, C, K), writes=(out, state), keep=(batch,),
+                 reads=tuple(a for a in (x, w, state, bias) if a is not None))
+        return out
+
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
              neox: bool, factors: np.ndarray | None = None, linear: float = 1.0, mscale: float = 1.0) -> np.ndarray:
         """In place on x [n, heads * head_dim], at the batch's positions. factors [n_rot / 2]: each pair's

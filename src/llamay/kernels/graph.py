@@ -11,7 +11,7 @@ from ._lib import I32, I64, P, declare
 OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attention": 6, "gated": 7,
        "add": 8, "scale": 9, "softcap": 10, "layernorm": 11, "moe_route": 12, "gather": 13, "moe_matmul": 14,
        "moe_combine": 15, "pos_scale": 16, "sigmoid_scale": 17,
-       "row_scale": 18}
+       "row_scale": 18, "conv": 19, "ssm_scan": 20, "delta_rule": 21}
 
 
 class NodeStruct(ctypes.Structure):
@@ -21,7 +21,7 @@ class NodeStruct(ctypes.Structure):
 class Batch(ctypes.Structure):
     """ly_batch: where each token lives (positions, sequence rows, page tables)."""
     _fields_ = [("tok_pos", P), ("tok_seq", P), ("page_tables", P), ("n_tokens", I64), ("max_pages", I64),
-                ("page_size", I64)]
+                ("page_size", I64), ("state_slots", P)]
 
 
 _run = declare("ly_graph_run", ctypes.POINTER(NodeStruct), I64, I32, restype=I64)

@@ -57,16 +57,20 @@ class BatchMeta:
     tok_seq: np.ndarray  # int32 [n_tokens], row of page_tables
     page_tables: np.ndarray  # int32 [n_seq, max_pages]
     page_size: int
+    state_slots: np.ndarray | None = None  # int32 [n_seq], each sequence's recurrent state slot
 
     def __post_init__(self):
         for a in (self.tok_pos, self.tok_seq, self.page_tables):
             assert a.dtype == np.int32 and a.flags.c_contiguous
+        s = self.state_slots
+        assert s is None or (s.dtype == np.int32 and s.flags.c_contiguous and len(s) == len(self.page_tables))
         assert self.page_tables.ndim == 2 and self.tok_pos.shape == self.tok_seq.shape
 
     def fill(self, b: Batch) -> Batch:
         """Point a C ly_batch at these arrays (they must outlive its use)."""
         b.tok_pos, b.tok_seq, b.page_tables = addr(self.tok_pos), addr(self.tok_seq), addr(self.page_tables)
         b.n_tokens, b.max_pages, b.page_size = len(self.tok_pos), self.page_tables.shape[1], self.page_size
+        b.state_slots = addr(self.state_slots)
         return b
 
 

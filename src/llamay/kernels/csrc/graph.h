@@ -11,19 +11,22 @@ enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_
        LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_SCALE = 9, LY_OP_SOFTCAP = 10,
        LY_OP_LAYERNORM = 11, LY_OP_MOE_ROUTE = 12, LY_OP_GATHER = 13, LY_OP_MOE_MATMUL = 14,
        LY_OP_MOE_COMBINE = 15, LY_OP_POS_SCALE = 16, LY_OP_SIGMOID_SCALE = 17, LY_OP_ROW_SCALE = 18,
-       LY_OP_LAST = LY_OP_ROW_SCALE };
+       LY_OP_CONV = 19, LY_OP_SSM_SCAN = 20, LY_OP_DELTA_RULE = 21,
+       LY_OP_LAST = LY_OP_DELTA_RULE };
 
 /* Chunks per thread of a node that is worth splitting (attention always is): a thread the OS deschedules
  * mid-node holds back at most one small chunk, the running threads take the rest. Results never depend
  * on it (slices split outputs, never a reduction). */
 #define LY_CHUNKS_PER_THREAD 4
 
-/* Where each token of a batch lives; shared by every attention and KV-write node of a pass. */
+/* Where each token of a batch lives; shared by every attention, KV-write and recurrent node of a pass.
+ * A sequence's tokens are contiguous and in position order (recurrent ops rely on it). */
 typedef struct {
     const int32_t *tok_pos;     /* [n_tokens] */
     const int32_t *tok_seq;     /* [n_tokens] row of page_tables */
     const int32_t *page_tables; /* [n_seq, max_pages] */
     int64_t n_tokens, max_pages, page_size;
+    const int32_t *state_slots; /* [n_seq] each sequence's slot in the recurrent state pools, or NULL */
 } ly_batch;
 
 /* Operands by op (p: pointers, n: sizes, f: floats). Built only by kernels/builder.py, which checks them.
@@ -58,7 +61,16 @@ typedef struct {
  *           (row t times (float)(1 + beta ln(1 + floor(pos_t / floor))), computed in double)
  * SIGMOID_SCALE p: y [rows, d], g [rows]   n: rows, d   (row t times 1 / (1 + exp(-g[t])))
  * ROW_SCALE p: y [rows, d], s [rows]   n: rows, d   f: alpha, rank   (row t times s[t] * alpha / rank, or
- *           s[t] when alpha is 0: a LoRA term's scale per token; a row of scale 0 becomes zeros) */
+ *           s[t] when alpha is 0: a LoRA term's scale per token; a row of scale 0 becomes zeros)
+ * Recurrent ops: each token reads and updates its sequence's slot (ly_batch.state_slots) of an f32 state
+ * pool, tokens in batch order; shares split channels or heads, never tokens, so a token's result depends
+ * only on its slot's state and its own row: prefill == decode == batched, at any thread count.
+ * CONV      p: x [tokens, C], w [C, K] (taps, oldest first), y [tokens, C] (may alias x), state pool
+ *           [slots, K - 1, C] (the last K - 1 inputs, oldest first), ly_batch*, bias [C] or NULL
+ *           n: tokens, C, K   (y[t, c] = sum_j w[c, j] win[j, c] (+ bias[c]), j ascending, win = state
+ *           rows then x[t]; then the state drops its oldest row and takes x[t])
+ * SSM_SCAN  Mamba2's selective scan (ssm.c)
+ * DELTA_RULE the gated delta rule (ssm.c) */
 /* after: the latest earlier node whose work this one reads or overwrites; a thread starts it once every
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
@@ -94,4 +106,5 @@ void ly_moe_combine_slice(const ly_node *nd, int ith, int nth);
 void ly_pos_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_sigmoid_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_row_scale_slice(const ly_node *nd, int ith, int nth);
+void ly_conv_slice(const ly_node *nd, int ith, int nth);
 #endif
