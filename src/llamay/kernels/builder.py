@@ -273,6 +273,26 @@ class Builder:
                  reads=tuple(a for a in (x, w, state, bias) if a is not None))
         return out
 
+    def delta_rule(self, qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarray, state: np.ndarray,
+                   batch: BatchSlot, *, tiled: bool, eps: float) -> np.ndarray:
+        """The gated delta rule (csrc/graph.h DELTA_RULE) over each token's sequence: qkv [n, 2 Hk dk + Hv dv],
+        ba [n, 2 Hv] (b then a), a and dt_bias [Hv], state [slots, Hv, dk, dv] (its slot read and updated)
+        -> y [n, Hv dv]. tiled: v-head h reads k-head h % Hk, else h // (Hv / Hk)."""
+        for arr, name in ((qkv, "qkv"), (ba, "ba"), (a, "ssm_a"), (dt_bias, "dt_bias"), (state, "delta state")):
+            _f32(arr, name)
+        if state.ndim != 4 or not 0 < max(state.shape[2:]) <= 512:  # csrc/graph.h LY_DELTA_MAX_DIM
+            raise ValueError(f"delta rule state {state.shape} must be [slots, Hv, dk <= 512, dv <= 512]")
+        n, (hv, dk, dv) = batch.n_tokens, state.shape[1:]
+        hk, odd = divmod(qkv.shape[1] - hv * dv, 2 * dk) if qkv.ndim == 2 else (0, 1)
+        if odd or hk < 1 or hv % hk or qkv.shape[0] != n:
+            raise ValueError(f"delta rule qkv {qkv.shape} over {n} tokens for state {state.shape}")
+        _f32(ba, "ba", (n, 2 * hv)), _f32(a, "ssm_a", (hv,)), _f32(dt_bias, "dt_bias", (hv,))
+        params = np.concatenate([a, dt_bias])
+        out = self.tensor(n, hv * dv)
+        self._op("delta_rule", (qkv, ba, params, out, state, batch.struct), (n, hk, hv, dk, dv, int(tiled)),
+                 (eps, 1.0 / np.sqrt(dk)), writes=(out, state), keep=(batch,), reads=(qkv, ba, params, state))
+        return out
+
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
              neox: bool, factors: np.ndarray | None = None, linear: float = 1.0, mscale: float = 1.0) -> np.ndarray:
         """In place on x [n, heads * head_dim], at the batch's positions. factors [n_rot / 2]: each pair's

@@ -19,6 +19,8 @@ enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_
  * on it (slices split outputs, never a reduction). */
 #define LY_CHUNKS_PER_THREAD 4
 
+#define LY_DELTA_MAX_DIM 512 /* DELTA_RULE's largest head size */
+
 /* Where each token of a batch lives; shared by every attention, KV-write and recurrent node of a pass.
  * A sequence's tokens are contiguous and in position order (recurrent ops rely on it). */
 typedef struct {
@@ -70,7 +72,13 @@ typedef struct {
  *           n: tokens, C, K   (y[t, c] = sum_j w[c, j] win[j, c] (+ bias[c]), j ascending, win = state
  *           rows then x[t]; then the state drops its oldest row and takes x[t])
  * SSM_SCAN  Mamba2's selective scan (ssm.c)
- * DELTA_RULE the gated delta rule (ssm.c) */
+ * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [tokens, 2 Hv] (b then a per
+ *           row), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
+ *           ly_batch*   n: tokens, Hk, Hv, dk, dv (<= LY_DELTA_MAX_DIM), tiled (v-head h reads k-head
+ *           h % Hk; 0: h / (Hv / Hk))   f: eps, q scale   (deltanet.c) Per token and v-head, on S [dk, dv]:
+ *           q = q / sqrt(sum q^2 + eps) * scale, k = k / sqrt(sum k^2 + eps) (sums in lanes.h order),
+ *           beta = sigmoid(b), decay = exp(A softplus(a + dt_bias)); S = S decay; delta = (v - S^T k) beta;
+ *           S = S + k delta^T; y = S^T q (sums over dk ascending, exp is mathfn.h's) */
 /* after: the latest earlier node whose work this one reads or overwrites; a thread starts it once every
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
@@ -107,4 +115,5 @@ void ly_pos_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_sigmoid_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_row_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_conv_slice(const ly_node *nd, int ith, int nth);
+void ly_delta_rule_slice(const ly_node *nd, int ith, int nth);
 #endif
