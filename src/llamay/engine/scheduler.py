@@ -366,7 +366,10 @@ class Scheduler:
         return mode
 
     def _drafter(self, mode: str, ctx: int):
-        """A new drafter of mode for the sequence of context ctx (None for mode none)."""
+        """A new drafter of mode for the sequence of context ctx (None for mode none, and on a hybrid model:
+        a rejected draft would have to roll its recurrent state back)."""
+        if self.store_of().states is not None:
+            return None
         if mode == "ngram":
             return draft.NgramDrafter()
         if mode == "tree":
