@@ -15,7 +15,7 @@ EPS = 1e-6
 def inputs(n, hk, hv, dk, dv):
     """qkv rows as a conv + SiLU would give them, raw b and a, A < 0 and dt_bias as the files hold them."""
     qkv = RNG.standard_normal((n, 2 * hk * dk + hv * dv)).astype(np.float32)
-    ba = (2 * RNG.standard_normal((n, 2 * hv))).astype(np.float32)
+    ba = (2 * RNG.standard_normal((2, n, hv))).astype(np.float32)
     a = -np.exp(RNG.uniform(-2, 2, hv)).astype(np.float32)
     return qkv, ba, a, RNG.standard_normal(hv).astype(np.float32)
 
@@ -55,7 +55,7 @@ def test_delta_rule_head_mapping():
     perm = [0, 2, 1, 3]
     v0 = 2 * hk * dk
     swapped[:, v0:] = qkv[:, v0:].reshape(n, hv, dv)[:, perm].reshape(n, -1)
-    sba = np.concatenate([ba[:, :hv][:, perm], ba[:, hv:][:, perm]], axis=1)
+    sba = np.ascontiguousarray(ba[:, :, perm])
     grouped = run(swapped, sba, a[perm], dt[perm], np.zeros((1, hv, dk, dv), np.float32), meta([n], [0]))
     assert np.array_equal(grouped.reshape(n, hv, dv)[:, perm], got.reshape(n, hv, dv))
 
@@ -68,7 +68,7 @@ def test_delta_rule_is_canonical(tiled):
     whole = np.zeros(shape, np.float32)
     ya = run(*xa, whole, meta([9], [0]), tiled)
     steps = np.zeros(shape, np.float32)
-    one = np.concatenate([run(*(p[t:t + 1] for p in xa[:2]), *xa[2:], steps, meta([1], [1], [t]), tiled)
+    one = np.concatenate([run(xa[0][t:t + 1], xa[1][:, t:t + 1].copy(), *xa[2:], steps, meta([1], [1], [t]), tiled)
                           for t in range(9)])
     assert np.array_equal(ya, one) and np.array_equal(whole[0], steps[1])
     for nthreads in (1, 2, 3):
@@ -76,7 +76,7 @@ def test_delta_rule_is_canonical(tiled):
             second = xb if first is xa else xa
             pool = np.zeros(shape, np.float32)
             slots = [1, 0] if first is xb else [0, 1]
-            both = run(*(np.concatenate([f, s]) for f, s in zip(first[:2], second[:2])), *xa[2:], pool,
+            both = run(np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]], axis=1), *xa[2:], pool,
                        meta([len(first[0]), len(second[0])], slots), tiled, nthreads)
             mine = both[:9] if first is xa else both[6:]
             assert np.array_equal(mine, ya) and np.array_equal(pool[0], whole[0])

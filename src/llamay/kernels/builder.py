@@ -276,7 +276,7 @@ class Builder:
     def delta_rule(self, qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarray, state: np.ndarray,
                    batch: BatchSlot, *, tiled: bool, eps: float) -> np.ndarray:
         """The gated delta rule (csrc/graph.h DELTA_RULE) over each token's sequence: qkv [n, 2 Hk dk + Hv dv],
-        ba [n, 2 Hv] (b then a), a and dt_bias [Hv], state [slots, Hv, dk, dv] (its slot read and updated)
+        ba [2, n, Hv] (b, then a), a and dt_bias [Hv], state [slots, Hv, dk, dv] (its slot read and updated)
         -> y [n, Hv dv]. tiled: v-head h reads k-head h % Hk, else h // (Hv / Hk)."""
         for arr, name in ((qkv, "qkv"), (ba, "ba"), (a, "ssm_a"), (dt_bias, "dt_bias"), (state, "delta state")):
             _f32(arr, name)
@@ -286,7 +286,7 @@ class Builder:
         hk, odd = divmod(qkv.shape[1] - hv * dv, 2 * dk) if qkv.ndim == 2 else (0, 1)
         if odd or hk < 1 or hv % hk or qkv.shape[0] != n:
             raise ValueError(f"delta rule qkv {qkv.shape} over {n} tokens for state {state.shape}")
-        _f32(ba, "ba", (n, 2 * hv)), _f32(a, "ssm_a", (hv,)), _f32(dt_bias, "dt_bias", (hv,))
+        _f32(ba, "ba", (2, n, hv)), _f32(a, "ssm_a", (hv,)), _f32(dt_bias, "dt_bias", (hv,))
         params = np.concatenate([a, dt_bias])
         out = self.tensor(n, hv * dv)
         self._op("delta_rule", (qkv, ba, params, out, state, batch.struct), (n, hk, hv, dk, dv, int(tiled)),

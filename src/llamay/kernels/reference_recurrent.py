@@ -27,19 +27,19 @@ def conv(x: np.ndarray, w: np.ndarray, state: np.ndarray, bias: np.ndarray | Non
 
 def delta_rule(qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarray, state: np.ndarray,
                n_k_heads: int, tiled: bool, eps: float) -> np.ndarray:
-    """One sequence's gated delta rule (csrc/graph.h DELTA_RULE): qkv [n, 2 Hk dk + Hv dv], ba [n, 2 Hv],
+    """One sequence's gated delta rule (csrc/graph.h DELTA_RULE): qkv [n, 2 Hk dk + Hv dv], ba [2, n, Hv],
     a and dt_bias [Hv], state [Hv, dk, dv] (updated in place) -> y [n, Hv dv]. exp and log1p are numpy's."""
     hv, dk, dv = state.shape
     hk, f32 = n_k_heads, np.float32
     kh = np.arange(hv) % hk if tiled else np.arange(hv) // (hv // hk)
     y = np.zeros((len(qkv), hv * dv), f32)
-    for t, (x, bat) in enumerate(zip(qkv, ba)):
+    for t, (x, b, a_t) in enumerate(zip(qkv, *ba)):
         q, k = x[:hk * dk].reshape(hk, dk)[kh], x[hk * dk:2 * hk * dk].reshape(hk, dk)[kh]
         v = x[2 * hk * dk:].reshape(hv, dv)
         q = (q * (f32(1) / np.sqrt(lanes_sum(q * q) + f32(eps)))[:, None]) * f32(1 / np.sqrt(dk))
         k = (k * (f32(1) / np.sqrt(lanes_sum(k * k) + f32(eps)))[:, None]) * f32(1)
-        beta = f32(1) / (f32(1) + np.exp(-bat[:hv]))
-        z = bat[hv:] + dt_bias
+        beta = f32(1) / (f32(1) + np.exp(-b))
+        z = a_t + dt_bias
         softplus = np.where(z > 20, z, np.log1p(np.exp(np.minimum(z, 20))))
         state *= np.exp(a * softplus)[:, None, None]
         kv = np.zeros((hv, dv), f32)

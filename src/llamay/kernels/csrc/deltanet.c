@@ -54,12 +54,12 @@ void ly_delta_rule_slice(const ly_node *nd, int ith, int nth) {
     for (int64_t h = lo; h < hi; h++) {
         int64_t kh = tiled ? h % Hk : h / (Hv / Hk);
         for (int64_t t = 0; t < n; t++) {
-            const float *x = qkv + t * row, *bat = ba + t * 2 * Hv;
+            const float *x = qkv + t * row;
             float *S = pool + ((int64_t)b->state_slots[b->tok_seq[t]] * Hv + h) * dk * dv;
             unit(x + kh * dk, q, dk, nd->f[0], nd->f[1]);
             unit(x + (Hk + kh) * dk, k, dk, nd->f[0], 1.0f);
-            float beta = 1.0f / (1.0f + ly_exp(-bat[h]));
-            float decay = ly_exp(par[h] * softplus(bat[Hv + h] + par[Hv + h]));
+            float beta = 1.0f / (1.0f + ly_exp(-ba[t * Hv + h]));
+            float decay = ly_exp(par[h] * softplus(ba[(n + t) * Hv + h] + par[Hv + h]));
             step(S, q, k, x + 2 * Hk * dk + h * dv, beta, decay, y + (t * Hv + h) * dv, dk, dv);
         }
     }

@@ -72,8 +72,8 @@ typedef struct {
  *           n: tokens, C, K   (y[t, c] = sum_j w[c, j] win[j, c] (+ bias[c]), j ascending, win = state
  *           rows then x[t]; then the state drops its oldest row and takes x[t])
  * SSM_SCAN  Mamba2's selective scan (ssm.c)
- * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [tokens, 2 Hv] (b then a per
- *           row), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
+ * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [2, tokens, Hv] (b's rows, then
+ *           a's), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
  *           ly_batch*   n: tokens, Hk, Hv, dk, dv (<= LY_DELTA_MAX_DIM), tiled (v-head h reads k-head
  *           h % Hk; 0: h / (Hv / Hk))   f: eps, q scale   (deltanet.c) Per token and v-head, on S [dk, dv]:
  *           q = q / sqrt(sum q^2 + eps) * scale, k = k / sqrt(sum k^2 + eps) (sums in lanes.h order),
