@@ -109,7 +109,8 @@ def _attention(b: Builder, batch, pool, P: LayerPlan, L, inp, mm, rope_factors, 
         b.position_scale(q, batch, a.temp_scale, a.temp_floor)
     if k is not None:
         b.kv_write(pool, P.kv_index, k, v, batch)
-    return b.attention(q, pool, P.kv_index, batch, P.n_head, P.scale, P.window, a.logit_softcap, sinks=L.sinks)
+    out = b.attention(q, pool, P.kv_index, batch, P.n_head, P.scale, P.window, a.logit_softcap, sinks=L.sinks)
+    return b.gated(mm(inp, L, "q_gate"), out, "sigmoid") if a.out_gate else out
 
 
 def _per_layer_inputs(b: Builder, s: ArchSpec, x, ple, rows) -> list:

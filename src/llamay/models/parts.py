@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIXERS = ("attention", "shortconv")  # what a layer's mixer may be; every other one keeps a recurrent state
+MIXERS = ("attention", "shortconv", "deltanet")  # what a layer's mixer may be; every other one keeps a recurrent state
 # (models/recurrent.py)
 
 
@@ -60,6 +60,8 @@ class Attention:
     v_norm: bool = False  # values RMS-normed without a weight
     v_from_k: bool = False  # a layer without attn_v takes its values from the keys, before their norm
     sinks: bool = False  # a learned logit per head joins each softmax's denominator (gpt-oss)
+    out_gate: bool = False  # attn_q holds, per head, head_dim query rows then head_dim gate rows; the
+    # attention's output times sigmoid(gate) (Qwen3-Next, Qwen3.5)
     logit_softcap: float = 0.0
     temp_scale: float = 0.0  # > 0: queries times 1 + it * ln(1 + floor(pos / temp_floor)) (Ministral 3)
     temp_floor: int = 0
@@ -101,3 +103,17 @@ class ShortConv:
     """LFM2's short convolution: in_proj to B, C, x; y = C * conv(B * x) over the last `d_conv` tokens;
     out_proj. Its state: the last d_conv - 1 values of B * x."""
     d_conv: int
+
+
+@dataclass(frozen=True)
+class DeltaNet:
+    """The gated delta net of Qwen3-Next and Qwen3.5 (models/mixer_deltanet.py): a causal convolution of
+    d_conv taps over q, k, v, then the gated delta rule over a [d_k, d_v] state per value head."""
+    d_conv: int
+    n_k_heads: int
+    n_v_heads: int  # a multiple of n_k_heads
+    d_k: int
+    d_v: int
+    tiled: bool  # value head h reads key head h % n_k_heads (llama.cpp's qwen35 files), else h // (Hv / Hk)
+    fused_ba: bool  # one ssm_ba matrix, rows per key head: its value heads' b, then their a (qwen3next);
+    # else ssm_beta and ssm_alpha

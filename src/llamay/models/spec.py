@@ -10,10 +10,11 @@ import numpy as np
 from ..kernels.builder import MAX_EXPERTS_USED
 from .arch import ArchSpec
 from .checks import MAX_LAYERS, MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
-from .parts import FFN, Attention, MoE, Norms, Rope, ShortConv
+from .parts import FFN, Attention, DeltaNet, MoE, Norms, Rope, ShortConv
 from .rope import yarn_mscale
 
 MAX_CONV = 64  # taps of a recurrent layer's convolution
+MAX_DELTA_HEAD = 512  # a delta net's head size (kernels' delta_rule)
 
 __all__ = ["ArchSpec", "BUILDERS", "DECLINED", "ModelFileError", "UnsupportedModel", "arch_spec"]
 
@@ -383,6 +384,42 @@ def _lfm2(meta: dict) -> ArchSpec:
                   recurrent=ShortConv(m.int("shortconv.l_cache", lo=2, hi=MAX_CONV)), output_norm="token_embd_norm")
 
 
+def _delta_net(meta: dict, arch: str) -> ArchSpec:
+    # ref: HF Qwen3NextDecoderLayer, Qwen3_5DecoderLayer; llama.cpp's qwen3next and qwen35 graphs: gated delta
+    # nets (mixer_deltanet.py) between gated attention layers (per-head q/k norms, the output times
+    # sigmoid(gate), NeoX RoPE over rope.dimension_count dims; qwen35's M-RoPE sections all take the token's
+    # position in text, which is this RoPE); the FFN's norm is post_attention_norm; experts: softmax over
+    # all, top k, renormalized, a shared expert behind a sigmoid gate
+    c, m = _common(meta, arch), Meta(meta, arch)
+    n_layer, moe = c["model"]["n_layer"], None
+    if m.key("expert_count") in meta:
+        moe = _moe(m, c["ffn"]["n_ff"], norm=True, n_ff_shared=m.int("expert_shared_feed_forward_length", 0, lo=0))
+    return _build(c, neox=True, norms=dict(ffn_name="post_attention_norm"), attn=dict(qk_norm=True, out_gate=True),
+                  moe=moe, mixers=_delta_layers(m, n_layer), recurrent=_delta_part(m, arch))
+
+
+def _delta_layers(m: Meta, n_layer: int) -> tuple:
+    """Each layer's mixer: attention.recurrent_layers (a bool per layer), else every full_attention_interval-th
+    layer attention (default 4, as llama.cpp)."""
+    flags = m.meta.get(m.key("attention.recurrent_layers"))
+    if flags is None:
+        every = m.int("full_attention_interval", 4)
+        flags = [(i + 1) % every != 0 for i in range(n_layer)]
+    elif not isinstance(flags, (np.ndarray, list, tuple)) or len(flags) != n_layer:
+        raise ModelFileError(f"{m.key('attention.recurrent_layers')} must hold one bool per layer ({n_layer})")
+    return tuple("deltanet" if bool(f) else "attention" for f in flags)
+
+
+def _delta_part(m: Meta, arch: str) -> DeltaNet:
+    hk, hv = m.int("ssm.group_count", hi=4096), m.int("ssm.time_step_rank", hi=4096)
+    dk, inner = m.int("ssm.state_size", hi=MAX_DELTA_HEAD), m.int("ssm.inner_size")
+    if hv % hk or inner % hv or not inner // hv <= MAX_DELTA_HEAD:
+        raise ModelFileError(f"{arch}: ssm.time_step_rank {hv} value heads must be a multiple of ssm.group_count "
+                             f"{hk} and divide ssm.inner_size {inner} into heads of at most {MAX_DELTA_HEAD}")
+    return DeltaNet(d_conv=m.int("ssm.conv_kernel", lo=2, hi=MAX_CONV), n_k_heads=hk, n_v_heads=hv, d_k=dk,
+                    d_v=inner // hv, tiled=arch != "qwen3next", fused_ba=arch == "qwen3next")
+
+
 BUILDERS = {
     "llama": _llama,
     "smollm3": _smollm3,
@@ -408,6 +445,7 @@ BUILDERS = {
     "gemma3": _gemma3,
     "gemma4": _gemma4,
     "lfm2": _lfm2,
+    **{arch: (lambda meta, arch=arch: _delta_net(meta, arch)) for arch in ("qwen35", "qwen35moe", "qwen3next")},
 }
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"
@@ -417,7 +455,7 @@ DECLINED = {
                                                          "nemotron_h_moe", "granitehybrid", "plamo2")},
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
-       for arch in ("qwen35", "qwen35moe", "qwen3next", "kimi-linear", "minimax-01")},
+       for arch in ("kimi-linear", "minimax-01")},
     **{arch: "a hybrid of attention and short convolutions: " + _STATE for arch in ("lfm2moe",)},
     **{arch: _LATENT for arch in ("deepseek2", "deepseek3", "deepseek32")},  # DeepSeek V2/V3, Kimi K2
 }

@@ -46,7 +46,7 @@ def _attention(d: int, p: LayerPlan) -> dict:
     if a.fused_qkv:
         t["qkv"] = ("attn_qkv.weight", _mat(d, q + 2 * kv))
     else:
-        t["q"] = ("attn_q.weight", _mat(d, q))
+        t["q"] = ("attn_q.weight", _mat(d, 2 * q if a.out_gate else q))
         if p.writes_kv:
             t.update(k=("attn_k.weight", _mat(d, kv)),
                      v=("attn_v.weight", Expect((d, kv), MATRIX, required=not a.v_from_k)))
@@ -172,6 +172,9 @@ def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
         if fused in f and (fused != "up" or s.ffn.fused_gate_up):
             w = f.pop(fused)
             f.update({name: w.rows(lo, hi) for name, lo, hi in row_parts(s, il, fused)})
+    p = s.layers[il]
+    if p.attn.out_gate and "q" in f:
+        f["q"], f["q_gate"] = _split_heads(f["q"], p.n_head, p.head_dim)
     if "qkv_bias" in f:
         b = f.pop("qkv_bias")
         f.update({name + "_bias": np.ascontiguousarray(b[lo:hi]) for name, lo, hi in row_parts(s, il, "qkv")})
@@ -182,10 +185,17 @@ def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
     return f
 
 
+def _split_heads(w: QWeight, n_head: int, hd: int) -> tuple[QWeight, QWeight]:
+    """A gated attention's attn_q (per head, hd query rows then hd gate rows) as (queries, gates): copies."""
+    raw = w.raw.reshape(n_head, 2, hd * w.row_bytes)
+    return tuple(QWeight(np.ascontiguousarray(raw[:, i]).reshape(-1), w.qtype, n_head * hd, w.k) for i in (0, 1))
+
+
 @dataclass(frozen=True)
 class Layer:
     o: QWeight  # the mixer's output projection
     q: QWeight | None = None  # attention's; None in a recurrent layer
+    q_gate: QWeight | None = None  # the output gate's projection (Attention.out_gate)
     mix: dict = field(default_factory=dict)  # a recurrent mixer's weights (models/recurrent.py)
     k: QWeight | None = None  # None: the layer reuses an earlier layer's K/V
     v: QWeight | None = None  # None as well when the values are the keys (Attention.v_from_k)
@@ -274,7 +284,8 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
         f = _unfuse(spec, {f: load(f"blk.{i}.{name}", e) for f, (name, e) in layer_tensors(spec, i).items()
                            if f"blk.{i}.{name}" in reader.tensors}, i)
         mix = {k[len(MIX):]: f.pop(k) for k in [k for k in f if k.startswith(MIX)]}
-        return Layer(**f, mix=mix)
+        prepare = getattr(MIXERS.get(spec.layers[i].mixer), "prepare", None)  # a mixer's own repacking
+        return Layer(**f, mix=prepare(spec.layers[i], mix) if prepare else mix)
 
     layers = [layer(i) for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
