@@ -1,0 +1,87 @@
+"""Gated delta-net families (Qwen3.5 dense and MoE, Qwen3-Next; tests/hybrid_deltanet.py) against float32
+and float64 transformers and against llama.cpp's logits on the very files its converter wrote, and the
+recurrent state's equalities: prefill == token by token == batched beside another sequence, with ==."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import llamay
+from arch_models import build, convert, hf_logits, sha256, token_ids
+from conftest import CACHE, ROOT
+from hybrid_deltanet import CASES
+
+TIGHT = 1e-3
+FLOOR = 2e-6  # float32 summation order: below it, nearer or further than llama.cpp is noise
+LLAMACPP = ROOT / "tests" / "fixtures" / "llamacpp_hybrid_deltanet.npz"  # scripts/llamacpp_arch_logits.py
+
+torch.set_num_threads(1)  # torch's threads and llamay's spin against each other on 2 cores
+# Where llamay is further from float64 than llama.cpp (max |diff| / max |logit|, float32 K/V). Both are float32
+# noise grown layer by layer (transformers' own float32 forward is 2.2e-5 and 3.1e-5 away; the largest
+# errors sit on the same rows for both), but ours is larger here: an open gap, kept strict so that closing
+# it shows.
+GAPS = {("qwen35", "f32"): "llamay 1.32e-5, llama.cpp 1.22e-5", ("qwen35moe", "f32"): "llamay 4.45e-5, llama.cpp 2.69e-5"}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    models = {name: (case, build(case)) for name, case in CASES.items()}
+    return convert(models, tmp_path_factory.mktemp("deltanet-converted"), CACHE)
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def converted(request, files):
+    """(name, HF model, token ids, GGUF path, llamay's logits with float32 K/V)."""
+    case = CASES[request.param]
+    model = build(case)
+    ids = token_ids(model.config.vocab_size, case.n_tokens)
+    path = files[request.param]
+    return request.param, model, ids, path, llamay.load(path, threads=1, kv="f32", n_ctx=case.n_ctx).logits(ids)
+
+
+def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
+    assert got.shape == ref.shape and np.isfinite(got).all()
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def test_logits_match_transformers_f32(converted):
+    name, model, ids, _, got = converted
+    want = hf_logits(model, ids)
+    assert rel_diff(got, want) < TIGHT, f"{name}: max |diff| / max |logit| = {rel_diff(got, want):.2e}"
+    assert (got.argmax(1) == want.argmax(1)).all(), name
+
+
+@pytest.mark.parametrize("kv", ["f16", "f32"])
+def test_no_further_from_float64_than_llamacpp(converted, kv, request):
+    name, model, ids, path, got = converted
+    if (name, kv) in GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=GAPS[name, kv]))
+    llamacpp = np.load(LLAMACPP)
+    assert sha256(path) == str(llamacpp[f"{name}/sha256"]), \
+        f"{name}: not the file llama.cpp ran; rerun scripts/llamacpp_arch_logits.py --cases hybrid_deltanet"
+    exact = copy.deepcopy(model).double()
+    exact.set_experts_implementation("eager")  # the default grouped matmul has no float64
+    with torch.no_grad():
+        exact = exact(torch.tensor([ids]), use_cache=False).logits[0].numpy()
+    ours = got if kv == "f32" else llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx).logits(ids)
+    d_ours, d_llamacpp = rel_diff(ours, exact), rel_diff(llamacpp[f"{name}/{kv}kv"], exact)
+    assert d_ours <= max(d_llamacpp, FLOOR), f"{name} {kv} K/V: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
+
+
+def test_prefill_decode_and_batched_give_the_same_bits(converted):
+    """Token by token (each step reads the state the last one left), and the second half batched beside
+    another sequence on its own state slot, == one prefill; at 2 threads == 1."""
+    name, _, ids, path, want = converted
+    llm = llamay.load(path, threads=2, kv="f32", n_ctx=CASES[name].n_ctx)
+    assert np.array_equal(llm.logits(ids), want), name
+    ctx = llm.create_context(ids[:1])
+    steps = np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]])
+    assert np.array_equal(steps, want), name
+    llm.reset()
+    half = len(ids) // 2
+    a, b = llm.create_context(ids[:half]), llm.create_context(ids[half:][::-1])
+
+    def batched(store):
+        return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
+    assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
