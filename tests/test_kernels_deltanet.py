@@ -76,7 +76,7 @@ def test_delta_rule_is_canonical(tiled):
             second = xb if first is xa else xa
             pool = np.zeros(shape, np.float32)
             slots = [1, 0] if first is xb else [0, 1]
-            both = run(np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]], axis=1), *xa[2:], pool,
-                       meta([len(first[0]), len(second[0])], slots), tiled, nthreads)
+            qkv, ba = np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]], axis=1)
+            both = run(qkv, ba, *xa[2:], pool, meta([len(first[0]), len(second[0])], slots), tiled, nthreads)
             mine = both[:9] if first is xa else both[6:]
             assert np.array_equal(mine, ya) and np.array_equal(pool[0], whole[0])
