@@ -3,6 +3,7 @@ own convert_hf_to_gguf.py writes them (llamacpp_tree.py). Shared by the per-arch
 scripts/llamacpp_arch_logits.py, which recorded llama.cpp's logits on these very files."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import re
@@ -244,6 +245,21 @@ def hf_logits(model, ids, attn: str = "eager") -> np.ndarray:
     model.set_attn_implementation(attn)
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def float64_logits(model, ids) -> np.ndarray:
+    """The logits of a float64 copy (eager attention and experts: the defaults have no float64)."""
+    exact = copy.deepcopy(model).double()
+    exact.set_attn_implementation("eager")
+    exact.set_experts_implementation("eager")
+    with torch.no_grad():
+        return exact(torch.tensor([ids]), use_cache=False).logits[0].numpy()
+
+
+def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got - ref| / max |ref| (got finite)."""
+    assert got.shape == ref.shape and np.isfinite(got).all()
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
 def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> dict[str, Path]:

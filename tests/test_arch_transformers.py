@@ -11,7 +11,6 @@ Tolerances (relative to max |logit|), 1e-3 both ways:
   3e-5 .. 2.9e-4.
 What each family feature changes moves the logits by far more (test_*_are_exercised keep that true).
 """
-import copy
 import dataclasses
 import re
 
@@ -25,7 +24,7 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sinks_eager
 
 import llamay
-from arch_models import CASES, COMMON, build, convert, hf_logits, rewrite, sha256, token_ids
+from arch_models import CASES, COMMON, build, convert, float64_logits, hf_logits, rel_diff, rewrite, sha256, token_ids
 from conftest import CACHE, ROOT
 from llamay.gguf import GGUFReader
 from llamay.models import ModelFileError, UnsupportedModel
@@ -81,11 +80,6 @@ def converted(request, files):
     return request.param, model, llamay.load(path, threads=1, n_ctx=case.n_ctx).logits(ids), ids, path
 
 
-def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
-    assert got.shape == ref.shape and np.isfinite(got).all()
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
-
-
 def test_logits_match_transformers_with_f16_kv(converted):
     name, model, got, ids, _ = converted
     eager = ("llamay_f16_kv_softcap" if getattr(model.config, "attn_logit_softcapping", None)
@@ -137,11 +131,7 @@ def test_no_further_from_float64_than_llamacpp(converted, llamacpp, kv):
     name, model, got, ids, path = converted
     assert sha256(path) == str(llamacpp[f"{name}/sha256"]), \
         f"{name}: not the file llama.cpp ran; rerun scripts/llamacpp_arch_logits.py"
-    exact = copy.deepcopy(model).double()
-    exact.set_attn_implementation("eager")
-    exact.set_experts_implementation("eager")  # the default grouped matmul has no float64
-    with torch.no_grad():
-        exact = exact(torch.tensor([ids])).logits[0].numpy()
+    exact = float64_logits(model, ids)
     ours = got if kv == "f16" else llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids)
     d_ours = np.abs(ours - exact).max() / np.abs(exact).max()
     d_llamacpp = np.abs(llamacpp[f"{name}/{kv}kv"] - exact).max() / np.abs(exact).max()

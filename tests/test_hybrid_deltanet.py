@@ -1,14 +1,12 @@
 """Gated delta-net families (Qwen3.5 dense and MoE, Qwen3-Next; tests/hybrid_deltanet.py) against float32
 and float64 transformers and against llama.cpp's logits on the very files its converter wrote, and the
 recurrent state's equalities: prefill == token by token == batched beside another sequence, with ==."""
-import copy
-
 import numpy as np
 import pytest
 import torch
 
 import llamay
-from arch_models import build, convert, hf_logits, sha256, token_ids
+from arch_models import build, convert, float64_logits, hf_logits, rel_diff, sha256, token_ids
 from conftest import CACHE, ROOT
 from hybrid_deltanet import CASES
 
@@ -41,11 +39,6 @@ def converted(request, files):
     return request.param, model, ids, path, llamay.load(path, threads=1, kv="f32", n_ctx=case.n_ctx).logits(ids)
 
 
-def rel_diff(got: np.ndarray, ref: np.ndarray) -> float:
-    assert got.shape == ref.shape and np.isfinite(got).all()
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
-
-
 def test_logits_match_transformers_f32(converted):
     name, model, ids, _, got = converted
     want = hf_logits(model, ids)
@@ -61,10 +54,7 @@ def test_no_further_from_float64_than_llamacpp(converted, kv, request):
     llamacpp = np.load(LLAMACPP)
     assert sha256(path) == str(llamacpp[f"{name}/sha256"]), \
         f"{name}: not the file llama.cpp ran; rerun scripts/llamacpp_arch_logits.py --cases hybrid_deltanet"
-    exact = copy.deepcopy(model).double()
-    exact.set_experts_implementation("eager")  # the default grouped matmul has no float64
-    with torch.no_grad():
-        exact = exact(torch.tensor([ids]), use_cache=False).logits[0].numpy()
+    exact = float64_logits(model, ids)
     ours = got if kv == "f32" else llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx).logits(ids)
     d_ours, d_llamacpp = rel_diff(ours, exact), rel_diff(llamacpp[f"{name}/{kv}kv"], exact)
     assert d_ours <= max(d_llamacpp, FLOOR), f"{name} {kv} K/V: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
