@@ -19,7 +19,10 @@ def describe(s: ArchSpec) -> list[str]:
 
 
 def _kind(s: ArchSpec, p: LayerPlan) -> str:
+    if p.recurrent is not None:  # its part's settings; no K/V, no RoPE
+        return f"{p.mixer} ({', '.join(f'{k} {v}' for k, v in vars(p.recurrent).items())}); {_ffn(p)}"
     attn = f"{p.mixer} {p.n_head} heads x {p.head_dim}, kv {p.n_head_kv}"
+    attn += ", sigmoid output gate" if p.attn.out_gate else ""
     if not p.writes_kv:
         attn += " reused from an earlier layer"
     return f"{attn}, {_rope(s, p)} | {f'swa {p.window}' if p.window else 'global'}; {_ffn(p)}"
