@@ -76,7 +76,8 @@ def load_lora(name: str, path: str, scale: float, spec: ArchSpec, base: GGUFRead
     fields = {}  # GGUF name in the base -> (layer, [(Layer field, first row, last row)])
     for il in range(spec.n_layer):
         for field, (gname, _) in layer_tensors(spec, il).items():
-            adaptable = field in ("qkv", "q", "k", "v", "o", "up", "gate", "down")
+            gated_q = field == "q" and spec.layers[il].attn.out_gate  # its rows interleave query and gate
+            adaptable = field in ("qkv", "q", "k", "v", "o", "up", "gate", "down") and not gated_q
             fields[f"blk.{il}.{gname}"] = (il, row_parts(spec, il, field) if adaptable else None)
     terms = {}
     for target, ab in sorted(pairs.items()):
