@@ -11,6 +11,8 @@ from transformers.models.qwen3_next.modeling_qwen3_next import torch_recurrent_g
 from arch_models import build, convert, float64_logits, hf_logits, rel_diff, sha256, token_ids
 from conftest import CACHE, ROOT
 from hybrid_deltanet import CASES
+from llamay.gguf import GGUFWriter
+from llamay.models import UnsupportedModel
 from test_kernels_deltanet import EPS, inputs, meta, run
 
 TIGHT = 1e-3
@@ -96,3 +98,25 @@ def test_delta_rule_matches_transformers_in_float64():
                                                use_qk_l2norm_in_kernel=True)
     assert rel_diff(got, want.reshape(n, -1).numpy()) < 1e-6
     assert rel_diff(state[0], s[0].numpy()) < 1e-6
+
+
+def test_lora_on_the_delta_net_output_and_not_on_the_gated_query(files, tmp_path):
+    """ssm_out is a layer's output projection ("o"), adapted like attention's; attn_q of the gated attention
+    interleaves query and gate rows per head, so an adapter of it is refused."""
+    case, path, rng = CASES["qwen35"], files["qwen35"], np.random.default_rng(3)
+
+    def adapter(target: str, m: int, k: int):
+        w = GGUFWriter()
+        for key, value in (("general.architecture", "qwen35"), ("general.type", "adapter"), ("adapter.type", "lora")):
+            w.add(key, value)
+        w.add("adapter.lora.alpha", 4.0)
+        w.add_tensor(f"{target}.lora_a", rng.standard_normal((4, k)).astype(np.float32))
+        w.add_tensor(f"{target}.lora_b", rng.standard_normal((m, 4)).astype(np.float32))
+        w.write(tmp_path / f"{target}.gguf")
+        return [("x", str(tmp_path / f"{target}.gguf"), 1.0)]
+    ids = token_ids(300, 8)
+    plain = llamay.load(path, threads=1, kv="f32", n_ctx=case.n_ctx).logits(ids)
+    adapted = llamay.load(path, threads=1, kv="f32", n_ctx=case.n_ctx, lora=adapter("blk.0.ssm_out.weight", 64, 64))
+    assert rel_diff(adapted.logits(ids), plain) > 0.05
+    with pytest.raises(UnsupportedModel, match="adapting blk.3.attn_q.weight is not supported"):
+        llamay.load(path, threads=1, n_ctx=case.n_ctx, lora=adapter("blk.3.attn_q.weight", 128, 64))
