@@ -66,8 +66,9 @@ def test_no_further_from_float64_than_llamacpp(converted, kv, request):
 
 
 def test_prefill_decode_and_batched_give_the_same_bits(converted):
-    """Token by token (each step reads the state the last one left), and the second half batched beside
-    another sequence on its own state slot, == one prefill; at 2 threads == 1."""
+    """Token by token (each step reads the state the last one left), the second half batched beside another
+    sequence on its own state slot, a fork's, and a context opened on a longer prefix of a live one's
+    continued, == one prefill; at 2 threads == 1."""
     name, _, ids, path, want = converted
     llm = llamay.load(path, threads=2, kv="f32", n_ctx=CASES[name].n_ctx)
     assert np.array_equal(llm.logits(ids), want), name
@@ -81,6 +82,9 @@ def test_prefill_decode_and_batched_give_the_same_bits(converted):
     def batched(store):
         return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
     assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
+    forks = llm.create_context(ids[:half]).fork(2)
+    assert all(np.array_equal(f.extend(ids[half:]), want[-1]) for f in forks), name
+    assert np.array_equal(llm.create_context(ids[:half + 9]).extend(ids[half + 9:]), want[-1]), name
 
 
 def test_delta_rule_matches_transformers_in_float64():
