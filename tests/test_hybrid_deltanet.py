@@ -8,11 +8,11 @@ import torch
 import llamay
 from transformers.models.qwen3_next.modeling_qwen3_next import torch_recurrent_gated_delta_rule
 
-from arch_models import build, convert, float64_logits, hf_logits, rel_diff, sha256, token_ids
+from arch_models import build, convert, float64_logits, hf_logits, rel_diff, rewrite, sha256, token_ids
 from conftest import CACHE, ROOT
 from hybrid_deltanet import CASES
 from llamay.gguf import GGUFWriter
-from llamay.models import UnsupportedModel
+from llamay.models import ModelFileError, UnsupportedModel
 from test_kernels_deltanet import EPS, inputs, meta, run
 
 TIGHT = 1e-3
@@ -124,3 +124,17 @@ def test_lora_on_the_delta_net_output_and_not_on_the_gated_query(files, tmp_path
     assert rel_diff(adapted.logits(ids), plain) > 0.05
     with pytest.raises(UnsupportedModel, match="adapting blk.3.attn_q.weight is not supported"):
         llamay.load(path, threads=1, n_ctx=case.n_ctx, lora=adapter("blk.3.attn_q.weight", 128, 64))
+
+
+@pytest.mark.parametrize("key,value,error,match", [
+    ("attention.recurrent_layers", [True] * 8, UnsupportedModel, "delta-net layers only"),
+    ("attention.recurrent_layers", [True] * 7, ModelFileError, "one bool per layer"),
+    ("ssm.time_step_rank", 3, ModelFileError, "multiple of ssm.group_count"),
+    ("ssm.inner_size", 4 * 1024, ModelFileError, "heads of at most 512"),
+])
+def test_delta_net_metadata_that_does_not_fit_is_refused(files, tmp_path, key, value, error, match):
+    def edit(meta, tensors):
+        meta[f"qwen35.{key}"] = (value, *meta[f"qwen35.{key}"][1:])
+    rewrite(files["qwen35"], tmp_path / "bad.gguf", edit)
+    with pytest.raises(error, match=match):
+        llamay.load(tmp_path / "bad.gguf", n_ctx=64)
