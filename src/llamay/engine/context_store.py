@@ -337,6 +337,14 @@ class ContextStore:
         rec.pending, rec.matcher = [], None
         return out
 
+    def checkpoint(self, ctx: int):
+        """Keep a hybrid context's recurrent state after its computed tokens for the prefix cache (where a
+        later prompt over the same prefix resumes)."""
+        rec = self._get(ctx)
+        if rec.slot is not None:
+            kv = self._kv
+            self.checkpoints.put(kv.namespace(ctx), kv.tokens(ctx), kv.n_tokens(ctx), self.states.read(rec.slot))
+
     def set_logits(self, ctx: int, logits: np.ndarray):
         """A generation's pass computed the logits after the context's last token."""
         self._get(ctx).last_logits = logits
@@ -355,8 +363,8 @@ class ContextStore:
             kv.cache(ctx)
             if self.tiers is not None:
                 self._write_tiers(ctx)
-            if rec is not None and rec.slot is not None:  # where the next turn or a branch starts
-                self.checkpoints.put(kv.namespace(ctx), kv.tokens(ctx), kv.n_tokens(ctx), self.states.read(rec.slot))
+            if rec is not None:  # where the next turn or a branch starts
+                self.checkpoint(ctx)
         kv.free(ctx)
         if rec is not None:
             self._free_state(rec)
