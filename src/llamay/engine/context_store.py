@@ -383,19 +383,19 @@ class ContextStore:
         return Image(self._kv.tokens(ctx), self._kv.page_table(ctx), logits, rec.matcher, rec.lora, state)
 
     def restore(self, tokens: list[int], lora: tuple, fill: Callable[[list[int]], np.ndarray],
-                matcher=None, share: PageShare | None = None, state: np.ndarray | None = None) -> int:
+                matcher=None, share: PageShare | None = None,
+                state: Callable[[], np.ndarray] | None = None) -> int:
         """A context of tokens on fresh pages: fill(pages) writes their K/V into the pool (page_table
-        order) and returns the logits after the last token; state: a hybrid model's recurrent state after
-        the tokens (required there, refused elsewhere). A failure in fill frees the pages."""
+        order) and returns the logits after the last token; then state() gives a hybrid model's recurrent
+        state after the tokens (required there, refused elsewhere: ValueError before anything changes).
+        A failure in either frees what was taken."""
         if (state is None) != (self.states is None):
-            raise ValueError("the snapshot has no recurrent state for this hybrid model" if state is None
-                             else "the snapshot holds a recurrent state, this model has no recurrent layer")
+            raise ValueError("it holds no recurrent state, and this hybrid model needs one" if state is None
+                             else "it holds a recurrent state, and this model has no recurrent layer")
         if share is not None:
             self.check_share(share, len(tokens))
         slot = self.states.alloc() if state is not None else None
         try:
-            if slot is not None:
-                self.states.write(slot, state)
             ctx, pages = self._kv.restore(tokens, self.namespace(lora))
         except BaseException:
             if slot is not None:
@@ -403,6 +403,8 @@ class ContextStore:
             raise
         try:
             logits = fill(pages)
+            if slot is not None:
+                self.states.write(slot, state())
         except BaseException:
             self._kv.free(ctx)
             if slot is not None:
