@@ -45,9 +45,47 @@ def branches(schema) -> list[dict]:
     return found
 
 
+def one_of(alternatives: list[str]) -> str:
+    return alternatives[0] if len(alternatives) == 1 else "(" + " | ".join(alternatives) + ")"
+
+
+def repeat(lo: int, hi: int | None) -> str:
+    """A Lark/regex repetition of lo to hi (None: no bound) times."""
+    return "*" if lo == 0 and hi is None else f"{{{lo},{'' if hi is None else hi}}}"
+
+
 def kind_of(schema: dict) -> str | None:
     """A single-type branch's type (object when it lists properties), None when any."""
     return schema.get("type") or ("object" if "properties" in schema else None)
+
+
+class Rules:
+    """The Lark rules defining one rule name: helper rules `rule-N` (terminals `RULE-N`) in `lines`."""
+
+    def __init__(self, rule: str):
+        self.rule, self.lines, self.n = rule, [], 0
+
+    def new(self, body: str, terminal: bool = False) -> str:
+        self.n += 1
+        name = f"{self.rule}-{self.n}"
+        name = name.upper() if terminal else name
+        self.lines.append(f"{name}: {body}")
+        return name
+
+    def members(self, schema: dict, member, sep: str, any_members) -> str:
+        """The rules text: `rule` is an object schema's members in its order, member(key, schema) -> Lark,
+        `sep` between; any_members() -> Lark where it lists no properties. ValueError for a required key
+        it does not list."""
+        props = schema.get("properties") or {}
+        if props:
+            required = set(schema.get("required", []))
+            if required - props.keys():
+                raise ValueError(f"required keys {sorted(required - props.keys())} are not among the properties")
+            body = ordered([member(k, props[k]) for k in props], [k in required for k in props], sep, self.new)
+            body += "" if required else "?"
+        else:
+            body = any_members()
+        return "\n".join([f"{self.rule}: {body}", *self.lines]) + "\n"
 
 
 def ordered(members: list[str], required: list[bool], sep: str, new_rule) -> str:

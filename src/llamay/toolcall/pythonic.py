@@ -4,23 +4,26 @@ each call's arguments Python keyword arguments.
 ref: render_tool_calls in the LFM2.5-8B-A1B chat template: strings in single quotes, not escaped; objects
 as JSON (tojson); other values as jinja's str() (True, None, a list's Python repr). The models write
 strings in double quotes (LiquidAI's model cards). So the reader takes Python literals and JSON's
-true/false/null alike; a string is decoded as JSON, else as a Python literal, else taken as written.
+true/false/null alike, strings in either quote with the escapes JSON and Python share (others, and raw
+newlines, as written).
 
 `kwargs_to_json` parses one call's arguments, `KwargsEnd` finds their end in streamed text,
 `kwargs_lark` writes llguidance Lark rules matching the arguments a schema allows (keys in the schema's
 order), `calls_text` writes calls as the model does (for templates that do not render them)."""
 from __future__ import annotations
 
-import ast
 import json
 import re
 
-from .lark_values import BOOL, NULL, SCALARS, branches, json_value, kind_of, ordered, scalar
+from .lark_values import BOOL, NULL, SCALARS, Rules, branches, json_value, kind_of, one_of, repeat, scalar
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORDS = (("True", True), ("False", False), ("None", None), ("true", True), ("false", False), ("null", None))
 _MAX_DEPTH = 64
+# the escapes JSON and Python share (a surrogate pair as one); any other backslash stays as written
+_ESCAPE = re.compile(r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[\"'\\/bfnrt])")
+_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
 def kwargs_to_json(text: str) -> dict:
@@ -83,19 +86,13 @@ class _Reader:
         return value
 
     def string(self) -> str:
-        quote, start, i = self.text[self.pos], self.pos, self.pos + 1
+        quote, i = self.text[self.pos], self.pos + 1
         while i < len(self.text) and self.text[i] != quote:
             i += 2 if self.text[i] == "\\" else 1
         if i >= len(self.text):
             self.fail("unterminated string")
-        self.pos = i + 1
-        literal = self.text[start:self.pos]
-        for decode in ((json.loads,) if quote == '"' else ()) + (ast.literal_eval,):
-            try:
-                return decode(literal)
-            except (ValueError, SyntaxError):
-                pass
-        return literal[1:-1]  # not a valid literal (a raw newline, a stray backslash): as written
+        body, self.pos = self.text[self.pos + 1:i], i + 1
+        return _ESCAPE.sub(_unescaped, body)
 
     def items(self, depth: int, close: str) -> list:
         self.expect(self.text[self.pos])
@@ -132,6 +129,13 @@ class _Reader:
         self.pos = found.end()
         is_int = found.group(1) is None and found.group(2) is None
         return int(found.group()) if is_int else float(found.group())
+
+
+def _unescaped(m: re.Match) -> str:
+    code = m.group(1)
+    if code[0] == "u":
+        return json.loads(f'"{m.group()}"')
+    return _SIMPLE.get(code, code)
 
 
 class KwargsEnd:
@@ -192,38 +196,25 @@ def _literal(value) -> str:
 # ---- grammar -------------------------------------------------------------------------------------------
 
 _ANY_NAME = r"/[A-Za-z_][A-Za-z0-9_]*/"
+_ESCAPES = r"""\\(["'\\\/bfnrt]|u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"""  # no lone surrogate
 
 
 def kwargs_lark(schema: dict, rule: str) -> str:
     """Lark rules defining `rule`: the keyword arguments valid for a function's parameter schema (an
     object), `, `-separated, in the schema's order; required ones must appear, only declared ones may (any,
-    when it lists no properties). Strings (either quote) honour min/maxLength, enum and const; numeric
-    bounds are not enforced (validate the parsed arguments); objects are JSON under their schema."""
+    when it lists no properties). Strings (either quote) honour min/maxLength, enum and const; numbers
+    their bounds; objects are JSON under their schema."""
     builder = _Builder(rule)
-    props = schema.get("properties") or {}
-    if not props:
+
+    def any_members() -> str:
         member = f'{_ANY_NAME} "=" {builder.value({})}'
-        return "\n".join([f'{rule}: ({member} (", " {member})*)?', *builder.lines]) + "\n"
-    required = set(schema.get("required", []))
-    missing = required - props.keys()
-    if missing:
-        raise ValueError(f"required keys {sorted(missing)} are not among the properties")
-    keys = list(props)
-    members = [f'{json.dumps(k + "=")} {builder.value(props[k])}' for k in keys]
-    body = ordered(members, [k in required for k in keys], '", "', builder.new)
-    return "\n".join([f"{rule}: {body}{'' if required else '?'}", *builder.lines]) + "\n"
+        return f'({member} (", " {member})*)?'
+    return builder.members(schema, lambda key, value: f'{json.dumps(key + "=")} {builder.value(value)}',
+                           '", "', any_members)
 
 
-class _Builder:
-    def __init__(self, rule: str):
-        self.rule, self.lines, self.n, self.any = rule, [], 0, None
-
-    def new(self, body: str, terminal: bool = False) -> str:
-        self.n += 1
-        name = f"{self.rule}-{self.n}"
-        name = name.upper() if terminal else name
-        self.lines.append(f"{name}: {body}")
-        return name
+class _Builder(Rules):
+    any = None  # the rule of any value, once written
 
     def value(self, schema) -> str:
         alternatives = []
@@ -243,19 +234,20 @@ class _Builder:
                 alternatives.append(json_value(branch))
             else:
                 raise ValueError(f"unknown schema type {kind!r}")
-        return alternatives[0] if len(alternatives) == 1 else "(" + " | ".join(alternatives) + ")"
+        return one_of(alternatives)
 
     def string(self, schema: dict) -> str:
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
-        count = "*" if lo == 0 and hi is None else f"{{{lo},{'' if hi is None else hi}}}"
-        return self.new(rf"""/"([^"\\\n]|\\.){count}"/ | /'([^'\\\n]|\\.){count}'/""", terminal=True)
+        count = repeat(lo, hi)
+        double, single = rf'/"([^"\\]|{_ESCAPES}){count}"/', rf"/'([^'\\]|{_ESCAPES}){count}'/"
+        return self.new(f"{double} | {single}", terminal=True)
 
     def array(self, schema: dict) -> str:
         item = self.value(schema.get("items", {}))
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
         if hi == 0:
             return '"[]"'
-        rest = "*" if lo <= 1 and hi is None else f"{{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}"
+        rest = repeat(max(lo - 1, 0), None if hi is None else hi - 1)
         return self.new(f'"[" ({item} (", " {item}){rest}){"?" if lo == 0 else ""} "]"')
 
     def literal(self, value) -> str:

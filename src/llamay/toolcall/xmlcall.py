@@ -15,7 +15,7 @@ import json
 import re
 
 from ..chat.reasoning import held_prefix
-from .lark_values import SCALARS, branches, json_value, kind_of, ordered, scalar
+from .lark_values import SCALARS, Rules, branches, json_value, kind_of, one_of, repeat, scalar
 
 END = "</function>"  # ends a call's parameters
 OPEN, CLOSE = "<parameter=", "</parameter>"
@@ -43,7 +43,7 @@ def params_to_json(text: str, schema: dict | None) -> dict:
 
 def typed(raw: str, schema: dict | None):
     """A raw value as the schema types it: decoded where that gives one of its types, else the text."""
-    kinds = {kind_of(b) for b in branches(schema)} if schema else {None}
+    kinds = {k for b in branches(schema) for k in _kinds(b)} if schema else {None}
     if kinds == {"string"}:
         return raw
     try:
@@ -53,6 +53,12 @@ def typed(raw: str, schema: dict | None):
     if None in kinds or _type_of(value) in kinds or (_type_of(value) == "integer" and "number" in kinds):
         return value
     return raw
+
+
+def _kinds(branch: dict) -> set:
+    if "enum" in branch or "const" in branch:
+        return {_type_of(v) for v in (branch["enum"] if "enum" in branch else [branch["const"]])}
+    return {kind_of(branch)}
 
 
 def _type_of(value) -> str:
@@ -93,36 +99,18 @@ _ANY_KEY = r"/[^>\n]+/"
 def params_lark(schema: dict, rule: str) -> str:
     """Lark rules defining `rule`: the blocks valid for a function's parameter schema (an object). Keys in
     the schema's order; required ones must appear; only declared ones may (any key, any number, when the
-    schema lists no properties). Strings honour min/maxLength and enum; numeric bounds are not enforced
-    (validate the parsed arguments); objects and arrays are JSON under their schema."""
+    schema lists no properties). Strings honour min/maxLength, enum and const; numbers their bounds;
+    objects and arrays are JSON under their schema."""
     builder = _Builder(rule)
-    props = schema.get("properties") or {}
-    if not props:
-        value = builder.value({})
-        return "\n".join([f'{rule}: ("{OPEN}" {_ANY_KEY} ">\\n" {value})*', *builder.lines]) + "\n"
-    required = set(schema.get("required", []))
-    missing = required - props.keys()
-    if missing:
-        raise ValueError(f"required keys {sorted(missing)} are not among the properties")
-    keys = list(props)
-    members = [f'{json.dumps(f"{OPEN}{k}>" + chr(10), ensure_ascii=False)} {builder.value(props[k])}'
-               for k in keys]
-    body = ordered(members, [k in required for k in keys], "", builder.new)
-    return "\n".join([f"{rule}: {body}{'' if required else '?'}", *builder.lines]) + "\n"
+    return builder.members(schema, builder.member, "",
+                           lambda: f'("{OPEN}" {_ANY_KEY} ">\\n" {builder.value({})})*')
 
 
-class _Builder:
+class _Builder(Rules):
     """A value is the text after `<parameter=KEY>\\n` up to and including `\\n</parameter>\\n`."""
 
-    def __init__(self, rule: str):
-        self.rule, self.lines, self.n = rule, [], 0
-
-    def new(self, body: str, terminal: bool = False) -> str:
-        self.n += 1
-        name = f"{self.rule}-{self.n}"
-        name = name.upper() if terminal else name
-        self.lines.append(f"{name}: {body}")
-        return name
+    def member(self, key: str, schema) -> str:
+        return f'{json.dumps(OPEN + key + ">" + chr(10), ensure_ascii=False)} {self.value(schema)}'
 
     def value(self, schema) -> str:
         end = json.dumps("\n" + CLOSE + "\n")
@@ -141,11 +129,11 @@ class _Builder:
                 alternatives.append(f"{json_value(branch)} {end}")
             else:
                 raise ValueError(f"unknown schema type {kind!r}")
-        return alternatives[0] if len(alternatives) == 1 else "(" + " | ".join(alternatives) + ")"
+        return one_of(alternatives)
 
     def text(self, schema: dict) -> str:
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
-        chars = "/(?s:.*)/" if lo == 0 and hi is None else f"/(?s:.){{{lo},{'' if hi is None else hi}}}/"
+        chars = f"/(?s:.){repeat(lo, hi)}/"
         return self.new(f'({chars} & {_NO_CLOSE}) {json.dumps(chr(10) + CLOSE + chr(10))}', terminal=True)
 
     @staticmethod
