@@ -167,3 +167,36 @@ def test_show_prints_the_state_a_context_and_a_checkpoint_take(case, capsys):
     assert main(["show", "--arch", str(path)]) == 0
     kib = llm.context_store.states.bytes_per_slot / 1024
     assert f"recurrent state: {kib:.1f} KiB per context and per checkpoint" in capsys.readouterr().out, name
+
+
+def test_a_restarted_model_resumes_from_a_state_record_on_disk(case, tmp_path):
+    """The disk tier keeps the state records beside the pages: another load of the file (a restarted
+    server) resumes a longer prompt at the first one's end, reading its pages and state instead of
+    computing them, to the same bits."""
+    name, _, ids, path, _, want = case
+    half = len(ids) // 2 + 5  # not on a page boundary: the record carries the partial page
+    first = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_disk=1 << 24, cache_dir=str(tmp_path))
+    first.create_context(ids[:half]).delete()
+    first.cache.flush()
+    again = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_disk=1 << 24, cache_dir=str(tmp_path))
+    store = again.context_store
+    ctx = again.create_context(ids)
+    assert ctx.n_cached == half and store.n_prefilled == len(ids) - half
+    assert store.tier_tokens["disk"] == half
+    assert np.array_equal(ctx.logits, want[-1]), name
+    again.scheduler.do(lambda store: store.check())
+
+
+def test_a_second_server_resumes_from_a_state_record_in_redis(case, redis_url):
+    """Through a shared Redis, without any disk: a second model process finds the record another one wrote."""
+    name, _, ids, path, _, want = case
+    url, client, _ = redis_url
+    client.flushall()
+    half = len(ids) // 2 + 7
+    first = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_redis=url)
+    first.create_context(ids[:half]).delete()
+    first.cache.flush()
+    second = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_redis=url)
+    ctx = second.create_context(ids)
+    assert ctx.n_cached == half and second.context_store.n_prefilled == len(ids) - half
+    assert np.array_equal(ctx.logits, want[-1]), name
