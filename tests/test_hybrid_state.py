@@ -3,23 +3,23 @@ against float32 transformers and as close to float64 as llama.cpp's, and the sta
 ==: every way of computing a context (prefill, token by token, batched, 1 or 2 threads, forked, cut back and
 recomputed, resumed from a prefix-cache checkpoint) gives the same bits, and a fork allocates no state
 until a branch runs."""
-import copy
-
 import numpy as np
 import pytest
 import torch
 
+import hybrid_deltanet
 import hybrid_shortconv
 import llamay
-from arch_models import build, convert, hf_logits, sha256, token_ids
+from arch_models import build, convert, float64_logits, hf_logits, sha256, token_ids
 from conftest import CACHE, ROOT
 from llamay.cli.main import main
 from llamay.kv.snapshot_format import SnapshotError, read_snapshot, write_snapshot
 from llamay.models.describe import state_bytes
 
-FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES}
+FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES, "hybrid_deltanet": hybrid_deltanet.CASES}
 CASES = {name: case for cases in FAMILIES.values() for name, case in cases.items()}
 MODULE = {name: module for module, cases in FAMILIES.items() for name in cases}
+GAPS = hybrid_deltanet.GAPS  # case -> where llamay is further from float64 than llama.cpp (strict xfails)
 TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py
 torch.set_num_threads(1)
 
@@ -51,13 +51,13 @@ def test_logits_match_transformers_f32(case):
     assert (got.argmax(1) == want.argmax(1)).all(), name
 
 
-def test_no_further_from_float64_than_llamacpp(case):
+def test_no_further_from_float64_than_llamacpp(case, request):
     name, model, ids, path, _, _ = case
+    if name in GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=GAPS[name]))
     fixture = np.load(ROOT / "tests" / "fixtures" / f"llamacpp_{MODULE[name]}.npz")
     assert sha256(path) == str(fixture[f"{name}/sha256"]), f"{name}: rerun scripts/llamacpp_arch_logits.py"
-    exact = copy.deepcopy(model).double()
-    with torch.no_grad():
-        exact = exact(torch.tensor([ids])).logits[0].numpy()
+    exact = float64_logits(model, ids)
     ours = llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids)
     d_ours, d_llamacpp = rel(ours, exact), rel(fixture[f"{name}/f32kv"], exact)
     assert d_ours <= max(d_llamacpp, FLOOR), f"{name}: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
