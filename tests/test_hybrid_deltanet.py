@@ -97,3 +97,17 @@ def test_delta_net_metadata_that_does_not_fit_is_refused(files, tmp_path, key, v
     rewrite(files["qwen35"], tmp_path / "bad.gguf", edit)
     with pytest.raises(error, match=match):
         llamay.load(tmp_path / "bad.gguf", n_ctx=64)
+
+
+def test_a_one_row_matrix_stored_1d_loads_alike(files, tmp_path):
+    """llama-quantize writes the shared expert's gate [n_embd, 1] as [n_embd] (ggml's trailing 1 dropped):
+    the same weights, the same bits."""
+    path, case = files["qwen3next"], CASES["qwen3next"]
+
+    def flat(meta, tensors):
+        for name in [n for n in tensors if n.endswith("ffn_gate_inp_shexp.weight")]:
+            tensors[name] = tensors[name].reshape(-1)
+    rewrite(path, tmp_path / "flat.gguf", flat)
+    ids = token_ids(300, 12)
+    want = llamay.load(path, threads=1, n_ctx=case.n_ctx).logits(ids)
+    assert np.array_equal(llamay.load(tmp_path / "flat.gguf", threads=1, n_ctx=case.n_ctx).logits(ids), want)

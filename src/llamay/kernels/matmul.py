@@ -106,11 +106,11 @@ class QWeight:
 
     @classmethod
     def from_gguf(cls, reader, name: str) -> "QWeight":
-        """A 2-D tensor of a GGUFReader (GGUF shape (k, m): k is the row length)."""
+        """A 2-D tensor of a GGUFReader (GGUF shape (k, m): k is the row length), or a 1-D one as one row."""
         t = reader.tensors[name]
-        if len(t.shape) != 2:
+        if len(t.shape) not in (1, 2):
             raise ValueError(f"{name} has shape {t.shape}, a matmul weight is 2-D")
-        return cls(reader.data(name), t.qtype, t.shape[1], t.shape[0])
+        return cls(reader.data(name), t.qtype, t.shape[1] if len(t.shape) == 2 else 1, t.shape[0])
 
     def rows(self, lo: int, hi: int) -> "QWeight":
         """Rows [lo, hi) as a weight of their own (a view of the same bytes)."""

@@ -194,7 +194,10 @@ def check_tensors(tensors: dict[str, TensorInfo], table: dict[str, Expect], path
 
 
 def check_tensor(name: str, t: TensorInfo, e: Expect):
-    if len(t.shape) != len(e.shape) or any(w is not None and w != d for d, w in zip(t.shape, e.shape)):
+    shape = tuple(t.shape)
+    if e.role == MATRIX and len(shape) == 1:  # a matrix of one row, as llama-quantize writes [k, 1] (ggml: ne1 = 1)
+        shape += (1,)
+    if len(shape) != len(e.shape) or any(w is not None and w != d for d, w in zip(shape, e.shape)):
         raise ModelFileError(f"{name} has shape {_fmt(t.shape)}, expected {_fmt(e.shape)}")
     if t.qtype.name not in allowed_types(e.role):
         raise ModelFileError(f"{name} is {t.qtype.name}, which llamay cannot use as a {e.role} "
