@@ -200,3 +200,23 @@ def test_a_second_server_resumes_from_a_state_record_in_redis(case, redis_url):
     ctx = second.create_context(ids)
     assert ctx.n_cached == half and second.context_store.n_prefilled == len(ids) - half
     assert np.array_equal(ctx.logits, want[-1]), name
+
+
+def test_speculation_rolls_a_rejected_draft_back_and_changes_no_token(case):
+    """Drafts from the radix tree that the sampled tokens leave part way (the greedy answer with one token
+    changed, cached beside the prompt) are cut: the state goes back to before the pass and the accepted
+    tokens are computed again, so the output is the one without speculation."""
+    name, _, ids, _, llm, _ = case
+    llm.reset()
+    prompt = ids[:40]
+    ctx = llm.create_context(prompt)
+    greedy = "".join(ctx.generate(max_tokens=40, temperature=0, spec="none"))
+    answer = ctx.tokens[len(prompt):]
+    ctx.delete(cache=False)
+    llm.create_context(prompt + answer[:5] + [(answer[5] + 1) % llm.n_vocab] + answer[6:]).delete()
+    s = llm.scheduler
+    before = (s.drafted_tokens, s.accepted_tokens)
+    assert "".join(llm.generate(prompt, max_tokens=40, temperature=0, spec="tree")) == greedy, name
+    drafted, accepted = s.drafted_tokens - before[0], s.accepted_tokens - before[1]
+    assert drafted > accepted >= 4  # the draft was cut after the tokens it shares with the answer
+    llm.scheduler.do(lambda store: store.check())
