@@ -3,10 +3,13 @@ llama.cpp's own converter), with float16 and with float32 K/V, into tests/fixtur
 with each file's sha256 so the test knows it has the very file llama.cpp ran. Run once after a case changes:
 
     pip install llama-cpp-python==0.3.36   # or LLAMA_CPP_LIB_PATH=<libllama.so dir> PYTHONPATH=<its sdist>
-    python scripts/llamacpp_arch_logits.py [CASE ...]
+    python scripts/llamacpp_arch_logits.py [--cases MODULE] [CASE ...]
 
-Naming cases records only those and keeps every other case's entries from the existing file.
+Naming cases records only those and keeps every other case's entries from the existing file. --cases: the
+tests/ module whose CASES to take (default arch_models), recorded into tests/fixtures/llamacpp_<MODULE>.npz
+for any other module (a family's own cases, e.g. hybrid_shortconv).
 """
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -17,10 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import llama_cpp  # noqa: E402
 
-from arch_models import CASES, build, convert, sha256, token_ids  # noqa: E402
+from arch_models import build, convert, sha256, token_ids  # noqa: E402
 from conftest import CACHE  # noqa: E402
 
-OUT = ROOT / "tests" / "fixtures" / "llamacpp_arch_logits.npz"
+FIXTURES = ROOT / "tests" / "fixtures"
 F16, F32 = 1, 0  # ggml_type
 
 
@@ -31,11 +34,13 @@ def logits(path: Path, ids: list[int], kv: int, n_ctx: int) -> np.ndarray:
     return np.array(m.scores[:len(ids)], np.float32)
 
 
-def main(names: list[str]):
+def main(names: list[str], module: str = "arch_models"):
+    CASES = importlib.import_module(module).CASES
+    OUT = FIXTURES / ("llamacpp_arch_logits.npz" if module == "arch_models" else f"llamacpp_{module}.npz")
     with tempfile.TemporaryDirectory() as tmp:
         models = {name: (CASES[name], build(CASES[name])) for name in names or CASES}
         paths = convert(models, Path(tmp), CACHE)
-        out = {k: v for k, v in np.load(OUT).items()} if names else {}
+        out = {k: v for k, v in np.load(OUT).items()} if names and OUT.exists() else {}
         out["llama_cpp_python"] = np.array(llama_cpp.__version__)
         for name, (case, model) in models.items():
             ids = token_ids(model.config.vocab_size, case.n_tokens)
@@ -48,4 +53,8 @@ def main(names: list[str]):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    if args[:1] == ["--cases"]:
+        main(args[2:], args[1])
+    else:
+        main(args)
