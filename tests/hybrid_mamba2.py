@@ -1,0 +1,51 @@
+"""Tiny seeded random HF models with Mamba2 mixers (arch_models.Case; built and converted by arch_models),
+recorded by `scripts/llamacpp_arch_logits.py --cases hybrid_mamba2` into
+tests/fixtures/llamacpp_hybrid_mamba2.npz. Vocabularies of 304: llama.cpp's converter pads Mamba2 vocabularies
+to a multiple of 16 (Granite and Nemotron-H: 8), so 304 keeps the file's vocabulary the model's.
+96 tokens: past the conv window (4) and HF's scan chunk (32) many times."""
+from arch_models import COMMON, Case
+
+N_TOKENS, N_CTX = 96, 128
+VOCAB = dict(vocab_size=304)
+# 8 heads of 16 over 2 groups of B and C with states of 16 (d_inner 128, group norm over 64 values)
+MAMBA2 = dict(hidden_size=64, num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=2, conv_kernel=4,
+              chunk_size=32, num_hidden_layers=3, tie_word_embeddings=False, layer_norm_epsilon=1e-5, **VOCAB)
+GRANITE_MAMBA = dict(mamba_n_heads=8, mamba_d_head=16, mamba_expand=2, mamba_d_state=16, mamba_n_groups=2,
+                     mamba_d_conv=4, mamba_chunk_size=32, position_embedding_type=None,
+                     embedding_multiplier=3.0, attention_multiplier=0.2, residual_multiplier=0.6, logits_scaling=2.5)
+M, A = "linear_attention", "attention"
+GRANITE_LAYERS = dict(num_hidden_layers=5, layer_types=[M, A, M, M, A])
+# transformers saves "linear_attention" and "full_attention"; the converter counts "attention" layers only
+GRANITE_PUBLISHED = dict(layer_types=["mamba", "attention", "mamba", "mamba", "attention"])
+NEMOTRON_H = dict(mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=32,
+                  hybrid_override_pattern="M*-M-*M-", tie_word_embeddings=False,
+                  mlp_hidden_act="relu2", **VOCAB)
+# The converter reads the config through AutoConfig when transformers knows its model_type, and the native
+# NemotronHConfig has MoE defaults (num_experts_per_tok: the converter would write nemotron_h_moe); without a
+# model_type it reads config.json as published dense Nemotron-H checkpoints have it: the pattern string, no
+# MoE keys
+NEMOTRON_H_PUBLISHED = dict(model_type=None, hybrid_override_pattern=NEMOTRON_H["hybrid_override_pattern"],
+                            mtp_layers_block_type=None, **{k: None for k in (
+                                "num_experts_per_tok", "n_routed_experts", "n_shared_experts", "n_group", "topk_group",
+                                "moe_intermediate_size", "moe_shared_expert_intermediate_size", "norm_topk_prob",
+                                "routed_scaling_factor", "moe_shared_expert_overlap", "moe_latent_size")})
+
+
+def case(arch, model, config, extra, common=True, hf_config=None):
+    return Case(arch, model, config, extra, common=common, n_tokens=N_TOKENS, n_ctx=N_CTX, hf_config=hf_config or {})
+
+
+CASES = {
+    "mamba2": case("mamba2", "Mamba2ForCausalLM", "Mamba2Config", MAMBA2, common=False),
+    # Granite 4 (dense): the shared MLP is the FFN
+    "granitehybrid": case("granitehybrid", "GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
+                          dict(**GRANITE_MAMBA, **GRANITE_LAYERS, **VOCAB, num_local_experts=0, num_experts_per_tok=0,
+                               shared_intermediate_size=128, tie_word_embeddings=True), hf_config=GRANITE_PUBLISHED),
+    # Granite 4 MoE: 4 experts of 32, 2 per token, beside a shared MLP of 48
+    "granitehybrid-moe": case("granitehybrid", "GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
+                              dict(**GRANITE_MAMBA, **GRANITE_LAYERS, **VOCAB, num_local_experts=4,
+                                   num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
+                                   tie_word_embeddings=False), hf_config=GRANITE_PUBLISHED),
+    "nemotron_h": case("nemotron_h", "NemotronHForCausalLM", "NemotronHConfig", NEMOTRON_H, hf_config=NEMOTRON_H_PUBLISHED),
+}
+assert COMMON["hidden_size"] == 64  # the Mamba2 shapes above assume it
