@@ -17,6 +17,10 @@ class LoadSettings:
     kv_budget: int | None = None  # bytes of KV pages; None: pool_contexts full contexts
     pool_contexts: int = 4
     page_size: int = 32  # token slots per KV page
+    # a hybrid model's recurrent state: slots for the contexts that hold computed tokens (each one fixed-size
+    # state, allocated lazily), and bytes of state checkpoints kept for its prefix cache
+    state_slots: int = 96
+    state_checkpoints: int = 512 << 20
 
 
 @dataclass(frozen=True)

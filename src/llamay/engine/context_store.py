@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,8 @@ import numpy as np
 from ..kernels.ops import BatchMeta
 from ..kv import InvariantError, KVState, OutOfPages
 from ..models import Decoder
-from ..settings import SCHEDULER
+from ..settings import LOAD, SCHEDULER
+from .checkpoints import Checkpoints
 
 PREFILL_MIN = 64  # a pass of at least this many tokens measures prefill speed (disk reads are weighed by it)
 EMA = 0.3  # the weight of a new measurement
@@ -31,21 +33,21 @@ EMA = 0.3  # the weight of a new measurement
 
 @dataclass
 class ContextState:
-    """Everything kept for one context besides its K/V pages (KVState holds those, under the same id).
-
-    A further kind of per-context state (a recurrent layer's fixed-size state, with checkpoints) is a field
-    here, handled by the store's verbs below (fork copies it, truncate and restore set it): nothing outside
-    the store sees a side table."""
+    """Everything kept for one context besides its K/V pages (KVState holds those, under the same id),
+    including a hybrid model's recurrent state: its slot in the store's StatePool, always the state after
+    the context's computed tokens (fork shares it, the first compute copies it, truncate resumes from a
+    checkpoint)."""
     lora: tuple = ()  # the LoRA adapters its K/V is computed under: ((name, scale), ...) in name order
     last_logits: np.ndarray | None = None  # after its last computed token
     pending: list[int] = field(default_factory=list)  # sampled tokens whose K/V is not computed yet
     # the grammar matcher of a constrained generation cut off before its end: continued by the context's
     # next generation, cloned by fork, saved in snapshots
     matcher: Any = None
+    slot: int | None = None  # its recurrent state slot; None: no computed token (or no recurrent layer)
 
-    def child(self) -> ContextState:
-        """A fork's record (pending tokens are computed before a fork)."""
-        return ContextState(self.lora, self.last_logits, [], self.matcher.clone() if self.matcher else None)
+    def child(self, slot: int | None) -> ContextState:
+        """A fork's record (pending tokens are computed before a fork), on the state slot it shares."""
+        return ContextState(self.lora, self.last_logits, [], self.matcher.clone() if self.matcher else None, slot)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Image:
     last_logits: np.ndarray
     matcher: Any
     lora: tuple
+    state: np.ndarray | None  # a hybrid model's recurrent state after the tokens (StatePool.read)
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,14 @@ class ShareExceeded(Exception):
 
 class ContextStore:
     def __init__(self, decoder: Decoder, n_pages: int, page_size: int, kv: str, budget_pages: int | None = None,
-                 pool=None, tiers=None):
-        """pool: an existing page pool of that shape to reuse (its contents are never read before being
-        written: a fresh KVState holds no page). tiers: the prefix cache's tiers below memory
-        (cache_tiers.CacheTiers)."""
+                 pool=None, tiers=None, states=None):
+        """pool, states: an existing page pool and StatePool of that shape to reuse (their contents are never
+        read before being written: a fresh store holds no page or slot). tiers: the prefix cache's tiers below
+        memory (cache_tiers.CacheTiers)."""
         self.decoder, self.page_size = decoder, page_size
         self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
+        self.states = states if states is not None else decoder.new_states(LOAD.state_slots)
+        self.checkpoints = Checkpoints(LOAD.state_checkpoints if self.states is not None else 0)
         self._kv = KVState(n_pages, page_size, budget_pages)
         self._ctxs: dict[int, ContextState] = {}
         self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
@@ -146,6 +151,11 @@ class ContextStore:
         self._kv.check()
         if set(self._ctxs) != set(self._kv.contexts()):
             raise InvariantError(f"records {sorted(self._ctxs)} != contexts {self._kv.contexts()}")
+        if self.states is not None:
+            self.states.check(Counter(r.slot for r in self._ctxs.values() if r.slot is not None))
+            for ctx, r in self._ctxs.items():
+                if (r.slot is None) != (self._kv.n_tokens(ctx) == 0):
+                    raise InvariantError(f"context {ctx}: {self._kv.n_tokens(ctx)} tokens, state slot {r.slot}")
 
     def _get(self, ctx: int) -> ContextState:
         self._kv.n_tokens(ctx)  # KVError for a context that does not exist
@@ -166,7 +176,21 @@ class ContextStore:
         if self.tiers is not None:
             self.unpin_written()
             n_cached = self._read_tiers(ctx, lora, tokens, n_cached)
+        if self.states is not None:
+            n_cached = self._resume_state(ctx, tokens, n_cached)
         return ctx, n_cached
+
+    def _resume_state(self, ctx: int, tokens: Sequence[int], n: int) -> int:
+        """A hybrid context holding tokens[:n]'s K/V keeps only what the deepest state checkpoint at or
+        below n covers, on a slot holding that state -> the tokens it now holds."""
+        n, state = self.checkpoints.find(self._kv.namespace(ctx), tokens, n)
+        if self._kv.n_tokens(ctx) > n:
+            self._kv.truncate(ctx, n)
+        if state is not None:
+            rec = self._ctxs[ctx]
+            rec.slot = self.states.alloc()
+            self.states.write(rec.slot, state)
+        return n
 
     def create(self, tokens: list[int], lora: tuple | None = None,
                share: PageShare | None = None) -> tuple[int, int]:
@@ -226,10 +250,11 @@ class ContextStore:
             table = np.zeros((len(items), max(map(len, tables))), np.int32)
             for i, t in enumerate(tables):
                 table[i, :len(t)] = t
-            meta = BatchMeta(np.concatenate(pos), np.concatenate(seq), table, self.page_size)
+            meta = BatchMeta(np.concatenate(pos), np.concatenate(seq), table, self.page_size, self._slots(items))
             ids = np.asarray([t for _, tokens in items for t in tokens], np.int32)
             t = time.perf_counter()
-            out = self.decoder.forward(ids, meta, self.pool, rows, lora=self._lora_scales(items, len(ids)))
+            out = self.decoder.forward(ids, meta, self.pool, rows, lora=self._lora_scales(items, len(ids)),
+                                       states=self.states)
             if len(ids) >= PREFILL_MIN:
                 tps = len(ids) / max(time.perf_counter() - t, 1e-9)
                 self.prefill_tps = tps if self.prefill_tps is None else (1 - EMA) * self.prefill_tps + EMA * tps
@@ -241,6 +266,16 @@ class ContextStore:
             st.commit(ctx, tokens)
             self.n_prefilled += len(tokens)
         return out
+
+    def _slots(self, items) -> np.ndarray | None:
+        """Each context's recurrent state slot for a pass that appends to it: its own (a fresh one of zeros
+        at its first token; a copy when a fork still shares it)."""
+        if self.states is None:
+            return None
+        for ctx, _ in items:
+            rec = self._ctxs[ctx]
+            rec.slot = self.states.alloc() if rec.slot is None else self.states.writable(rec.slot)
+        return np.asarray([self._ctxs[ctx].slot for ctx, _ in items], np.int32)
 
     def _lora_scales(self, items, n: int) -> dict | None:
         """adapter -> each token's scale for it (0 where its sequence does not use it)."""
@@ -255,6 +290,8 @@ class ContextStore:
         """Cut computed K/V past the first n tokens (draft tokens a pass computed and sampling rejected):
         pages released, nothing copied; the last logits stay as set_logits left them."""
         if self._kv.n_tokens(ctx) > n:
+            if self.states is not None:
+                raise InvariantError("a recurrent state cannot be trimmed (speculation is off on hybrid models)")
             self._kv.truncate(ctx, n)
 
     def truncate(self, ctx: int, n: int):
@@ -265,8 +302,13 @@ class ContextStore:
             rec.matcher = None  # its position is past the cut
         rec.pending = pending[:max(0, n - committed)]
         if n < committed:
-            self._kv.truncate(ctx, n)
             rec.last_logits = None
+            if self.states is not None:  # the state resumes from a checkpoint; the rest is computed again
+                tokens = self._kv.tokens(ctx)
+                self._free_state(rec)
+                rec.pending = tokens[self._resume_state(ctx, tokens, n):n]
+            else:
+                self._kv.truncate(ctx, n)
 
     def rebase(self, ctx: int, ids: list[int], share: PageShare | None = None) -> tuple[list[int], int]:
         """Make the context a prefix of ids: keep what they share (less one token, computed again for its
@@ -284,7 +326,7 @@ class ContextStore:
         self.extend(ctx, [])
         kids, rec = self._kv.fork(ctx, n), self._ctxs[ctx]
         for k in kids:
-            self._ctxs[k] = rec.child()
+            self._ctxs[k] = rec.child(self.states.share(rec.slot) if rec.slot is not None else None)
         return kids
 
     def resume(self, ctx: int, more: list[int]) -> Resumed:
@@ -294,6 +336,14 @@ class ContextStore:
         out = Resumed(self._kv.tokens(ctx), rec.pending + list(more), rec.last_logits, rec.matcher)
         rec.pending, rec.matcher = [], None
         return out
+
+    def checkpoint(self, ctx: int):
+        """Keep a hybrid context's recurrent state after its computed tokens for the prefix cache (where a
+        later prompt over the same prefix resumes)."""
+        rec = self._get(ctx)
+        if rec.slot is not None:
+            kv = self._kv
+            self.checkpoints.put(kv.namespace(ctx), kv.tokens(ctx), kv.n_tokens(ctx), self.states.read(rec.slot))
 
     def set_logits(self, ctx: int, logits: np.ndarray):
         """A generation's pass computed the logits after the context's last token."""
@@ -308,33 +358,57 @@ class ContextStore:
     def free(self, ctx: int, cache: bool = True):
         """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted) and its
         full pages go to the tiers below memory."""
-        kv = self._kv
+        kv, rec = self._kv, self._ctxs.get(ctx)
         if cache and kv.n_tokens(ctx):
             kv.cache(ctx)
             if self.tiers is not None:
                 self._write_tiers(ctx)
+            if rec is not None:  # where the next turn or a branch starts
+                self.checkpoint(ctx)
         kv.free(ctx)
+        if rec is not None:
+            self._free_state(rec)
         self._ctxs.pop(ctx, None)
+
+    def _free_state(self, rec: ContextState):
+        if rec.slot is not None:
+            self.states.release(rec.slot)
+            rec.slot = None
 
     def snapshot(self, ctx: int) -> Image:
         """What a snapshot holds (pending tokens computed first)."""
         logits = self.extend(ctx, [])
         rec = self._ctxs[ctx]
-        return Image(self._kv.tokens(ctx), self._kv.page_table(ctx), logits, rec.matcher, rec.lora)
+        state = self.states.read(rec.slot) if rec.slot is not None else None
+        return Image(self._kv.tokens(ctx), self._kv.page_table(ctx), logits, rec.matcher, rec.lora, state)
 
     def restore(self, tokens: list[int], lora: tuple, fill: Callable[[list[int]], np.ndarray],
-                matcher=None, share: PageShare | None = None) -> int:
+                matcher=None, share: PageShare | None = None, state: np.ndarray | None = None) -> int:
         """A context of tokens on fresh pages: fill(pages) writes their K/V into the pool (page_table
-        order) and returns the logits after the last token. A failure in fill frees the pages."""
+        order) and returns the logits after the last token; state: a hybrid model's recurrent state after
+        the tokens (required there, refused elsewhere). A failure in fill frees the pages."""
+        if (state is None) != (self.states is None):
+            raise ValueError("the snapshot has no recurrent state for this hybrid model" if state is None
+                             else "the snapshot holds a recurrent state, this model has no recurrent layer")
         if share is not None:
             self.check_share(share, len(tokens))
-        ctx, pages = self._kv.restore(tokens, self.namespace(lora))
+        slot = self.states.alloc() if state is not None else None
+        try:
+            if slot is not None:
+                self.states.write(slot, state)
+            ctx, pages = self._kv.restore(tokens, self.namespace(lora))
+        except BaseException:
+            if slot is not None:
+                self.states.release(slot)
+            raise
         try:
             logits = fill(pages)
         except BaseException:
             self._kv.free(ctx)
+            if slot is not None:
+                self.states.release(slot)
             raise
-        self._ctxs[ctx] = ContextState(lora, logits, [], matcher)
+        self._ctxs[ctx] = ContextState(lora, logits, [], matcher, slot)
         return ctx
 
     def check_share(self, share: PageShare, n_new_tokens: int, extends: int | None = None):

@@ -160,14 +160,15 @@ class DecoderHidden:
     def __call__(self, ids: np.ndarray, lens: list[int], types=None) -> np.ndarray:
         d, s, ps = self.dec, self.dec.spec, self.PAGE_SIZE
         n_pages = [-(-n // ps) for n in lens]
-        pool = d.new_pool(sum(n_pages), ps, "f32")
+        pool, states = d.new_pool(sum(n_pages), ps, "f32"), d.new_states(len(lens))
         table = np.zeros((len(lens), max(n_pages)), np.int32)
         first = np.cumsum([0] + n_pages)
         for i, n in enumerate(n_pages):
             table[i, :n] = np.arange(first[i], first[i] + n)
         pos = np.concatenate([np.arange(n, dtype=np.int32) for n in lens])
         seq = np.concatenate([np.full(n, i, np.int32) for i, n in enumerate(lens)])
-        plan = d.new_plan(len(ids), pool)
+        plan = d.new_plan(len(ids), pool, states=states)
         d.fill_inputs(plan, ids, pos)
-        plan.run(BatchMeta(pos, seq, table, ps), self.nthreads)
+        slots = np.arange(len(lens), dtype=np.int32) if states is not None else None
+        plan.run(BatchMeta(pos, seq, table, ps, slots), self.nthreads)
         return rmsnorm(plan.x, d.output_norm[0], s.norm_eps, self.nthreads)

@@ -251,12 +251,18 @@ class Scheduler:
         items = [(s.ctx, [s.next_tok] + d) for s, d in zip(decode, drafts)]
         n = sum(len(tokens) for _, tokens in items)
         rows, wants, budget = list(range(n)), list(decode), self.batch - n
+        store, marks = self.store_of(), []
         for seq in self.running:
             if not seq.todo or budget <= 0:
                 continue
             take = min(len(seq.todo), budget)
             if take < len(seq.todo) and take > ALIGN:
                 take -= (n + take) % ALIGN
+            if store.states is not None and len(seq.todo) > 1:
+                # a hybrid model's state is checkpointed at each prompt chunk's end, the last one before
+                # the prompt's last token (where a regenerated answer starts again)
+                take = min(take, len(seq.todo) - 1)
+                marks.append(seq.ctx)
             chunk, seq.todo = seq.todo[:take], seq.todo[take:]
             items.append((seq.ctx, chunk))
             n += take
@@ -265,10 +271,13 @@ class Scheduler:
                 rows.append(n - 1)
                 wants.append(seq)
         try:
-            return items, wants, self.store_of().compute(items, np.asarray(rows, np.int64))
+            out = store.compute(items, np.asarray(rows, np.int64))
         except OutOfPages:
             self._undo_chunks(items[len(decode):])
             raise
+        for ctx in marks:
+            store.checkpoint(ctx)
+        return items, wants, out
 
     def _verify(self, seq: _Seq, tokens: list[int], logits: np.ndarray):
         """logits[i]: after the sequence's computed tokens and tokens[:i] (a draft). Each row is sampled as
@@ -366,7 +375,10 @@ class Scheduler:
         return mode
 
     def _drafter(self, mode: str, ctx: int):
-        """A new drafter of mode for the sequence of context ctx (None for mode none)."""
+        """A new drafter of mode for the sequence of context ctx (None for mode none, and on a hybrid model:
+        a rejected draft would have to roll its recurrent state back)."""
+        if self.store_of().states is not None:
+            return None
         if mode == "ngram":
             return draft.NgramDrafter()
         if mode == "tree":

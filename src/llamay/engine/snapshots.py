@@ -28,6 +28,9 @@ def save(llm, ctx_id: int, path: str):
     """On the scheduler's thread: the context (its pending sampled token computed first) into path."""
     store = llm.context_store
     image = store.snapshot(ctx_id)
+    if image.state is not None:
+        raise SnapshotError(f"{llm.spec.arch}: snapshots of a hybrid model's recurrent state are not supported "
+                            "yet (the context stays as it was)")
     pages, pool = np.asarray(image.pages, np.int64), store.pool
     layers = [[pool.page_view(a)[pages].reshape(len(pages), -1) for a in arrs] for arrs in (pool.k, pool.v)]
     meta = {"grammar": image.matcher.state()} if image.matcher is not None else {}

@@ -352,7 +352,7 @@ class Builder:
         return out
 
     def gated(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
-        """gate = act(gate) * up, act 'silu' or 'gelu_tanh'."""
+        """gate = act(gate) * up, act one of ops.ACTS ('none': the product)."""
         _f32(gate, "gate"), _f32(up, "up", gate.shape)
         n = self._op("gated", (gate, up), (gate.size, ACTS[act]), writes=(gate,), reads=(gate, up))
         if self.fuse and gate.ndim == 2:

@@ -36,6 +36,10 @@ def rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, neox: bool) ->
 
 def gated_act(gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
     g = gate.astype(np.float32)
+    if act == "none":
+        return g * up
+    if act == "sigmoid":
+        return (np.float32(1) / (np.float32(1) + np.exp(-g))) * up
     if act == "silu":
         a = g / (np.float32(1) + np.exp(-g))
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from .parts import FFN, Attention, MoE, Norms, Rope
 from .plan import LayerPlan, resolve
@@ -22,6 +23,7 @@ class ArchSpec:
     ffn: FFN
     moe: MoE | None = None
     mixers: tuple = ()  # each layer's mixer (parts.MIXERS); (): attention everywhere
+    recurrent: Any = None  # the part of the layers whose mixer is not attention (parts.ShortConv, ...)
     parallel_block: bool = False  # attention and FFN both read one norm of x: x + (attn + ffn) (Phi-2)
     residual_scale: float = 1.0  # each block's output scaled before the residual add (Granite)
     layer_out_scale: bool = False  # the file may carry layer_output_scale: each layer's output times it
@@ -30,6 +32,7 @@ class ArchSpec:
     n_embd_per_layer: int = 0  # > 0: per-layer inputs of this width, one slice of them added after each
     # layer through a gate and a projection (Gemma 4's E2B/E4B)
     output_bias: bool = False  # bias on the output projection
+    output_norm: str = "output_norm"  # the final norm's GGUF name (LFM2: token_embd_norm)
     logit_scale: float = 1.0  # logits divided by it (Granite)
     final_logit_softcap: float = 0.0
 
@@ -53,6 +56,11 @@ class ArchSpec:
     def kv_layers(self) -> tuple[int, ...]:
         """The layers that write K/V, in order: the page pool's layers."""
         return tuple(p.index for p in self.layers if p.writes_kv)
+
+    @property
+    def state_layers(self) -> tuple[int, ...]:
+        """The layers that keep a recurrent state, in order."""
+        return tuple(p.index for p in self.layers if p.recurrent is not None)
 
     @property
     def kv_dims(self) -> tuple[tuple[int, int], ...]:

@@ -73,19 +73,19 @@ class Meta:
             raise UnsupportedModel(f"{self.arch}: per-layer {key} is not supported")
         return v[0]
 
-    def layer_ints(self, key: str, default=_MISSING):
-        """Positive integers per layer: a tuple of block_count of them from an array, or of one when one
-        integer serves every layer; the default as given when the key is absent."""
+    def layer_ints(self, key: str, default=_MISSING, lo: int = 1):
+        """Integers in [lo, MAX_SIZE] per layer: a tuple of block_count of them from an array, or of one when
+        one integer serves every layer; the default as given when the key is absent."""
         v = self._raw(key, default)
         if self.key(key) not in self.meta:
             return default
         if not isinstance(v, np.ndarray) or v.dtype.kind not in "iu" or v.ndim != 1 or not len(v):
-            return (self.int(key, default),)
+            return (self.int(key, default, lo=lo),)
         if len(v) != self.int("block_count"):
             raise ModelFileError(f"{self.key(key)} has {len(v)} entries, {self.key('block_count')} is "
                                  f"{self.int('block_count')}")
-        if not (1 <= v.min() and v.max() <= MAX_SIZE):
-            raise ModelFileError(f"{self.key(key)} has values out of range [1, {MAX_SIZE}]")
+        if not (lo <= v.min() and v.max() <= MAX_SIZE):
+            raise ModelFileError(f"{self.key(key)} has values out of range [{lo}, {MAX_SIZE}]")
         return tuple(int(x) for x in v)
 
     def float(self, key: str, default=_MISSING, lo: float = 0.0, hi: float = math.inf,

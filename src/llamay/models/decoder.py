@@ -16,9 +16,11 @@ from ..gguf import GGUFReader
 from ..kernels.ops import BatchMeta
 from ..kernels.threads import Governor
 from ..kv import PagePool, kv_type
+from ..kv.state_pool import StatePool
 from ..settings import LOAD
 from .forward import ForwardGraph, Head
 from .lora import layer_terms
+from .recurrent import MIXERS
 from .arch import ArchSpec
 from .weights import Embedding, load_weights
 
@@ -43,6 +45,12 @@ class Decoder:
         dims = self.spec.kv_dims
         return PagePool(len(dims), n_pages, page_size, *dims[0], kv_type(kv, *(d for _, d in dims)), dims=dims)
 
+    def new_states(self, n_slots: int) -> StatePool | None:
+        """The recurrent layers' state slots (None: the model has none)."""
+        s = self.spec
+        shapes = {il: MIXERS[s.layers[il].mixer].state_shapes(s, s.layers[il]) for il in s.state_layers}
+        return StatePool(n_slots, shapes) if shapes else None
+
     def _cached(self, key, make):
         if key not in self._plans:
             self._plans[key] = make()
@@ -51,10 +59,10 @@ class Decoder:
         self._plans.move_to_end(key)
         return self._plans[key]
 
-    def new_plan(self, n: int, pool: PagePool, fuse: bool = True) -> ForwardGraph:
-        """The layers' graph for batches of n tokens over pool (not cached: forward keeps its own)."""
+    def new_plan(self, n: int, pool: PagePool, fuse: bool = True, states: StatePool | None = None) -> ForwardGraph:
+        """The layers' graph for batches of n tokens over pool and states (not cached: forward keeps its own)."""
         return ForwardGraph(self.spec, self.layers, pool, n, fuse, rope_factors=self.rope_factors, ple=self.ple,
-                            lora=self.lora)
+                            lora=self.lora, states=states)
 
     def fill_inputs(self, plan: ForwardGraph, tokens: np.ndarray, positions: np.ndarray):
         """A plan's inputs for these tokens: token embeddings, plus learned position embeddings (GPT-2),
@@ -69,12 +77,16 @@ class Decoder:
             np.multiply(rows, np.float32(math.sqrt(s.n_embd_per_layer)), out=plan.ple)
 
     def forward(self, tokens: np.ndarray, meta: BatchMeta, pool: PagePool,
-                out_rows: np.ndarray | None = None, lora: dict | None = None) -> np.ndarray:
+                out_rows: np.ndarray | None = None, lora: dict | None = None,
+                states: StatePool | None = None) -> np.ndarray:
         """tokens int32 [n]; returns float32 logits [len(out_rows), n_vocab] (all rows when None).
-        lora: adapter name -> float32 [n], each token's scale (absent: 0, the adapter unused). The result
-        is a fresh array."""
+        lora: adapter name -> float32 [n], each token's scale (absent: 0, the adapter unused). states: the
+        recurrent state slots, each sequence's named by meta.state_slots (a model with recurrent layers).
+        The result is a fresh array."""
         s, n = self.spec, len(tokens)
-        plan = self._cached(("plan", n, id(pool)), lambda: self.new_plan(n, pool))
+        if s.state_layers and (states is None or meta.state_slots is None):
+            raise ValueError(f"{s.arch}: its recurrent layers need state slots")
+        plan = self._cached(("plan", n, id(pool), id(states)), lambda: self.new_plan(n, pool, states=states))
         self.fill_inputs(plan, tokens, meta.tok_pos)
         for name, scales in plan.lora_scale.items():
             scales[:] = lora[name] if lora and name in lora else 0.0

@@ -12,6 +12,7 @@ from ..kernels.matmul import QWeight
 from .arch import ArchSpec
 from .parts import Norms
 from .plan import LayerPlan
+from .recurrent import MIXERS
 
 
 class ForwardGraph:
@@ -19,12 +20,13 @@ class ForwardGraph:
     per-layer inputs also `ple` in [n_layer, n, width] (their token rows, scaled)."""
 
     def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None, ple=None,
-                 lora=None):
+                 lora=None, states=None):
         """lora: layer -> Layer field -> [(adapter, A, B, alpha, rank)] (models/lora.py layer_terms), or None;
-        then `lora_scale` in: adapter -> float32 [n], each token's scale for it."""
+        then `lora_scale` in: adapter -> float32 [n], each token's scale for it. states: the recurrent layers'
+        StatePool (kv/state_pool.py), when the spec has such layers."""
         s, b = spec, Builder(fuse)
         self.n, self.b, self.batch = n, b, b.batch(n)
-        self.pool = pool  # held: while this plan lives, id(pool) cannot name another pool
+        self.pool, self.states = pool, states  # held: while this plan lives, their ids name no other
         self.x = x = b.tensor(n, s.n_embd)
         if s.embed_scale != 1.0:
             b.scale(x, s.embed_scale)
@@ -35,8 +37,14 @@ class ForwardGraph:
         names = sorted({t[0] for fields in (lora or {}).values() for terms in fields.values() for t in terms})
         self.lora_scale = {name: np.zeros(n, np.float32) for name in names}
         for P, L in zip(s.layers, layers):
-            _layer(b, self.batch, pool, P, L, x, h, _Proj(b, (lora or {}).get(P.index, {}), self.lora_scale),
-                   rope_factors, ones, per_layer[P.index] if per_layer is not None else None)
+            mm = _Proj(b, (lora or {}).get(P.index, {}), self.lora_scale)
+            if P.recurrent is None:
+                def mixer(inp, P=P, L=L, mm=mm):
+                    return _attention(b, self.batch, pool, P, L, inp, mm, rope_factors, ones)
+            else:
+                def mixer(inp, P=P, L=L, mm=mm):
+                    return MIXERS[P.mixer].build(b, self.batch, states.layers[P.index], P, L, inp, mm)
+            _layer(b, P, L, x, h, mm, mixer, per_layer[P.index] if per_layer is not None else None)
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
@@ -44,12 +52,13 @@ class ForwardGraph:
         self.b.run(nthreads)
 
 
-def _layer(b: Builder, batch, pool, P: LayerPlan, L, x, h, mm, rope_factors, ones: dict, per_layer_in):
-    """x += one layer of plan P with weights L; h: scratch for the normed input; ones: the weight of an RMSNorm
-    without one, per size; per_layer_in: its per-layer input or None."""
+def _layer(b: Builder, P: LayerPlan, L, x, h, mm, mixer, per_layer_in):
+    """x += one layer of plan P with weights L; h: scratch for the normed input; mixer(normed input): its
+    attention or recurrent mixer's output before the output projection; per_layer_in: its per-layer input
+    or None."""
     nm = P.norms
     inp = _norm(b, nm, x, L.attn_norm, L.attn_norm_b, h) if nm.pre else x
-    attn = _attention(b, batch, pool, P, L, inp, mm, rope_factors, ones)  # the only mixer (parts.MIXERS)
+    attn = mixer(inp)
     if P.parallel:  # x + (attn + ffn), the FFN reading the same normed input
         o = mm(attn, L, "o")
         mm(_ffn(b, P, L, inp, mm), L, "down", residual=o)

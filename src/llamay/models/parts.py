@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIXERS = ("attention",)  # what a layer's mixer may be (a later issue adds recurrent and convolutional ones)
+MIXERS = ("attention", "shortconv")  # what a layer's mixer may be; every other one keeps a recurrent state
+# (models/recurrent.py)
 
 
 @dataclass(frozen=True)
@@ -93,3 +94,10 @@ class MoE:
     n_ff_shared: int = 0  # > 0: a shared expert of this width beside the routed ones, gated by sigmoid(x . g)
     beside_dense: bool = False  # the experts run beside the dense MLP, each with its own norms, their router
     # reading the unweighted RMSNorm of the residual times a scale vector (Gemma 4's 26B-A4B)
+
+
+@dataclass(frozen=True)
+class ShortConv:
+    """LFM2's short convolution: in_proj to B, C, x; y = C * conv(B * x) over the last `d_conv` tokens;
+    out_proj. Its state: the last d_conv - 1 values of B * x."""
+    d_conv: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .checks import UnsupportedModel
 from .parts import FFN, MIXERS, Attention, MoE, Norms
@@ -44,6 +44,7 @@ class LayerPlan:
     parallel: bool  # attention and FFN read one norm of x: x + (attn + ffn) (Phi-2)
     residual_scale: float  # each block's output scaled before the residual add (Granite)
     out_scale: bool  # the file may carry layer_output_scale: the layer's output times it
+    recurrent: Any = None  # the part of a mixer that keeps a recurrent state (None: attention)
 
     @property
     def writes_kv(self) -> bool:
@@ -88,9 +89,11 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
     first = n - a.n_kv_shared
 
     def source(il: int) -> int:
+        if mixers[il] != "attention":
+            return -1
         if il < first:
             return il
-        return next((j for j in range(first - 1, -1, -1) if bool(windows[j]) == bool(windows[il])), -1)
+        return next((j for j in range(first - 1, -1, -1) if mixers[j] == "attention" and bool(windows[j]) == bool(windows[il])), -1)
 
     sources = [source(il) for il in range(n)]
     pool = {il: k for k, il in enumerate(il for il in range(n) if sources[il] == il)}
@@ -104,5 +107,6 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
             scale=a.scale or 1.0 / math.sqrt(hd), window=w, rope=_rope(a, il, w),
             kv_source=sources[il], kv_index=pool.get(sources[il], -1), ffn=s.ffn,
             n_ff=(s.ffn.n_ff_layers[il] if s.ffn.n_ff_layers else s.ffn.n_ff) if dense else 0, moe=s.moe,
-            parallel=s.parallel_block, residual_scale=s.residual_scale, out_scale=s.layer_out_scale))
+            parallel=s.parallel_block, residual_scale=s.residual_scale, out_scale=s.layer_out_scale,
+            recurrent=s.recurrent if mixers[il] != "attention" else None))
     return tuple(out)

@@ -10,8 +10,10 @@ import numpy as np
 from ..kernels.builder import MAX_EXPERTS_USED
 from .arch import ArchSpec
 from .checks import MAX_LAYERS, MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
-from .parts import FFN, Attention, MoE, Norms, Rope
+from .parts import FFN, Attention, MoE, Norms, Rope, ShortConv
 from .rope import yarn_mscale
+
+MAX_CONV = 64  # taps of a recurrent layer's convolution
 
 __all__ = ["ArchSpec", "BUILDERS", "DECLINED", "ModelFileError", "UnsupportedModel", "arch_spec"]
 
@@ -365,6 +367,22 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
+def _lfm2(meta: dict) -> ArchSpec:
+    # ref: HF Lfm2DecoderLayer, llama.cpp's lfm2 graph: a layer of attention_kv_heads 0 is a short convolution
+    # (mixer_shortconv.py), the others attention with per-head q/k norms and NeoX RoPE; the final norm is
+    # token_embd_norm
+    m = Meta(meta, "lfm2")
+    kvs = m.layer_ints("attention.head_count_kv", lo=0)
+    heads = {k for k in kvs if k}
+    if len(heads) != 1:
+        raise ModelFileError(f"lfm2.attention.head_count_kv {list(kvs)}: the attention layers' must be one "
+                             "number, with at least one attention layer")
+    mixers = tuple("attention" if k else "shortconv" for k in kvs)
+    c = _common({**meta, m.key("attention.head_count_kv"): heads.pop()}, "lfm2")
+    return _build(c, neox=True, attn=dict(qk_norm=True), mixers=mixers,
+                  recurrent=ShortConv(m.int("shortconv.l_cache", lo=2, hi=MAX_CONV)), output_norm="token_embd_norm")
+
+
 BUILDERS = {
     "llama": _llama,
     "smollm3": _smollm3,
@@ -389,6 +407,7 @@ BUILDERS = {
     "gemma2": _gemma2,
     "gemma3": _gemma3,
     "gemma4": _gemma4,
+    "lfm2": _lfm2,
 }
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"
@@ -399,7 +418,7 @@ DECLINED = {
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
        for arch in ("qwen35", "qwen35moe", "qwen3next", "kimi-linear", "minimax-01")},
-    **{arch: "a hybrid of attention and short convolutions: " + _STATE for arch in ("lfm2", "lfm2moe")},
+    **{arch: "a hybrid of attention and short convolutions: " + _STATE for arch in ("lfm2moe",)},
     **{arch: _LATENT for arch in ("deepseek2", "deepseek3", "deepseek32")},  # DeepSeek V2/V3, Kimi K2
 }
 

@@ -3,7 +3,7 @@ present, every tensor in the file expected, each of the shape and type its entry
 any kernel sees it. Matrices stay as block bytes mapped from the file."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_b
 from .rope import yarn_factors
 from .arch import ArchSpec
 from .plan import LayerPlan
+from .recurrent import MIXERS
 
 
 def _vec(n: int) -> Expect:
@@ -27,7 +28,15 @@ def layer_tensors(s: ArchSpec, il: int) -> dict[str, tuple[str, Expect]]:
     """Layer field -> (GGUF name within block il, after 'blk.{il}.'; what that tensor must be), from the
     layer's plan."""
     p = s.layers[il]
-    return {**_attention(s.n_embd, p), **_ffn(s.n_embd, p), **_norms(s.n_embd, p), **_layer_extras(s, p)}
+    mixer = _attention(s.n_embd, p) if p.recurrent is None else _recurrent(s, p)
+    return {**mixer, **_ffn(s.n_embd, p), **_norms(s.n_embd, p), **_layer_extras(s, p)}
+
+
+MIX = "mix."  # a field of Layer.mix: a recurrent mixer's own weights
+
+
+def _recurrent(s: ArchSpec, p: LayerPlan) -> dict:
+    return {f if f == "o" else MIX + f: t for f, t in MIXERS[p.mixer].tensors(s, p).items()}
 
 
 def _attention(d: int, p: LayerPlan) -> dict:
@@ -122,9 +131,9 @@ def tensor_table(s: ArchSpec, tied: bool) -> dict[str, Expect]:
     token_embd is also the output projection."""
     table = {f"blk.{i}.{name}": e for i in range(s.n_layer) for name, e in layer_tensors(s, i).values()}
     table["token_embd.weight"] = Expect((s.n_embd, s.n_vocab), TIED if tied else TABLE)
-    table["output_norm.weight"] = _vec(s.n_embd)
+    table[f"{s.output_norm}.weight"] = _vec(s.n_embd)
     if s.norms.layer_norm and s.norms.bias:
-        table["output_norm.bias"] = _vec(s.n_embd)
+        table[f"{s.output_norm}.bias"] = _vec(s.n_embd)
     table["output.weight"] = Expect((s.n_embd, s.n_vocab), MATRIX, required=False)
     if s.output_bias:
         table["output.bias"] = _vec(s.n_vocab)
@@ -175,8 +184,9 @@ def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
 
 @dataclass(frozen=True)
 class Layer:
-    q: QWeight
-    o: QWeight
+    o: QWeight  # the mixer's output projection
+    q: QWeight | None = None  # attention's; None in a recurrent layer
+    mix: dict = field(default_factory=dict)  # a recurrent mixer's weights (models/recurrent.py)
     k: QWeight | None = None  # None: the layer reuses an earlier layer's K/V
     v: QWeight | None = None  # None as well when the values are the keys (Attention.v_from_k)
     up: QWeight | None = None  # a dense FFN, or
@@ -260,9 +270,13 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
             return vec(name)
         return (QExperts if len(e.shape) == 3 else QWeight).from_gguf(reader, name)
 
-    layers = [Layer(**_unfuse(spec, {f: load(f"blk.{i}.{name}", e) for f, (name, e) in layer_tensors(spec, i).items()
-                                     if f"blk.{i}.{name}" in reader.tensors}, i))
-              for i in range(spec.n_layer)]
+    def layer(i: int) -> Layer:
+        f = _unfuse(spec, {f: load(f"blk.{i}.{name}", e) for f, (name, e) in layer_tensors(spec, i).items()
+                           if f"blk.{i}.{name}" in reader.tensors}, i)
+        mix = {k[len(MIX):]: f.pop(k) for k in [k for k in f if k.startswith(MIX)]}
+        return Layer(**f, mix=mix)
+
+    layers = [layer(i) for i in range(spec.n_layer)]
     output = QWeight.from_gguf(reader, "token_embd.weight" if tied else "output.weight")
     name = ("rope_freqs.weight" if "rope_freqs.weight" in reader.tensors
             else f"rope_factors_{spec.long_short(n_ctx)}.weight")
@@ -276,10 +290,10 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
         factors = yarn_factors(r.n_rot, r.base, r.yarn, r.n_ctx_orig, r.yarn_beta_fast, r.yarn_beta_slow,
                                r.yarn_truncate)
     zeros = np.zeros(spec.n_embd, np.float32)  # the bias of a LayerNorm without one
-    norm_b = (vec("output_norm.bias") if spec.norms.bias else zeros) if spec.norms.layer_norm else None
+    norm_b = (vec(f"{spec.output_norm}.bias") if spec.norms.bias else zeros) if spec.norms.layer_norm else None
     out_b = vec("output.bias") if spec.output_bias else None
     ple = (PerLayerInputs(Embedding(reader, "per_layer_token_embd.weight"),
                           QWeight.from_gguf(reader, "per_layer_model_proj.weight"), vec("per_layer_proj_norm.weight"))
            if spec.n_embd_per_layer else None)
-    return (layers, Embedding(reader, "token_embd.weight"), (vec("output_norm.weight"), norm_b), (output, out_b),
+    return (layers, Embedding(reader, "token_embd.weight"), (vec(f"{spec.output_norm}.weight"), norm_b), (output, out_b),
             factors, ple)

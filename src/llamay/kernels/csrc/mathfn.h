@@ -41,8 +41,11 @@ static inline float ly_gated_one(float g, float up, int act) {
         up = -7.0f > up ? -7.0f : up;
         return (g / (1.0f + ly_exp(-1.702f * g))) * (up + 1.0f);
     }
+    if (act == 3) return g * up; /* no activation: a product */
     if (act == 0) {
         a = g / (1.0f + ly_exp(-g));
+    } else if (act == 4) {
+        a = 1.0f / (1.0f + ly_exp(-g));
     } else {
         float u = c * (g + (0.044715f * g) * (g * g));
         u = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;

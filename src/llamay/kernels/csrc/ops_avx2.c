@@ -40,8 +40,14 @@ LY_AVX2 void ly_gated_avx2(float *gate, const float *up, int64_t lo, int64_t hi,
             _mm256_storeu_ps(gate + i, _mm256_mul_ps(a, _mm256_add_ps(u, one)));
             continue;
         }
+        if (act == 3) { /* a product */
+            _mm256_storeu_ps(gate + i, up ? _mm256_mul_ps(g, _mm256_loadu_ps(up + i)) : g);
+            continue;
+        }
         if (act == 0) {
             a = _mm256_div_ps(g, _mm256_add_ps(one, ly_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        } else if (act == 4) {
+            a = _mm256_div_ps(one, _mm256_add_ps(one, ly_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g))));
         } else {
             __m256 u = _mm256_mul_ps(c, _mm256_add_ps(g, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), g),
                                                                        _mm256_mul_ps(g, g))));

@@ -1,0 +1,54 @@
+"""Recurrent state checkpoints: a hybrid context's state after a prefix of tokens, found by that prefix
+(and the adapters' namespace) so a context opened on a cached prefix resumes from the deepest checkpoint
+at or below it instead of recomputing from the start. LRU within a byte budget."""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def _key(ns: int, tokens: Sequence[int], n: int) -> bytes:
+    return hashlib.blake2b(np.asarray(tokens[:n], np.int32).tobytes(), digest_size=16,
+                           person=ns.to_bytes(8, "little")).digest()
+
+
+class Checkpoints:
+    def __init__(self, budget: int):
+        """budget: bytes of states kept (0: none)."""
+        self.budget, self.bytes = budget, 0
+        self._items: OrderedDict[bytes, tuple[int, int, np.ndarray]] = OrderedDict()  # key -> (ns, n, state)
+        self._lengths: dict[int, Counter] = {}  # ns -> prefix lengths held, with their counts
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, ns: int, tokens: Sequence[int], n: int, state: np.ndarray):
+        """Keep the state after tokens[:n] (a copy is the caller's to give: it is held as is)."""
+        if n <= 0 or state.nbytes > self.budget:
+            return
+        key = _key(ns, tokens, n)
+        if key in self._items:
+            self._items.move_to_end(key)
+            return
+        self._items[key] = (ns, n, state)
+        self._lengths.setdefault(ns, Counter())[n] += 1
+        self.bytes += state.nbytes
+        while self.bytes > self.budget:
+            _, (ns_old, n_old, old) = self._items.popitem(last=False)
+            self.bytes -= old.nbytes
+            lengths = self._lengths[ns_old]
+            lengths[n_old] -= 1
+            if not lengths[n_old]:
+                del lengths[n_old]
+
+    def find(self, ns: int, tokens: Sequence[int], limit: int) -> tuple[int, np.ndarray | None]:
+        """(n, state) of the deepest checkpoint of tokens[:n] with n <= limit; (0, None) when none."""
+        for n in sorted((n for n in self._lengths.get(ns, ()) if n <= limit), reverse=True):
+            key = _key(ns, tokens, n)
+            if key in self._items:
+                self._items.move_to_end(key)
+                return n, self._items[key][2]
+        return 0, None

@@ -1,0 +1,90 @@
+"""Recurrent state slots: each hybrid layer's fixed-size float32 state (a convolution's last inputs, an
+SSM's or a delta rule's matrix), one slot per context that has computed tokens. Slots are refcounted:
+a fork shares its parent's slot and the first branch that computes gets its own copy (writable), so a
+fork of n ways allocates nothing until a branch runs. The arrays are allocated once (np.zeros: touched
+only as slots are used) because the forward graphs hold pointers into them."""
+from __future__ import annotations
+
+import numpy as np
+
+from .allocator import InvariantError, OutOfPages
+
+
+class OutOfStates(OutOfPages):
+    """Every recurrent state slot is held: a context past them cannot compute (like running out of pages)."""
+
+
+class StatePool:
+    def __init__(self, n_slots: int, shapes: dict[int, tuple[tuple[int, ...], ...]]):
+        """shapes: layer -> the shapes of the arrays one slot holds for it."""
+        self.n_slots = n_slots
+        self.layers = {il: tuple(np.zeros((n_slots, *shape), np.float32) for shape in s) for il, s in shapes.items()}
+        self._refs = [0] * n_slots
+        self._free = list(range(n_slots - 1, -1, -1))
+
+    @property
+    def bytes_per_slot(self) -> int:
+        return sum(a[0].nbytes for arrays in self.layers.values() for a in arrays)
+
+    @property
+    def n_free(self) -> int:
+        return len(self._free)
+
+    def alloc(self) -> int:
+        """A slot of zeros (the state before any token), held once."""
+        if not self._free:
+            raise OutOfStates(f"all {self.n_slots} recurrent state slots are held")
+        slot = self._free.pop()
+        for arrays in self.layers.values():
+            for a in arrays:
+                a[slot] = 0
+        self._refs[slot] = 1
+        return slot
+
+    def share(self, slot: int) -> int:
+        self._refs[slot] += 1
+        return slot
+
+    def release(self, slot: int):
+        self._refs[slot] -= 1
+        if self._refs[slot] == 0:
+            self._free.append(slot)
+
+    def writable(self, slot: int) -> int:
+        """The slot itself when held once, else a copy of it that is (the share given up): copy on write."""
+        if self._refs[slot] == 1:
+            return slot
+        new = self.alloc()
+        self.copy(slot, new)
+        self.release(slot)
+        return new
+
+    def copy(self, src: int, dst: int):
+        for arrays in self.layers.values():
+            for a in arrays:
+                a[dst] = a[src]
+
+    def read(self, slot: int) -> np.ndarray:
+        """The slot's state as one float32 vector (a checkpoint's or a snapshot's bytes)."""
+        return np.concatenate([a[slot].ravel() for arrays in self.layers.values() for a in arrays])
+
+    def write(self, slot: int, state: np.ndarray):
+        """Sets the slot from a vector read() gave (ValueError when its size is not this pool's)."""
+        if state.dtype != np.float32 or state.size * 4 != self.bytes_per_slot:
+            raise ValueError(f"a recurrent state of {state.size * state.itemsize} bytes for slots of "
+                             f"{self.bytes_per_slot}")
+        at = 0
+        for arrays in self.layers.values():
+            for a in arrays:
+                n = a[slot].size
+                a[slot] = state[at:at + n].reshape(a.shape[1:])
+                at += n
+
+    def check(self, held: dict[int, int]):
+        """InvariantError unless each slot's refcount is its holders (held: slot -> holders the owner counts)
+        and the free slots are exactly those of refcount 0."""
+        for slot in range(self.n_slots):
+            if self._refs[slot] != held.get(slot, 0):
+                raise InvariantError(f"state slot {slot}: refcount {self._refs[slot]} != holders {held.get(slot, 0)}")
+        if sorted(self._free) != [s for s in range(self.n_slots) if not self._refs[s]]:
+            raise InvariantError("state slots: the free list disagrees with the refcounts")

@@ -1,0 +1,149 @@
+"""Hybrid models (recurrent mixers beside attention) on tiny files written by llama.cpp's converter: logits
+against float32 transformers and as close to float64 as llama.cpp's, and the state engine's equalities with
+==: every way of computing a context (prefill, token by token, batched, 1 or 2 threads, forked, cut back and
+recomputed, resumed from a prefix-cache checkpoint) gives the same bits, and a fork allocates no state
+until a branch runs."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import hybrid_shortconv
+import llamay
+from arch_models import build, convert, hf_logits, sha256, token_ids
+from conftest import CACHE, ROOT
+from llamay.kv.snapshot_format import SnapshotError
+
+FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES}
+CASES = {name: case for cases in FAMILIES.values() for name, case in cases.items()}
+MODULE = {name: module for module, cases in FAMILIES.items() for name in cases}
+TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    models = {name: (case, build(case)) for name, case in CASES.items()}
+    return convert(models, tmp_path_factory.mktemp("hybrid-converted"), CACHE)
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request, files):
+    name = request.param
+    model = build(CASES[name])
+    ids = token_ids(model.config.vocab_size, CASES[name].n_tokens)
+    llm = llamay.load(files[name], threads=1, n_ctx=CASES[name].n_ctx)
+    return name, model, ids, files[name], llm, llm.logits(ids)
+
+
+def rel(got, ref) -> float:
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def test_logits_match_transformers_f32(case):
+    name, model, ids, path, _, _ = case
+    got = llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids)
+    want = hf_logits(model, ids)
+    assert rel(got, want) < TIGHT, f"{name}: {rel(got, want):.2e}"
+    assert (got.argmax(1) == want.argmax(1)).all(), name
+
+
+def test_no_further_from_float64_than_llamacpp(case):
+    name, model, ids, path, _, _ = case
+    fixture = np.load(ROOT / "tests" / "fixtures" / f"llamacpp_{MODULE[name]}.npz")
+    assert sha256(path) == str(fixture[f"{name}/sha256"]), f"{name}: rerun scripts/llamacpp_arch_logits.py"
+    exact = copy.deepcopy(model).double()
+    with torch.no_grad():
+        exact = exact(torch.tensor([ids])).logits[0].numpy()
+    ours = llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids)
+    d_ours, d_llamacpp = rel(ours, exact), rel(fixture[f"{name}/f32kv"], exact)
+    assert d_ours <= max(d_llamacpp, FLOOR), f"{name}: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
+
+
+def test_every_way_of_computing_gives_the_same_bits(case):
+    name, _, ids, path, _, want = case
+    llm = llamay.load(path, threads=2, n_ctx=CASES[name].n_ctx)
+    assert np.array_equal(llm.logits(ids), want), name
+    ctx = llm.create_context(ids[:1])
+    steps = np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]])
+    assert np.array_equal(steps, want), name
+    llm.reset()
+    half = len(ids) // 2
+    a, b = llm.create_context(ids[:half]), llm.create_context(ids[half:][::-1])
+
+    def batched(store):  # the rest of a beside the whole of b's reversed text, in one pass
+        return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
+    assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
+
+
+def test_fork_shares_the_state_until_a_branch_runs(case):
+    name, _, ids, _, llm, want = case
+    llm.reset()
+    half = len(ids) // 2
+    parent = llm.create_context(ids[:half])
+    states = llm.context_store.states
+    free = states.n_free
+    kids = parent.fork(3)
+    assert states.n_free == free  # three branches, no state allocated
+    assert np.array_equal(kids[0].extend(ids[half:]), want[-1]), name
+    assert states.n_free == free - 1  # the branch that ran got its own copy
+    other = kids[1].extend(ids[half:][::-1])  # another branch diverges from the same state
+    assert np.array_equal(parent.extend(ids[half:]), want[-1]), name  # the parent's state was not touched
+    assert not np.array_equal(other, want[-1])
+    llm.scheduler.do(lambda store: store.check())
+
+
+def test_a_cut_back_context_recomputes_to_the_same_bits(case):
+    name, _, ids, _, llm, want = case
+    llm.reset()
+    ctx = llm.create_context(ids)
+    n = len(ids) - 30
+
+    def cut(store):
+        store.truncate(ctx.id, n)
+        return store.tokens(ctx.id)
+    assert llm.scheduler.do(cut) == ids[:n]
+    assert np.array_equal(ctx.extend(ids[n:]), want[-1]), name
+    llm.scheduler.do(lambda store: store.check())
+
+
+def test_the_prefix_cache_resumes_from_a_state_checkpoint(case):
+    """A freed context leaves a checkpoint at its end: a longer prompt over the same prefix prefills only
+    the rest, to the same bits; a prompt that branches earlier finds no checkpoint below the branch and
+    recomputes from the start, also to the same bits."""
+    name, _, ids, _, llm, want = case
+    llm.reset()
+    half = len(ids) // 2
+    llm.create_context(ids[:half]).delete()
+    store = llm.context_store
+    before = store.n_prefilled
+    ctx = llm.create_context(ids)
+    assert ctx.n_cached == half and store.n_prefilled - before == len(ids) - half
+    assert np.array_equal(ctx.logits, want[-1]), name
+    branch = ids[:10] + ids[10:][::-1]
+    other = llm.create_context(branch)
+    assert other.n_cached == 0
+    assert np.array_equal(other.logits, llm.logits(branch)[-1]), name
+    llm.scheduler.do(lambda store: store.check())
+
+
+def test_a_regenerated_answer_resumes_before_the_prompts_last_token(case):
+    """A prompt's state is checkpointed before its last token: generating again from the same prompt
+    prefills one token, and the answer is the same text."""
+    name, _, ids, _, llm, _ = case
+    llm.reset()
+    store = llm.context_store
+    first = "".join(llm.generate(ids, max_tokens=12, temperature=0))
+    before = store.n_prefilled
+    again = "".join(llm.generate(ids, max_tokens=12, temperature=0))
+    assert first == again and first, name
+    assert store.n_prefilled - before == 12  # the prompt's last token, then 11 sampled ones
+
+
+def test_a_hybrid_snapshot_is_refused_in_one_line(case, tmp_path):
+    name, _, ids, _, llm, _ = case
+    ctx = llm.create_context(ids[:8])
+    with pytest.raises(SnapshotError, match="recurrent state"):
+        ctx.save(tmp_path / "h.llamayctx")
+    assert np.array_equal(ctx.extend(ids[8:9]), llm.logits(ids[:9])[-1])
