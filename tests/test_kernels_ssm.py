@@ -79,3 +79,26 @@ def test_ssm_scan_is_canonical():
             got_a, got_b = (both[:7], both[7:]) if a_first else (both[5:], both[:5])
             assert np.array_equal(got_a, ya) and np.array_equal(got_b, yb)
             assert np.array_equal(pool[0], whole[0])
+
+
+def test_group_rmsnorm_weights():
+    """RMSNorm with weights [G, d] over rows of G * d (Mamba2's gated norm): each group normed by itself with
+    its own weight row, the same bits as normalizing that group's columns alone."""
+    G, d, n = 3, 8, 5
+    x, w = RNG.standard_normal((n, G * d), np.float32), RNG.standard_normal((G, d)).astype(np.float32)
+    b = Builder()
+    xin = b.tensor(n, G * d)
+    y = b.rmsnorm(xin, w, 1e-5)
+    xin[:] = x
+    b.run(2)
+    alone = []
+    for g in range(G):
+        c = Builder()
+        xi = c.tensor(n, d)
+        out = c.rmsnorm(xi, w[g].copy(), 1e-5)
+        xi[:] = x[:, g * d:(g + 1) * d]
+        c.run(1)
+        alone.append(out)
+    assert np.array_equal(y, np.concatenate(alone, axis=1))
+    with pytest.raises(ValueError):
+        b.rmsnorm(b.tensor(n, G * d + 1), w, 1e-5)

@@ -135,13 +135,14 @@ class Builder:
 
     # ---- ops ----
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray | None = None) -> np.ndarray:
-        """RMSNorm of every d-value row of x (d = len(w): per head when d is the head size); out may be x."""
+        """RMSNorm of every d-value row of x (d = w.shape[-1]: per head when d is the head size); w [G, d]:
+        G groups of d per row of x, each with its own weight (Mamba2's group norm); out may be x."""
         _f32(x, "x"), _f32(w, "norm weight")
-        d = w.shape[0]
-        if w.ndim != 1 or x.size % d:
+        d, G = w.shape[-1], (w.shape[0] if w.ndim == 2 else 1)
+        if w.ndim not in (1, 2) or x.size % d or (G > 1 and x.shape[-1] != G * d):
             raise ValueError(f"norm weight of {w.shape} does not divide x of {x.shape}")
         out = self.tensor(*x.shape) if out is None else _f32(out, "out", x.shape)
-        n = self._op("rmsnorm", (x, w, out), (x.size // d, d), (eps,), writes=(out,))
+        n = self._op("rmsnorm", (x, w, out), (x.size // d, d, G), (eps,), writes=(out,))
         if self.fuse and out.ndim == 2 and out.shape[1] == d:
             self._fusable = (n, out, [x, w, out])
         return out

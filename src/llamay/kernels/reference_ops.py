@@ -40,6 +40,9 @@ def gated_act(gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
         return g * up
     if act == "sigmoid":
         return (np.float32(1) / (np.float32(1) + np.exp(-g))) * up
+    if act == "relu_sqr":
+        r = np.maximum(g, np.float32(0))
+        return (r * r) * up
     if act == "silu":
         a = g / (np.float32(1) + np.exp(-g))
     else:

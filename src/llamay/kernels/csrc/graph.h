@@ -30,7 +30,8 @@ typedef struct {
 } ly_batch;
 
 /* Operands by op (p: pointers, n: sizes, f: floats). Built only by kernels/builder.py, which checks them.
- * RMSNORM   p: x, w, y, ly_act* over y or NULL (quantize each row once normed)   n: rows, d   f: eps
+ * RMSNORM   p: x, w, y, ly_act* over y or NULL (quantize each row once normed)   n: rows, d, G (> 1: w is
+ *           [G, d], row r takes w[r % G])   f: eps
  * QUANT     p: ly_act* (x in, q/d/s16 out)  n: tokens
  * MATMUL    p: w, ly_act*, y, bias [m] or NULL (y += bias), res [tokens, m] or NULL (res += y)
  *           n: row_bytes, type, m, tokens
