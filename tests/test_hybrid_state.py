@@ -9,16 +9,18 @@ import numpy as np
 import pytest
 import torch
 
+import hybrid_mamba2
 import hybrid_shortconv
 import llamay
 from arch_models import build, convert, hf_logits, sha256, token_ids
 from conftest import CACHE, ROOT
 from llamay.kv.snapshot_format import SnapshotError
 
-FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES}
+FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES, "hybrid_mamba2": hybrid_mamba2.CASES}
 CASES = {name: case for cases in FAMILIES.values() for name, case in cases.items()}
 MODULE = {name: module for module, cases in FAMILIES.items() for name in cases}
-TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py
+TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py; below the larger of FLOOR and float32
+# transformers' own distance from float64 (6e-6 on granitehybrid-moe), nearer or further than llama.cpp is noise
 torch.set_num_threads(1)
 
 
@@ -54,11 +56,13 @@ def test_no_further_from_float64_than_llamacpp(case):
     fixture = np.load(ROOT / "tests" / "fixtures" / f"llamacpp_{MODULE[name]}.npz")
     assert sha256(path) == str(fixture[f"{name}/sha256"]), f"{name}: rerun scripts/llamacpp_arch_logits.py"
     exact = copy.deepcopy(model).double()
+    exact.set_experts_implementation("eager")  # the default grouped matmul has no float64
     with torch.no_grad():
         exact = exact(torch.tensor([ids])).logits[0].numpy()
     ours = llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids)
     d_ours, d_llamacpp = rel(ours, exact), rel(fixture[f"{name}/f32kv"], exact)
-    assert d_ours <= max(d_llamacpp, FLOOR), f"{name}: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
+    noise = max(FLOOR, rel(hf_logits(model, ids), exact))
+    assert d_ours <= max(d_llamacpp, noise), f"{name}: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}, noise {noise:.2e}"
 
 
 def test_every_way_of_computing_gives_the_same_bits(case):
