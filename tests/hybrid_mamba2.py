@@ -2,7 +2,29 @@
 recorded by `scripts/llamacpp_arch_logits.py --cases hybrid_mamba2` into
 tests/fixtures/llamacpp_hybrid_mamba2.npz. Vocabularies of 304: llama.cpp's converter pads Mamba2 vocabularies
 to a multiple of 16 (Granite and Nemotron-H: 8), so 304 keeps the file's vocabulary the model's.
-96 tokens: past the conv window (4) and HF's scan chunk (32) many times."""
+96 tokens: past the conv window (4) and HF's scan chunk (32) many times.
+
+What llama.cpp's converter writes (numpy shapes, rows first; the Mamba2 mixer's tensors and math:
+src/llamay/models/mixer_mamba2.py):
+- every family: {arch}.ssm.conv_kernel (d_conv), ssm.inner_size (d_inner), ssm.state_size (d_state),
+  ssm.time_step_rank (the head count, d_inner / head_dim), ssm.group_count (n_group); a Mamba2 layer holds
+  attn_norm.weight [n_embd] and blk.N.ssm_{in,conv1d,dt,a,d,norm,out}
+- mamba2: feed_forward_length 0, attention.head_count 0, attention.layer_norm_rms_epsilon. Each layer
+  x + mamba2(rmsnorm(x)); no FFN; output_norm, output (or tied)
+- granitehybrid: attention.head_count_kv per layer (0: Mamba2), head_count, layer_norm_rms_epsilon,
+  feed_forward_length (the dense MLP's, or each expert's), expert_count (0: dense), expert_used_count,
+  expert_shared_feed_forward_length, attention.scale, embedding_scale, residual_scale, logit_scale,
+  rope.scaling.finetuned (false: no RoPE; Granite 4). Layer: x + residual_scale * mixer(rmsnorm(x)), then
+  x + residual_scale * ffn(rmsnorm(x)) (ffn_norm); attention layers attn_{q,k,v,output}, scaled by
+  attention.scale; dense FFN ffn_{gate,up,down} (SiLU); MoE ffn_gate_inp [E, n_embd], ffn_{gate,up}_exps
+  [E, n_ff, n_embd], ffn_down_exps [E, n_embd, n_ff] (softmax over the chosen k) plus the shared MLP
+  ffn_{gate,up,down}_shexp, added ungated. Embeddings times embedding_scale, logits divided by logit_scale
+- nemotron_h: attention.head_count_kv per layer and feed_forward_length per layer (0 in the others): each
+  layer is exactly one of Mamba2 (both 0), attention (kv > 0: attn_{q,k,v,output}, no RoPE, key_length),
+  MLP (ffn > 0: ffn_up, ffn_down, squared ReLU, no gate); each x + block(rmsnorm(x)), the norm always
+  attn_norm; eps attention.layer_norm_epsilon (llama.cpp takes it for the RMS eps)
+The gated norm's eps is the model's RMS eps; its groups are d_inner / n_group values. Where transformers
+saves names the converter misreads, Case.hf_config gives config.json as published checkpoints spell it."""
 from arch_models import COMMON, Case
 
 N_TOKENS, N_CTX = 96, 128
