@@ -14,7 +14,9 @@ import hybrid_shortconv
 import llamay
 from arch_models import build, convert, hf_logits, sha256, token_ids
 from conftest import CACHE, ROOT
-from llamay.kv.snapshot_format import SnapshotError
+from llamay.cli.main import main
+from llamay.kv.snapshot_format import SnapshotError, read_snapshot, write_snapshot
+from llamay.models.describe import state_bytes
 
 FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES, "hybrid_mamba2": hybrid_mamba2.CASES}
 CASES = {name: case for cases in FAMILIES.values() for name, case in cases.items()}
@@ -145,9 +147,60 @@ def test_a_regenerated_answer_resumes_before_the_prompts_last_token(case):
     assert store.n_prefilled - before == 12  # the prompt's last token, then 11 sampled ones
 
 
-def test_a_hybrid_snapshot_is_refused_in_one_line(case, tmp_path):
-    name, _, ids, _, llm, _ = case
-    ctx = llm.create_context(ids[:8])
-    with pytest.raises(SnapshotError, match="recurrent state"):
-        ctx.save(tmp_path / "h.llamayctx")
-    assert np.array_equal(ctx.extend(ids[8:9]), llm.logits(ids[:9])[-1])
+def test_a_restored_snapshot_continues_to_the_same_bits(case, tmp_path):
+    """The snapshot carries the recurrent state (format version 4): restored, even on another load of
+    the file, the context continues as the uncut one; a snapshot without a state does not restore here."""
+    name, _, ids, path, llm, want = case
+    half = len(ids) // 2
+    ctx = llm.create_context(ids[:half])
+    ctx.save(tmp_path / "h.llamayctx")
+    assert read_snapshot(tmp_path / "h.llamayctx").state.size * 4 == llm.context_store.states.bytes_per_slot
+    other = llamay.load(path, threads=2, n_ctx=CASES[name].n_ctx)
+    assert np.array_equal(other.restore_context(tmp_path / "h.llamayctx").extend(ids[half:]), want[-1]), name
+    assert np.array_equal(ctx.extend(ids[half:]), want[-1]), name
+    snap = read_snapshot(tmp_path / "h.llamayctx")
+    write_snapshot(tmp_path / "stateless.llamayctx", snap.header, snap.layers_k, snap.layers_v, snap.logits)
+    with pytest.raises(SnapshotError, match="holds no recurrent state"):
+        other.restore_context(tmp_path / "stateless.llamayctx")
+    other.scheduler.do(lambda store: store.check())
+
+
+def test_show_prints_the_state_a_context_and_a_checkpoint_take(case, capsys):
+    name, _, _, path, llm, _ = case
+    assert state_bytes(llm.spec) == llm.context_store.states.bytes_per_slot > 0
+    assert main(["show", "--arch", str(path)]) == 0
+    kib = llm.context_store.states.bytes_per_slot / 1024
+    assert f"recurrent state: {kib:.1f} KiB per context and per checkpoint" in capsys.readouterr().out, name
+
+
+def test_a_restarted_model_resumes_from_a_state_record_on_disk(case, tmp_path):
+    """The disk tier keeps the state records beside the pages: another load of the file (a restarted
+    server) resumes a longer prompt at the first one's end, reading its pages and state instead of
+    computing them, to the same bits."""
+    name, _, ids, path, _, want = case
+    half = len(ids) // 2 + 5  # not on a page boundary: the record carries the partial page
+    first = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_disk=1 << 24, cache_dir=str(tmp_path))
+    first.create_context(ids[:half]).delete()
+    first.cache.flush()
+    again = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_disk=1 << 24, cache_dir=str(tmp_path))
+    store = again.context_store
+    ctx = again.create_context(ids)
+    assert ctx.n_cached == half and store.n_prefilled == len(ids) - half
+    assert store.tier_tokens["disk"] == half
+    assert np.array_equal(ctx.logits, want[-1]), name
+    again.scheduler.do(lambda store: store.check())
+
+
+def test_a_second_server_resumes_from_a_state_record_in_redis(case, redis_url):
+    """Through a shared Redis, without any disk: a second model process finds the record another one wrote."""
+    name, _, ids, path, _, want = case
+    url, client, _ = redis_url
+    client.flushall()
+    half = len(ids) // 2 + 7
+    first = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_redis=url)
+    first.create_context(ids[:half]).delete()
+    first.cache.flush()
+    second = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_redis=url)
+    ctx = second.create_context(ids)
+    assert ctx.n_cached == half and second.context_store.n_prefilled == len(ids) - half
+    assert np.array_equal(ctx.logits, want[-1]), name

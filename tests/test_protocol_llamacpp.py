@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from llamay.chat.reasoning import ReasoningSplitter
+from conftest import SHARED
+from llamay.chat import ChatTemplate
+from llamay.chat.reasoning import ReasoningSplitter, opened
 from llamay.events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from llamay.gguf import GGUFReader
 from llamay.server.registry import Settings
@@ -413,6 +415,19 @@ def test_reasoning_formats():
     assert ReasoningSplitter("{{ x }}", "deepseek").feed(text) == ("4", "hm")  # split whatever the template
     assert ReasoningSplitter("{{ '<think>' }}", "none").feed(text) == (text, "")
     assert ReasoningSplitter("{{ '<think>' }}").feed(text) == ("4", "hm")
+
+
+def test_a_prompt_that_opens_the_reasoning_starts_the_output_inside_it():
+    """Qwen3.5's and Nemotron 3's templates end the prompt with <think>: the output's thoughts come before
+    a lone </think>."""
+    source = (SHARED / "fixtures" / "templates" / "Qwen3.5-4B.jinja").read_text()
+    prompt = ChatTemplate(source).render([{"role": "user", "content": "hi"}])
+    assert opened(prompt) and not opened("<think>hm</think>\n")
+    assert ReasoningSplitter(source, thinking=True).feed("hm</think>4") == ("4", "hm")
+    assert ReasoningSplitter(source, "none", thinking=True).feed("hm</think>4") == ("hm</think>4", "")
+
+
+def test_reasoning_format_names_are_checked():
     with pytest.raises(ProtocolError):
         parse_chat({"messages": ASK, "reasoning_format": "deepseek-legacy"})
 

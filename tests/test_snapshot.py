@@ -8,8 +8,10 @@ import pytest
 import xxhash
 from hypothesis import given, settings, strategies as st
 
-from llamay.kv.snapshot_format import (HEADER, HEADERS, KVGeometry, Snapshot, SnapshotError, SnapshotFile, SnapshotHeader,
+from llamay.kv.snapshot_format import (HEADERS, KVGeometry, Snapshot, SnapshotError, SnapshotFile, SnapshotHeader,
                                 check_compatible, read_snapshot, write_snapshot)
+
+HEADER = HEADERS[2]  # of the files these tests write: versions 2 and 3 (no recurrent state)
 
 DIGEST = "ab" * 32
 N_VOCAB = 11
@@ -217,9 +219,9 @@ def test_bad_magic_is_named(tmp_path, small):
         read_bytes(tmp_path, b"GGUF" + small[1][4:])
 
 
-@pytest.mark.parametrize("version", [0, 4, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 5, 2**32 - 1])
 def test_other_version_is_refused_by_number(tmp_path, small, version):
-    with pytest.raises(SnapshotError, match=f"format version {version} is not supported.*reads versions 1, 2, 3"):
+    with pytest.raises(SnapshotError, match=f"format version {version} is not supported.*reads versions 1, 2, 3, 4"):
         read_bytes(tmp_path, reseal(with_fields(small[1], version=version)))
 
 
@@ -451,3 +453,38 @@ def test_truncated_layer_table_is_refused(tmp_path):
     for n in (HEADER.size, HEADER.size + 30, HEADER.size + 71):
         with pytest.raises(SnapshotError, match="truncated"):
             read_bytes(tmp_path, data[:n])
+
+
+@pytest.mark.parametrize("kv_type", ["f16", "mixed"])
+def test_a_recurrent_state_round_trips_as_version_4(tmp_path, kv_type):
+    """A hybrid model's state after the pages, in the checksum: both readers give it back bit for bit, and
+    a version-4 file of uniform layers has the geometry a version-2 header gives."""
+    header, ks, vs, logits = make(kv_type, 6)
+    state = np.frombuffer(np.random.default_rng(3).bytes(4 * 37), np.float32)
+    path = tmp_path / "s.llamayctx"
+    write_snapshot(path, header, ks, vs, logits, state=state)
+    data = path.read_bytes()
+    assert int.from_bytes(data[8:12], "little") == 4
+    snap = read_snapshot(path)
+    assert same_content(snap, header, ks, vs, logits) and snap.state.tobytes() == state.tobytes()
+    with SnapshotFile(path) as f:
+        g, n = f.header.geometry, f.header.n_pages
+        assert f.has_state and f.header.geometry == header.geometry
+        f.read_pages_into(*([np.zeros((n, g.layer(i)[w]), np.uint8) for i in range(g.n_layer)] for w in (2, 3)),
+                          np.arange(n))
+        assert f.read_state().tobytes() == state.tobytes()
+    damaged = bytearray(data)
+    damaged[-20] ^= 1  # inside the state
+    with pytest.raises(SnapshotError, match="checksum"):
+        read_bytes(tmp_path, bytes(damaged))
+    with pytest.raises(SnapshotError, match="truncated"):
+        read_bytes(tmp_path, reseal(data[:-20] + data[-16:]))
+    n_state_at = HEADERS[4].size - 8
+    for bad, message in ((0, "recurrent state of 0 floats"), (2**60, "recurrent state of")):
+        hostile = bytearray(data)
+        hostile[n_state_at:n_state_at + 8] = bad.to_bytes(8, "little")
+        with pytest.raises(SnapshotError, match=message):
+            read_bytes(tmp_path, reseal(bytes(hostile)))
+    write_snapshot(tmp_path / "plain.llamayctx", header, ks, vs, logits)
+    with SnapshotFile(tmp_path / "plain.llamayctx") as f:
+        assert not f.has_state

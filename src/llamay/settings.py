@@ -29,6 +29,7 @@ class CacheSettings:
     disk: int = 2 << 30  # bytes of pages on disk per model for `serve` and `run` (LLAMAY_CACHE_DISK); 0: none
     api_disk: int = 0  # the same for llamay.load: the Python API writes nothing unless asked
     subdir: str = "kv"  # under $LLAMAY_HOME/cache, unless --cache-dir
+    state_share: float = 0.25  # a hybrid model's state records may take this share of the disk budget more
 
 
 @dataclass(frozen=True)

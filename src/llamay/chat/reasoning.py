@@ -12,13 +12,20 @@ def held_prefix(buf: str, tag: str) -> int:
     return max((k for k in range(min(len(tag) - 1, len(buf)), 0, -1) if buf.endswith(tag[:k])), default=0)
 
 
+def opened(prompt_tail: str) -> bool:
+    """Whether a rendered prompt ends inside an open <think> (Qwen3.5's, Nemotron 3's templates open it for
+    the model): the output then starts as reasoning."""
+    return prompt_tail.rstrip().endswith(OPEN)
+
+
 class ReasoningSplitter:
-    def __init__(self, template_source: str, mode: str = "auto"):
-        """mode: one of MODES; 'none' leaves the tags and the thoughts in the content."""
+    def __init__(self, template_source: str, mode: str = "auto", thinking: bool = False):
+        """mode: one of MODES; 'none' leaves the tags and the thoughts in the content. thinking: the prompt
+        opened the reasoning (opened()): the output starts inside it."""
         if mode not in MODES:
             raise ValueError(f"reasoning format must be one of {', '.join(MODES)}, got {mode!r}")
         self.enabled = mode == "deepseek" or mode == "auto" and OPEN in (template_source or "")
-        self.thinking = False
+        self.thinking = self.enabled and thinking
         self.held = ""
 
     def feed(self, text: str) -> tuple[str, str]:

@@ -14,10 +14,17 @@ assumed to pay). Those pages then enter the tree as if computed. A page that fai
 corrupt) ends the run there: the rest is computed.
 
 Keys (kv/disk.py chain_keys) start from a root naming the weights digest, the adapters and their scales,
-the KV type, the page size and the RoPE variant: K/V is only ever read back into the model that made it."""
+the KV type, the page size and the RoPE variant: K/V is only ever read back into the model that made it.
+
+A hybrid model's state checkpoints (engine/checkpoints.py) go to tiers of their own beside the pages' (a
+disk folder of fixed-size records, the same Redis): a record is the recurrent state after a prefix of n
+tokens plus the K/V page holding its last n % page_size tokens (the full pages before it are the pages'
+tiers'), keyed by the prefix. A prompt resumes from the deepest record the tiers hold whose full pages it
+has, so a restarted process or another server continues a hybrid conversation too."""
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import queue
@@ -29,11 +36,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .. import env
 from ..files import write_atomic
 from ..kv import kv_type, page_bytes
 from ..kv.disk import DiskTier, chain_keys, root_key
 from ..kv.pool import PagePool
+from ..models.describe import state_bytes
 from ..settings import CACHE
 from .digest import weights_digest
 from .context_store import EMA
@@ -51,20 +61,14 @@ class Found:
     runs: tuple[tuple[str, int, int], ...]  # (tier, first page, pages): read in this order
 
 
-def page_buffers(pool: PagePool, page: int) -> list[memoryview]:
-    """The page's bytes in the tiers' order: K then V of every layer in turn."""
-    out = []
-    for k, v in zip(pool.k, pool.v):
-        out.append(memoryview(pool.page_view(k)[page]).cast("B"))
-        out.append(memoryview(pool.page_view(v)[page]).cast("B"))
-    return out
-
-
 class CacheTiers:
-    def __init__(self, tiers: dict, root_of: Callable[[tuple], bytes], page_size: int, page_bytes: int):
+    def __init__(self, tiers: dict, root_of: Callable[[tuple], bytes], page_size: int, page_bytes: int,
+                 states: dict | None = None):
         """tiers: name (TIERS) -> DiskTier or SharedTier; root_of(lora choice) -> the chain root of K/V
-        computed under those adapters (see above)."""
+        computed under those adapters (see above); states: name -> the tier of state records (a hybrid
+        model's), of state bytes + page_bytes each."""
         self.tiers = {name: tiers[name] for name in TIERS if name in tiers}
+        self.states = {name: (states or {})[name] for name in TIERS if name in (states or {})}
         self.root_of, self.page_size, self.page_bytes = root_of, page_size, page_bytes
         self.read_bps: dict[str, float] = {}  # measured: bytes read per second, per tier
         self.pages_written = {name: 0 for name in self.tiers}
@@ -123,8 +127,33 @@ class CacheTiers:
                 at += n
         return Found(start, at, keys, tuple(runs)) if at else None
 
+    def state_key(self, lora: tuple, tokens: list[int], n: int) -> bytes:
+        return hashlib.blake2b(np.asarray(tokens[:n], "<u4").tobytes(), digest_size=16,
+                               key=hashlib.blake2b(self.root_of(lora) + b"state").digest()).digest()
+
+    def save_state(self, lora: tuple, tokens: list[int], n: int, record: bytes):
+        """Queue the state record after tokens[:n] for every state tier (record: a copy, the writer's)."""
+        if self.states:
+            with self._busy:
+                self._in_flight += 1
+            self._jobs.put(("state", self.state_key(lora, tokens, n), record))
+
+    def find_state(self, lora: tuple, tokens: list[int], lo: int, hi: int) -> tuple[int, str] | None:
+        """(n, tier) of the deepest state record the tiers hold after tokens[:n], lo < n <= hi."""
+        ns = list(range(hi, lo, -1))
+        keys = [self.state_key(lora, tokens, n) for n in ns]
+        for name, tier in self.states.items():
+            held = tier.has(keys)
+            if any(held):
+                return ns[held.index(True)], name
+        return None
+
+    def read_state(self, lora: tuple, tokens: list[int], n: int, name: str, record: memoryview) -> bool:
+        """The state record after tokens[:n] from tier name into record (verified) -> whether it was read."""
+        return self.states[name].read([self.state_key(lora, tokens, n)], [[record]]) == 1
+
     def read(self, found: Found, buffers: list[list[memoryview]]) -> tuple[int, dict[str, int]]:
-        """Read found's runs into buffers (page_buffers of each of its pages, in order) -> (pages read
+        """Read found's runs into buffers (PagePool.page_buffers of each of its pages, in order) -> (pages read
         whole, from the first; tokens read per tier). A page that fails to read ends the reading there."""
         good, out = 0, {}
         for name, first, n in found.runs:
@@ -165,13 +194,16 @@ class CacheTiers:
 
     def _write_loop(self):
         while (job := self._jobs.get()) is not None:
+            if job[0] == "state":
+                self._write_state(*job[1:])
+                continue
             owner, pool, lora, tokens, pages = job
             try:
                 keys = self.keys_of(lora, tokens, len(pages))
                 for name, tier in self.tiers.items():
                     todo = [(k, p) for k, p, held in zip(keys, pages, tier.has(keys)) if not held]
                     if todo:
-                        tier.write([k for k, _ in todo], [page_buffers(pool, p) for _, p in todo])
+                        tier.write([k for k, _ in todo], [pool.page_buffers(p) for _, p in todo])
                         self.pages_written[name] += len(todo)
             except Exception:  # noqa: BLE001 - a page not written is only a page to compute again
                 self.errors += 1
@@ -180,6 +212,19 @@ class CacheTiers:
                 with self._busy:
                     self._in_flight -= 1
                     self._busy.notify_all()
+
+
+    def _write_state(self, key: bytes, record: bytes):
+        try:
+            for tier in self.states.values():
+                if not tier.has([key])[0]:
+                    tier.write([key], [[memoryview(record)]])
+        except Exception:  # noqa: BLE001 - a record not written is only a prefix to compute again
+            self.errors += 1
+        finally:
+            with self._busy:
+                self._in_flight -= 1
+                self._busy.notify_all()
 
 
 def cache_root() -> Path:
@@ -194,20 +239,25 @@ def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redi
     digest, ps = weights_digest(llm.path), llm.page_size
     dims = llm.spec.kv_dims
     one_page = page_bytes(dims, ps, kv_type(llm.kv, *(d for _, d in dims)))
-    tiers = {}
+    tiers, states = {}, {}
+    record = state_bytes(llm.spec) + one_page if llm.spec.state_layers else 0  # a state record's size
     if disk_budget:
         folder = Path(directory or cache_root()) / f"{digest[:16]}-{llm.kv}-p{ps}"
         tiers["disk"] = DiskTier(folder, disk_budget, one_page)
+        if record:
+            states["disk"] = DiskTier(folder / "states", int(disk_budget * CACHE.state_share), record)
         _describe(folder, {"model": os.path.basename(llm.path), "path": llm.path, "digest": digest, "kv": llm.kv,
                            "page_size": ps})
     if redis_url:
         tiers["shared"] = SharedTier(redis_url, one_page)
+        if record:
+            states["shared"] = SharedTier(redis_url, record)
     adapters = {a.name: a.digest for a in llm.loras}
     rope = llm.decoder.rope_variant or ""
 
     def root_of(lora: tuple) -> bytes:
         return root_key("llamay-kv-1", digest, llm.kv, str(ps), rope, *(f"{adapters[n]}*{s!r}" for n, s in lora))
-    return CacheTiers(tiers, root_of, ps, one_page)
+    return CacheTiers(tiers, root_of, ps, one_page, states)
 
 
 def _describe(folder: Path, meta: dict):

@@ -177,20 +177,56 @@ class ContextStore:
             self.unpin_written()
             n_cached = self._read_tiers(ctx, lora, tokens, n_cached)
         if self.states is not None:
-            n_cached = self._resume_state(ctx, tokens, n_cached)
+            n_cached = self._resume_state(ctx, tokens, n_cached, tiers=True)
         return ctx, n_cached
 
-    def _resume_state(self, ctx: int, tokens: Sequence[int], n: int) -> int:
+    def _resume_state(self, ctx: int, tokens: Sequence[int], n: int, tiers: bool = False) -> int:
         """A hybrid context holding tokens[:n]'s K/V keeps only what the deepest state checkpoint at or
-        below n covers, on a slot holding that state -> the tokens it now holds."""
-        n, state = self.checkpoints.find(self._kv.namespace(ctx), tokens, n)
-        if self._kv.n_tokens(ctx) > n:
-            self._kv.truncate(ctx, n)
+        below n covers, in memory or (tiers) in the tiers below it, on a slot holding that state -> the
+        tokens it now holds."""
+        c, state = self.checkpoints.find(self._kv.namespace(ctx), tokens, n)
+        if tiers and self.tiers is not None and self.tiers.states:
+            got = self._read_state_tier(ctx, tokens, c, n)
+            if got:
+                return got
+        if self._kv.n_tokens(ctx) > c:
+            self._kv.truncate(ctx, c)
         if state is not None:
             rec = self._ctxs[ctx]
             rec.slot = self.states.alloc()
             self.states.write(rec.slot, state)
-        return n
+        return c
+
+    def _read_state_tier(self, ctx: int, tokens: Sequence[int], c: int, n: int) -> int:
+        """The deepest state record past c the tiers hold whose full pages the context has (it holds
+        tokens[:n]): its partial page and state read into the context -> the tokens it then holds (0:
+        none found or read)."""
+        kv, ps, lora = self._kv, self.page_size, self._ctxs[ctx].lora
+        found = self.tiers.find_state(lora, tokens, c, min(len(tokens) - 1, n // ps * ps + ps - 1))
+        if found is None:
+            return 0
+        p, tier = found
+        record = np.empty(self.states.bytes_per_slot // 4 + self.pool.bytes_per_page // 4, np.float32)
+        if not self.tiers.read_state(lora, tokens, p, tier, memoryview(record).cast("B")):
+            return 0
+        base = p // ps * ps
+        kv.truncate(ctx, base)
+        try:
+            for src, dst in kv.apply(kv.plan_append(ctx, p - base)):
+                self.pool.copy_page(src, dst)
+        except OutOfPages:
+            return 0
+        if p > base:
+            raw, at = memoryview(record).cast("B")[self.states.bytes_per_slot:], 0
+            for buf in self.pool.page_buffers(kv.page_table(ctx)[-1]):
+                buf[:] = raw[at:at + len(buf)]
+                at += len(buf)
+        kv.commit(ctx, list(tokens[base:p]))
+        rec = self._ctxs[ctx]
+        rec.slot = self.states.alloc()
+        self.states.write(rec.slot, record[:self.states.bytes_per_slot // 4])
+        self.tier_tokens[tier] = self.tier_tokens.get(tier, 0) + p - base  # the record's partial page
+        return p
 
     def create(self, tokens: list[int], lora: tuple | None = None,
                share: PageShare | None = None) -> tuple[int, int]:
@@ -341,9 +377,16 @@ class ContextStore:
         """Keep a hybrid context's recurrent state after its computed tokens for the prefix cache (where a
         later prompt over the same prefix resumes)."""
         rec = self._get(ctx)
-        if rec.slot is not None:
-            kv = self._kv
-            self.checkpoints.put(kv.namespace(ctx), kv.tokens(ctx), kv.n_tokens(ctx), self.states.read(rec.slot))
+        if rec.slot is None:
+            return
+        kv = self._kv
+        tokens, n, state = kv.tokens(ctx), kv.n_tokens(ctx), self.states.read(rec.slot)
+        self.checkpoints.put(kv.namespace(ctx), tokens, n, state)
+        if self.tiers is not None and self.tiers.states:  # with the page of its last n % page_size tokens
+            page = kv.page_table(ctx)[n // self.page_size] if n % self.page_size else None
+            kv_bytes = (b"".join(bytes(b) for b in self.pool.page_buffers(page)) if page is not None
+                        else bytes(self.pool.bytes_per_page))
+            self.tiers.save_state(rec.lora, tokens, n, state.tobytes() + kv_bytes)
 
     def set_logits(self, ctx: int, logits: np.ndarray):
         """A generation's pass computed the logits after the context's last token."""
@@ -383,19 +426,19 @@ class ContextStore:
         return Image(self._kv.tokens(ctx), self._kv.page_table(ctx), logits, rec.matcher, rec.lora, state)
 
     def restore(self, tokens: list[int], lora: tuple, fill: Callable[[list[int]], np.ndarray],
-                matcher=None, share: PageShare | None = None, state: np.ndarray | None = None) -> int:
+                matcher=None, share: PageShare | None = None,
+                state: Callable[[], np.ndarray] | None = None) -> int:
         """A context of tokens on fresh pages: fill(pages) writes their K/V into the pool (page_table
-        order) and returns the logits after the last token; state: a hybrid model's recurrent state after
-        the tokens (required there, refused elsewhere). A failure in fill frees the pages."""
+        order) and returns the logits after the last token; then state() gives a hybrid model's recurrent
+        state after the tokens (required there, refused elsewhere: ValueError before anything changes).
+        A failure in either frees what was taken."""
         if (state is None) != (self.states is None):
-            raise ValueError("the snapshot has no recurrent state for this hybrid model" if state is None
-                             else "the snapshot holds a recurrent state, this model has no recurrent layer")
+            raise ValueError("it holds no recurrent state, and this hybrid model needs one" if state is None
+                             else "it holds a recurrent state, and this model has no recurrent layer")
         if share is not None:
             self.check_share(share, len(tokens))
         slot = self.states.alloc() if state is not None else None
         try:
-            if slot is not None:
-                self.states.write(slot, state)
             ctx, pages = self._kv.restore(tokens, self.namespace(lora))
         except BaseException:
             if slot is not None:
@@ -403,6 +446,8 @@ class ContextStore:
             raise
         try:
             logits = fill(pages)
+            if slot is not None:
+                self.states.write(slot, state())
         except BaseException:
             self._kv.free(ctx)
             if slot is not None:
@@ -427,7 +472,6 @@ class ContextStore:
     def _read_tiers(self, ctx: int, lora: tuple, tokens: list[int], n_cached: int) -> int:
         """Extend the context (holding tokens[:n_cached]) with the pages of tokens the tiers hold, up to the
         last full page before the last token -> the tokens it now holds."""
-        from .cache_tiers import page_buffers
         kv, ps = self._kv, self.page_size
         found = self.tiers.find(lora, tokens, n_cached, self.prefill_tps)
         if found is None:
@@ -441,7 +485,7 @@ class ContextStore:
         except OutOfPages:
             return kv.n_tokens(ctx)
         pages = kv.page_table(ctx)[start:start + found.n_pages]
-        good, read = self.tiers.read(found, [page_buffers(self.pool, p) for p in pages])
+        good, read = self.tiers.read(found, [self.pool.page_buffers(p) for p in pages])
         kv.commit(ctx, tokens[start * ps:(start + good) * ps])
         if good:
             kv.cache(ctx)  # in the tree now: another request of this prefix finds it in memory

@@ -1,7 +1,8 @@
 """Saving a context to a .llamayctx file and restoring it into fresh pages (kv/snapshot_format.py is the format).
 
-A snapshot carries the context's tokens, its pages and the logits after its last token, so a restored
-context continues exactly like the original without recomputing anything; and, for a constrained
+A snapshot carries the context's tokens, its pages, a hybrid model's recurrent state and the logits after
+its last token, so a restored context continues exactly like the original without recomputing anything;
+and, for a constrained
 generation cut off before its end, the grammar's position (source and consumed tokens), so it continues
 under the same grammar."""
 from __future__ import annotations
@@ -28,9 +29,6 @@ def save(llm, ctx_id: int, path: str):
     """On the scheduler's thread: the context (its pending sampled token computed first) into path."""
     store = llm.context_store
     image = store.snapshot(ctx_id)
-    if image.state is not None:
-        raise SnapshotError(f"{llm.spec.arch}: snapshots of a hybrid model's recurrent state are not supported "
-                            "yet (the context stays as it was)")
     pages, pool = np.asarray(image.pages, np.int64), store.pool
     layers = [[pool.page_view(a)[pages].reshape(len(pages), -1) for a in arrs] for arrs in (pool.k, pool.v)]
     meta = {"grammar": image.matcher.state()} if image.matcher is not None else {}
@@ -39,7 +37,7 @@ def save(llm, ctx_id: int, path: str):
     if image.lora:
         meta["lora"] = adapters(llm, image.lora)
     header = SnapshotHeader(weights_digest(llm.path), geometry(llm), np.asarray(image.tokens, np.uint32), meta)
-    write_snapshot(path, header, layers[0], layers[1], logits=image.last_logits)
+    write_snapshot(path, header, layers[0], layers[1], logits=image.last_logits, state=image.state)
 
 
 META_SLACK = 1 << 20  # a saved grammar's source (at most 256 KiB) and JSON beside its tokens
@@ -49,8 +47,9 @@ def max_bytes(llm) -> int:
     """The largest snapshot this model can restore: a full context's tokens and pages, its logits and a
     grammar position over every token. An upload past it is refused before it is read."""
     n = llm.n_ctx
-    pool = llm.context_store.pool
-    pages = pages_for(n, llm.page_size) * pool.bytes_per_page
+    store = llm.context_store
+    pool, states = store.pool, store.states
+    pages = pages_for(n, llm.page_size) * pool.bytes_per_page + (states.bytes_per_slot if states is not None else 0)
     table = LAYER.size * len(pool.k)
     return HEADER.size + table + 4 * n + 4 * llm.n_vocab + 12 * n + META_SLACK + pages + 4 * ALIGN + CHECKSUM_BYTES
 
@@ -94,7 +93,12 @@ def restore(llm, path: str, matcher=None, share=None) -> int:
         def fill(pages: list[int]) -> np.ndarray:
             f.read_pages_into([pool.page_view(a) for a in pool.k], [pool.page_view(a) for a in pool.v], pages)
             return f.read_logits(llm.n_vocab)
-        return store.restore(tokens, lora, fill, matcher, share)
+        try:
+            return store.restore(tokens, lora, fill, matcher, share, f.read_state if f.has_state else None)
+        except ValueError as e:  # a recurrent state missing, unexpected or of another size
+            if isinstance(e, SnapshotError):
+                raise
+            raise SnapshotError(f"snapshot does not fit this model: {e}") from None
 
 
 def adapters(llm, lora: tuple) -> list[dict]:

@@ -71,6 +71,14 @@ class PagePool:
         """[n_pages, page_size, row_bytes] view of one layer's K or V."""
         return arr.reshape(self.n_pages, self.page_size, -1)
 
+    def page_buffers(self, page: int) -> list[memoryview]:
+        """The page's bytes in the tiers' and state records' order: K then V of every layer in turn."""
+        out = []
+        for k, v in zip(self.k, self.v):
+            out.append(memoryview(self.page_view(k)[page]).cast("B"))
+            out.append(memoryview(self.page_view(v)[page]).cast("B"))
+        return out
+
     def copy_page(self, src: int, dst: int):
         """Copy-on-write: the only copy of KV data there is."""
         for a in self.k + self.v:

@@ -12,11 +12,14 @@ Layout, version 2, all little-endian, no pointers:
   page data            for each layer: K pages then V pages, n_pages * page_bytes each, context order;
                        a dense (f32/f16) page is [page_size, n_kv_head, head_dim] of that dtype (the
                        layer's own, in version 3)
+  recurrent state      version 4 only: f32[n_state], a hybrid model's recurrent layers' state after the
+                       last token (the header's last field counts them; the layer table is always there)
   checksum             xxh3_128 of every byte before it, 16 bytes
 The header is fixed binary rather than JSON: every field has a fixed width and type, so parsing hostile
 input is one struct.unpack plus integer bounds, and the exact file size follows from the header by
 arithmetic before anything is allocated. Any change of layout bumps VERSION; version 1 (no meta, a
-172-byte header) is still read, and uniform layers are still written as version 2.
+172-byte header) is still read, uniform layers without a recurrent state are still written as version 2,
+others without one as version 3.
 
 Two ways to read, both validating the header against the file size before allocating anything:
 read_snapshot maps the file (no copy) and returns read-only numpy views after verifying the checksum;
@@ -41,10 +44,12 @@ import xxhash
 from ..files import write_atomic
 
 MAGIC = b"LLAMAYCX"
-VERSION = 3
+VERSION = 4
 HEADERS = {1: struct.Struct("<8sI64s32s8sIIIIQQQQQ"), 2: struct.Struct("<8sI64s32s8sIIIIQQQQQQ")}
 HEADERS[3] = HEADERS[2]  # followed by the layer table
+HEADERS[4] = struct.Struct("<8sI64s32s8sIIIIQQQQQQQ")  # + n_state; followed by the layer table
 HEADER = HEADERS[VERSION]
+MAX_STATE = 1 << 34  # floats of a recurrent state (64 GiB): a bound on hostile counts, far above any model
 LAYER = struct.Struct("<IIQQ")  # n_kv_head, head_dim, k_page_bytes, v_page_bytes
 CHECKSUM_BYTES = 16
 ALIGN = 64
@@ -145,6 +150,7 @@ class Snapshot(NamedTuple):
     layers_k: list[np.ndarray]  # per layer, KVGeometry.layer_shape; read-only views of the file
     layers_v: list[np.ndarray]
     logits: np.ndarray  # f32 [n_logits], n_logits 0 when none were stored
+    state: np.ndarray | None = None  # f32 [n_state]: a hybrid model's recurrent state (version 4), else None
 
 
 def pages_for(n_tokens: int, page_size: int) -> int:
@@ -166,10 +172,11 @@ def check_compatible(header: SnapshotHeader, weights_digest: str, geometry: KVGe
 # ---- writing ----
 
 def write_snapshot(path: str | os.PathLike, header: SnapshotHeader, layers_k: Sequence[np.ndarray],
-                   layers_v: Sequence[np.ndarray], logits: np.ndarray | None = None):
+                   layers_v: Sequence[np.ndarray], logits: np.ndarray | None = None, state: np.ndarray | None = None):
     """Write atomically: temp file in the same directory, write, fsync, rename, fsync the directory.
     layers_k[i] / layers_v[i]: layer i's pages in context order, shaped as KVGeometry.layer_shape, or
-    for any KV type as uint8 [n_pages, page_bytes]. logits: float32 [n_vocab] after the last token."""
+    for any KV type as uint8 [n_pages, page_bytes]. logits: float32 [n_vocab] after the last token.
+    state: float32 [n], a hybrid model's recurrent state after the last token (written as version 4)."""
     g = header.geometry
     g.validate()
     if not _HEX64.fullmatch(header.weights_digest):
@@ -180,13 +187,24 @@ def write_snapshot(path: str | os.PathLike, header: SnapshotHeader, layers_k: Se
     n_pages = pages_for(len(tokens), g.page_size)
     if len(layers_k) != g.n_layer or len(layers_v) != g.n_layer:
         raise SnapshotError(f"expected {g.n_layer} layers of K and V, got {len(layers_k)} and {len(layers_v)}")
-    parts = [_pack_header(header.weights_digest, g, len(tokens), n_pages, len(logits), len(meta)), tokens,
-             logits, meta, bytes(_pad(_header_size(g) + tokens.nbytes + logits.nbytes + len(meta)))]
+    state = None if state is None else _state_array(state)
+    head = _pack_header(header.weights_digest, g, len(tokens), n_pages, len(logits), len(meta), state)
+    parts = [head, tokens, logits, meta, bytes(_pad(len(head) + tokens.nbytes + logits.nbytes + len(meta)))]
     for i in range(g.n_layer):
         _, _, kb, vb = g.layer(i)
         parts.append(_layer_array(layers_k[i], g, n_pages, kb, i, f"K of layer {i}"))
         parts.append(_layer_array(layers_v[i], g, n_pages, vb, i, f"V of layer {i}"))
+    if state is not None:
+        parts.append(state)
     _write_atomic(os.fspath(path), parts)
+
+
+def _state_array(state) -> np.ndarray:
+    a = np.asarray(state)
+    if a.ndim != 1 or a.dtype.type is not np.float32 or not 1 <= a.size <= MAX_STATE:
+        raise SnapshotError(f"a recurrent state must be float32 [n], 1 <= n <= {MAX_STATE}, got {a.dtype.name} "
+                            f"{a.shape}")
+    return np.ascontiguousarray(a, dtype="<f4")
 
 
 def _token_array(token_ids) -> np.ndarray:
@@ -240,15 +258,13 @@ def _layer_array(a: np.ndarray, g: KVGeometry, n_pages: int, page_bytes: int, la
     return np.ascontiguousarray(a, dtype=dtype)  # no copy when already contiguous little-endian
 
 
-def _pack_header(digest: str, g: KVGeometry, n_tokens: int, n_pages: int, n_logits: int, n_meta: int) -> bytes:
-    head = HEADER.pack(MAGIC, VERSION if g.layers else 2, digest.encode(), g.arch.encode(), g.kv_type.encode(),
-                       g.n_layer, g.n_kv_head, g.head_dim, g.page_size, n_tokens, n_pages,
-                       g.k_page_bytes, g.v_page_bytes, n_logits, n_meta)
-    return head + b"".join(LAYER.pack(*layer) for layer in g.layers)
-
-
-def _header_size(g: KVGeometry) -> int:
-    return HEADER.size + LAYER.size * len(g.layers)
+def _pack_header(digest: str, g: KVGeometry, n_tokens: int, n_pages: int, n_logits: int, n_meta: int,
+                 state: np.ndarray | None) -> bytes:
+    version = 4 if state is not None else 3 if g.layers else 2
+    fields = [MAGIC, version, digest.encode(), g.arch.encode(), g.kv_type.encode(), g.n_layer, g.n_kv_head,
+              g.head_dim, g.page_size, n_tokens, n_pages, g.k_page_bytes, g.v_page_bytes, n_logits, n_meta]
+    head = HEADERS[version].pack(*fields, *([state.size] if state is not None else []))
+    return head + b"".join(LAYER.pack(*g.layer(i)) for i in range(g.n_layer) if version >= 3)
 
 
 def _pad(offset: int) -> int:
@@ -282,7 +298,8 @@ def read_snapshot(path: str | os.PathLike) -> Snapshot:
     _verify(xxhash.xxh3_128_intdigest(body), buf[size - CHECKSUM_BYTES:].tobytes(), path)
     header = SnapshotHeader(digest, g, body[c.header_size:c.logits_at].view("<u4"),
                             _parse_meta(body[c.logits_end:c.meta_end]))
-    return Snapshot(header, *_layer_views(body, g, c), body[c.logits_at:c.logits_end].view("<f4"))
+    state = body[c.state_at(g):c.state_at(g) + 4 * c.n_state].view("<f4") if c.n_state else None
+    return Snapshot(header, *_layer_views(body, g, c), body[c.logits_at:c.logits_end].view("<f4"), state)
 
 
 class SnapshotFile:
@@ -324,10 +341,26 @@ class SnapshotFile:
                 offset = _fill(self._fd, bufs, offset)
                 for b in bufs:  # hashed while still in cache
                     h.update(b)
+        self._state = np.empty(self._counts.n_state, "<f4") if self._counts.n_state else None
+        if self._state is not None:
+            offset = _fill(self._fd, [self._state], offset)
+            h.update(self._state)
         checksum = bytearray(CHECKSUM_BYTES)
         _fill(self._fd, [checksum], offset)
         _verify(h.intdigest(), bytes(checksum), self.path)
         self.verified = True
+
+    @property
+    def has_state(self) -> bool:
+        """Whether the snapshot holds a recurrent state (version 4), from its header."""
+        return self._counts.n_state > 0
+
+    def read_state(self) -> np.ndarray | None:
+        """The recurrent state (float32 [n_state]), None when it holds none; once read_pages_into has
+        verified it."""
+        if not self.verified:
+            raise RuntimeError("read_pages_into must verify the snapshot before its state is used")
+        return self._state
 
     def read_logits(self, n_vocab: int) -> np.ndarray:
         """float32 [n_vocab] stored after the last token; only once read_pages_into has verified them."""
@@ -400,6 +433,7 @@ class _Counts(NamedTuple):
     n_logits: int
     n_meta: int
     header_size: int
+    n_state: int = 0
 
     @property
     def logits_at(self) -> int:
@@ -417,18 +451,23 @@ class _Counts(NamedTuple):
     def pages_at(self) -> int:
         return self.meta_end + _pad(self.meta_end)
 
+    def state_at(self, g: KVGeometry) -> int:
+        return self.pages_at + self.n_pages * g.bytes_per_page
+
     def file_size(self, g: KVGeometry) -> int:
-        return self.pages_at + self.n_pages * g.bytes_per_page + CHECKSUM_BYTES
+        return self.state_at(g) + 4 * self.n_state + CHECKSUM_BYTES
 
 
 def _read_head(fd: int) -> bytes:
     """The fixed header and, in version 3, the layer table its n_layer implies (less when the file is
     shorter; _parse_header checks)."""
     head = os.pread(fd, HEADER.size, 0)
-    if len(head) == HEADER.size and int.from_bytes(head[8:12], "little") >= 3:
+    version = int.from_bytes(head[8:12], "little") if len(head) >= 12 else 0
+    if version >= 3 and version in HEADERS and len(head) >= HEADERS[version].size:
+        head = head[:HEADERS[version].size]
         n_layer = int.from_bytes(head[116:120], "little")  # after magic, version, digest, arch, KV type
         if 1 <= n_layer <= MAX_LAYERS:
-            head += os.pread(fd, LAYER.size * n_layer, HEADER.size)
+            head += os.pread(fd, LAYER.size * n_layer, len(head))
     return head
 
 
@@ -448,6 +487,9 @@ def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
     (_, _, digest, arch, kv_type, n_layer, n_kv_head, head_dim, page_size, n_tokens, n_pages,
      k_bytes, v_bytes, n_logits, *more) = header.unpack(head[:header.size])
     n_meta = more[0] if more else 0
+    n_state = more[1] if len(more) > 1 else 0
+    if version >= 4 and not 1 <= n_state <= MAX_STATE:
+        raise SnapshotError(f"a recurrent state of {n_state} floats is outside 1..{MAX_STATE}")
     digest = _text(digest, "weights digest")
     if not _HEX64.fullmatch(digest):
         raise SnapshotError(f"weights digest {digest!r} is not a sha256 hex")
@@ -459,13 +501,15 @@ def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
         if len(head) < header_size:
             raise SnapshotError(f"truncated snapshot: {size} bytes, the header and layer table need {header_size}")
         layers = tuple(LAYER.unpack_from(head, header.size + LAYER.size * i) for i in range(n_layer))
+        if version >= 4 and len(set(layers)) == 1:
+            layers = ()  # uniform layers: the geometry the header alone gives
     g = KVGeometry(_text(arch, "architecture"), n_layer, n_kv_head, head_dim, _text(kv_type, "KV type"),
                    page_size, k_bytes, v_bytes, layers)
     g.validate()
     if n_pages != pages_for(n_tokens, page_size):
         raise SnapshotError(f"{n_tokens} tokens need {pages_for(n_tokens, page_size)} pages of "
                             f"{page_size}, the header says {n_pages}")
-    counts = _Counts(n_tokens, n_pages, n_logits, n_meta, header_size)
+    counts = _Counts(n_tokens, n_pages, n_logits, n_meta, header_size, n_state)
     expected = counts.file_size(g)
     if expected != size:
         kind = "truncated" if size < expected else "oversized"

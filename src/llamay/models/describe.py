@@ -2,8 +2,11 @@
 of layer (the layers whose plans agree but for their index and K/V source), with its count and layers."""
 from __future__ import annotations
 
+import math
+
 from .arch import ArchSpec
 from .plan import LayerPlan
+from .recurrent import MIXERS
 
 
 def describe(s: ArchSpec) -> list[str]:
@@ -12,18 +15,30 @@ def describe(s: ArchSpec) -> list[str]:
         kinds.setdefault(_kind(s, p), []).append(p.index)
     lines = [f"{s.arch}: {s.n_layer} layers, embedding {s.n_embd}, vocab {s.n_vocab}, context {s.n_ctx_train}",
              "blocks: " + ", ".join(_blocks(s))]
+    if s.state_layers:
+        lines.append(f"recurrent state: {_bytes(state_bytes(s))} per context and per checkpoint (float32)")
     for kind, layers in kinds.items():
         count = f"{len(layers)} layer{'s' if len(layers) > 1 else ''}"
         lines.append(f"  {count} ({_which(layers, s.n_layer)}): {kind}")
     return lines
 
 
+def state_bytes(s: ArchSpec) -> int:
+    """Bytes of one context's recurrent state (a state slot, a checkpoint)."""
+    return sum(4 * math.prod(shape) for il in s.state_layers
+               for shape in MIXERS[s.layers[il].mixer].state_shapes(s, s.layers[il]))
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
 def _kind(s: ArchSpec, p: LayerPlan) -> str:
     if p.mixer == "none":
         return f"no mixer; {_ffn(p) or 'no ffn'}"
-    if p.recurrent is not None:  # its part's sizes, e.g. mamba2 d_conv 4, d_inner 128, ...
-        sizes = ", ".join(f"{k} {v}" for k, v in vars(p.recurrent).items())
-        return f"{p.mixer} {sizes}; {_ffn(p) or 'no ffn'}"
+    if p.recurrent is not None:
+        part = ", ".join(f"{k} {v}" for k, v in vars(p.recurrent).items())
+        return f"{p.mixer} ({part}); {_ffn(p) or 'no ffn'}"
     attn = f"{p.mixer} {p.n_head} heads x {p.head_dim}, kv {p.n_head_kv}"
     if not p.writes_kv:
         attn += " reused from an earlier layer"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from ..chat.reasoning import ReasoningSplitter
+from ..chat.reasoning import ReasoningSplitter, opened
 from ..engine import Done, GrammarError, Job, OutOfPages, Overloaded, Piece
 from ..events import Delta, Finish, TokenLogprob, TopLogprob, Usage
 from ..toolcall.formats import CallFormat
@@ -26,6 +26,7 @@ class Generation:
 
     def __init__(self, loaded: Loaded, req: GenRequest, prep: Prepared, ctx: int | None = None, on_close=None):
         self.loaded, self.req, self.on_close, self.calls = loaded, req, on_close, prep.calls
+        self.thinking = opened(loaded.llm.detokenize(prep.ids[-4:]))  # the prompt opened <think>
         self.queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         try:
@@ -63,7 +64,7 @@ class Generation:
         req, tokenizer = self.req, self.loaded.llm.tokenizer
         template = req.chat.template or self.loaded.llm.metadata.get("tokenizer.chat_template", "")
         mode = req.chat.reasoning_format or "auto"
-        splitters = [reader_for(template, self.calls, mode) for _ in range(req.n)]
+        splitters = [reader_for(template, self.calls, mode, self.thinking) for _ in range(req.n)]
         held: list[list[int]] = [[] for _ in range(req.n)]  # tokens sampled since each choice's last delta
         try:
             while len(self.dones) < req.n:
@@ -94,18 +95,21 @@ class Generation:
             self.cancel()  # a no-op for the job once every choice is done
 
 
-def reader_for(template_source: str, calls: CallFormat | None, reasoning_format: str = "auto"):
+def reader_for(template_source: str, calls: CallFormat | None, reasoning_format: str = "auto",
+               thinking: bool = False):
     """One choice's output reader: harmony messages for a harmony template (gpt-oss), else the reasoning
-    split (chat/reasoning.py's modes) then the call format's parser."""
-    return HarmonyReader() if is_harmony(template_source) else _Reader(template_source, calls, reasoning_format)
+    split (chat/reasoning.py's modes; thinking: the prompt opened it) then the call format's parser."""
+    if is_harmony(template_source):
+        return HarmonyReader()
+    return _Reader(template_source, calls, reasoning_format, thinking)
 
 
 class _Reader:
     """One choice's output text -> (content, reasoning, tool-call deltas): the reasoning split first, then
     the content read for calls."""
 
-    def __init__(self, template_source: str, calls: CallFormat | None, reasoning_format: str):
-        self.splitter = ReasoningSplitter(template_source, reasoning_format)
+    def __init__(self, template_source: str, calls: CallFormat | None, reasoning_format: str, thinking: bool):
+        self.splitter = ReasoningSplitter(template_source, reasoning_format, thinking)
         self.parser = CallParser(calls) if calls is not None else None
 
     @property

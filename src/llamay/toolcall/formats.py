@@ -2,12 +2,12 @@
 
 A call region starts at `trigger` (text the model writes, or a special token's text) and holds one call, or
 several separated by `sep` inside `open` ... `close`. A call is `head` (the function name in it) + the
-arguments (a JSON object; Gemma 4's own object syntax) + `tail`. Parallel calls as several regions are
-separated by `region_sep`. These describe what llamay's grammars generate; the parser also reads what the
+arguments (a JSON object; Gemma 4's own object syntax; XML parameter blocks; Python keyword arguments) +
+`tail`. Parallel calls as several regions are separated by `region_sep`. These describe what llamay's grammars generate; the parser also reads what the
 templates render (other whitespace, extra keys such as ids)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 _NAME = r'"((?:[^"\\]|\\.)*)"'
 
@@ -26,12 +26,21 @@ class CallFormat:
     tail_re: str = r"\s*\}"  # reads a tail
     sep_re: str = r"\s*,\s*"
     close_re: str = ""
-    args: str = "json"  # "json" or "gemma" (Gemma 4's <|"|>-quoted object syntax)
+    args: str = "json"  # "json", "gemma" (Gemma 4's <|"|>-quoted object syntax), "xml" (<parameter=KEY>
+    # blocks: xmlcall.py) or "python" (keyword arguments: pythonic.py)
     quoted_name: bool = True  # the name in head_re's group 1 is a JSON string body
     keys: tuple[str, str] | None = ("name", "arguments")  # a JSON call object's name and arguments keys
+    # (function name, parameter schema) of the offered tools, where the arguments' syntax needs them to be
+    # typed ("xml"); bound per request (toolcall/plan.py)
+    schemas: tuple = field(default=(), compare=False)
 
     def head_text(self, name: str) -> str:
         return self.head.replace("{name}", name)
+
+    def with_tools(self, tools: list[dict]) -> CallFormat:
+        """This format knowing the tools' parameter schemas (tools in the chat-template shape)."""
+        return replace(self, schemas=tuple((t["function"]["name"], t["function"].get("parameters") or {})
+                                           for t in tools))
 
 
 def _json_head(name_key: str, args_key: str, extra: str = "") -> str:
@@ -64,22 +73,38 @@ COMMAND_R = CallFormat(  # Command R / R+: Action: ```json [{"tool_name": ..., "
 GEMMA4 = CallFormat(  # Gemma 4: <|tool_call>call:name{key:<|"|>text<|"|>,n:1}<tool_call|>
     "gemma4", "<|tool_call>", "", "call:{name}", "", "<tool_call|>", keys=None,
     head_re=r"call:([A-Za-z0-9_.\-]+)(?=\{)", tail_re="", close_re=r"<tool_call\|>", args="gemma", quoted_name=False)
+QWEN_XML = CallFormat(  # Qwen3-Coder, Qwen3.5 / 3.6, Nemotron 3 Nano, Step 3.5 Flash:
+    # <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
+    "qwen_xml", "<tool_call>", "\n", "<function={name}>\n", "</function>", "\n</tool_call>", region_sep="\n",
+    keys=None, head_re=r"\s*<function=([^>\n]+)>", tail_re="</function>", close_re=r"\s*</tool_call>",
+    args="xml", quoted_name=False)
+LFM2 = CallFormat(  # LFM2 / LFM2.5: <|tool_call_start|>[name(key="v", n=1), other()]<|tool_call_end|>
+    "lfm2", "<|tool_call_start|>", "[", "{name}(", ")", "]<|tool_call_end|>", sep=", ", keys=None,
+    head_re=r"\s*([A-Za-z_][A-Za-z0-9_.\-]*)\(", tail_re=r"\)", close_re=r"\s*\]\s*<\|tool_call_end\|>",
+    args="python", quoted_name=False)
+NEMOTRON = CallFormat(  # Nemotron Nano 2: <TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>
+    "nemotron", "<TOOLCALL>", "[", '{"name": "{name}", "arguments": ', "}", "]</TOOLCALL>", sep=", ",
+    head_re=_json_head("name", "arguments"), close_re=r"\s*\]\s*</TOOLCALL>")
 GENERIC = CallFormat(  # llama.cpp's generic form for templates without tool support
     "generic", "", '{"tool_calls": [', '{"name": "{name}", "arguments": ', "}", "]}", sep=", ",
     head_re=_json_head("name", "arguments"), close_re=r"\s*\]\s*\}")
 
-FORMATS = {f.name: f for f in (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, COMMAND_R7B, COMMAND_R, GEMMA4, GENERIC)}
+FORMATS = {f.name: f for f in (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, COMMAND_R7B, COMMAND_R, GEMMA4, QWEN_XML, LFM2,
+                                NEMOTRON, GENERIC)}
 
-# Markers in a template's source, most specific first.
+# Markers in a template's source (all of an entry's), most specific first.
 _DETECT = (
-    ("<|tool_call>call:", GEMMA4),
-    ("[ARGS]", MISTRAL_ARGS),
-    ("[TOOL_CALLS]", MISTRAL),
-    ("<|START_ACTION|>", COMMAND_R7B),
-    ("Action:", COMMAND_R),
-    ("<tool_call>", HERMES),
-    ("<|python_tag|>", LLAMA3),
-    ('"parameters": ', LLAMA3),
+    (("<|tool_call>call:",), GEMMA4),
+    (("[ARGS]",), MISTRAL_ARGS),
+    (("[TOOL_CALLS]",), MISTRAL),
+    (("<|START_ACTION|>",), COMMAND_R7B),
+    (("Action:",), COMMAND_R),
+    (("<tool_call>", "<function=", "<parameter="), QWEN_XML),
+    (("<tool_call>",), HERMES),
+    (("<TOOLCALL>",), NEMOTRON),
+    (("List of tools: ",), LFM2),  # LFM2 lists tools so; only LFM2.5's newer templates render calls
+    (("<|python_tag|>",), LLAMA3),
+    (('"parameters": ',), LLAMA3),
 )
 
 
@@ -87,7 +112,7 @@ def detect(source: str, supports_tools: bool = True) -> CallFormat:
     """The format a template's model writes calls in; GENERIC when it renders no tools or none is known."""
     if not supports_tools or not source:
         return GENERIC
-    for marker, fmt in _DETECT:
-        if marker in source:
+    for markers, fmt in _DETECT:
+        if all(marker in source for marker in markers):
             return fmt
     return GENERIC

@@ -16,6 +16,8 @@ import json
 import math
 import re
 
+from .lark_values import Rules
+
 QUOTE = '<|"|>'  # Gemma's string delimiter, as text
 QUOTE_LARK = json.dumps(QUOTE)  # the Lark expression of that text; a special token is e.g. `<[id]>`
 
@@ -169,24 +171,15 @@ def args_lark(schema: dict, rule: str, quote: str = QUOTE_LARK) -> str:
     return "\n".join([f"{rule}: {top}", *builder.lines]) + "\n"
 
 
-class _Builder:
+class _Builder(Rules):
     """Turns schema nodes into Lark expressions, appending helper rules and terminals to `lines`."""
 
     def __init__(self, root: dict, rule: str, quote: str):
+        super().__init__(rule)
         self.root = root
-        self.rule = rule
         self.quote = quote
         self.text_quote = quote.startswith('"')  # else a special token: it cannot sit inside a terminal
-        self.lines: list[str] = []
         self.named: dict[str, str] = {}  # shared helpers and $ref targets -> rule name
-        self.n_rules = 0
-
-    def new(self, body: str, terminal: bool = False) -> str:
-        self.n_rules += 1
-        name = f"{self.rule}-{self.n_rules}"
-        name = name.upper() if terminal else name
-        self.lines.append(f"{name}: {body}")
-        return name
 
     def value(self, schema) -> str:
         if schema is True:
@@ -241,8 +234,8 @@ class _Builder:
             target = self.root.get(found.group(1), {}).get(found.group(2)) if found else None
             if target is None:
                 raise ValueError(f"unresolvable $ref {ref!r} (only #/$defs/NAME and #/definitions/NAME)")
-            self.n_rules += 1
-            name = self.named[ref] = f"{self.rule}-{self.n_rules}"
+            self.n += 1
+            name = self.named[ref] = f"{self.rule}-{self.n}"
             self.lines.append(f"{name}: {self.value(target)}")
         return self.named[ref]
 

@@ -11,9 +11,12 @@ import threading
 import weakref
 
 from .formats import GENERIC, CallFormat
+from .gemma import args_lark
+from .lark_values import json_value
+from .pythonic import kwargs_lark
+from .xmlcall import params_lark
 
 MAX_CALLS = 16  # per response: a model repeating a call cannot run on to the end of the context
-JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 TEXT = "TEXT: /(.|\\n)*/"
 _MARKER = re.compile(r'(<\|?[A-Za-z_"/|]+\|?>|\[[A-Z_]+\])')
 _SPECIALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -38,19 +41,20 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
         functions = [f for f in functions if f["name"] == choice["name"]]
     in_head = bool(fmt.trigger) and fmt.head.startswith(fmt.trigger)
     rules = []
-    if fmt.sep:  # several calls in one region: a JSON array of call objects
+    if fmt.sep and fmt.keys:  # several calls in one region: a JSON array of call objects
         array = {"type": "array", "items": _one(_call_schemas(fmt, functions)), "minItems": 1,
                  "maxItems": MAX_CALLS if parallel else 1}
         at, to = fmt.open.rindex("["), fmt.close.index("]") + 1
-        body = f"{seq(fmt.open[:at])} {_json(array)} {seq(fmt.close[to:])}"
+        body = f"{seq(fmt.open[:at])} {json_value(array)} {seq(fmt.close[to:])}"
     else:
         if fmt.keys:
-            rules.append(f"call: {_json(_one(_call_schemas(fmt, functions)))}")
+            rules.append(f"call: {json_value(_one(_call_schemas(fmt, functions)))}")
         else:
             rules += [f"call_{i}: {seq(_head(fmt, fn))} {_args(fmt, fn, f'args_{i}', specials, rules)} "
                       f"{seq(fmt.tail)}" for i, fn in enumerate(functions)]
             rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(functions))))
-        body = f"{seq(fmt.open)} call {seq(fmt.close)}"
+        calls = f"call ({seq(fmt.sep)} call){{0,{MAX_CALLS - 1}}}" if fmt.sep and parallel else "call"
+        body = f"{seq(fmt.open)} {calls} {seq(fmt.close)}"
     if in_head:  # the trigger is the head's start: after it, the rest of a head, then the arguments
         rules += [f"rest_{i}: {seq(_head(fmt, fn)[len(fmt.trigger):])} "
                   f"{_args(fmt, fn, f'rest_args_{i}', specials, rules)} {seq(fmt.tail)}"
@@ -65,7 +69,7 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
                   "additionalProperties": False}
         answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
                   "additionalProperties": False}
-        start = _json({"anyOf": [listed, answer]} if choice == "auto" else answer if choice == "none" else listed)
+        start = json_value({"anyOf": [listed, answer]} if choice == "auto" else answer if choice == "none" else listed)
     elif choice != "auto":
         start = f"{region} ({seq(fmt.region_sep)} {region}){{0,{MAX_CALLS - 1}}}" if again else region
     else:
@@ -98,19 +102,19 @@ def _one(schemas: list[dict]) -> dict:
     return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
 
 
-def _json(schema: dict) -> str:
-    return "%json " + json.dumps({"x-guidance": JSON_STYLE, **schema}, ensure_ascii=False)
-
-
 def _args(fmt: CallFormat, fn: dict, rule: str, specials: dict, rules: list) -> str:
     schema = arguments_schema(fn)
     if fmt.args == "gemma":
-        from .gemma import args_lark
         quote = '<|"|>'
         rules.append(args_lark(schema, rule, quote=f"<[{specials[quote]}]>" if quote in specials
                                else json.dumps(quote)))
-        return rule
-    return _json(schema)
+    elif fmt.args == "xml":
+        rules.append(params_lark(schema, rule))
+    elif fmt.args == "python":
+        rules.append(kwargs_lark(schema, rule))
+    else:
+        return json_value(schema)
+    return rule
 
 
 def arguments_schema(fn: dict) -> dict:

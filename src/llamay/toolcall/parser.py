@@ -1,8 +1,8 @@
 """Streaming tool-call parser: model output text in pieces -> content text and ToolCallDelta events.
 
 Text outside call regions is content. Inside one, a call's name is reported as soon as its head is read and
-its arguments as fragments while they stream (Gemma 4's syntax: one fragment, converted to JSON, when the
-object closes). Structure is read with partial regex matches, so a piece may end anywhere. Text that does
+its arguments as fragments while they stream (a non-JSON syntax, Gemma 4's, XML blocks or keyword
+arguments: one fragment, converted to JSON, when the arguments end). Structure is read with partial regex matches, so a piece may end anywhere. Text that does
 not follow the format (possible only without a grammar) is given back as content."""
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ import regex
 from ..chat.reasoning import held_prefix
 from ..events import ToolCallDelta
 from .formats import GENERIC, CallFormat
+from .gemma import args_to_json
 from .jsonscan import StringDecoder, ValueEnd
+from .pythonic import KwargsEnd, kwargs_to_json
+from .xmlcall import ParamsEnd, params_to_json
 
 _ALNUM = string.ascii_letters + string.digits
 
@@ -39,6 +42,8 @@ class CallParser:
         self.calls = 0
         self.pending_space = ""  # whitespace after a call: shown only if more content follows
         self.scanner = None
+        self.name = None  # the current call's function
+        self.schemas = dict(fmt.schemas)
         self._re_open = regex.compile(_flexible(fmt.open), regex.S)
         self._re_head = regex.compile(fmt.head_re, regex.S)
         self._re_tail = regex.compile(fmt.tail_re, regex.S)
@@ -121,7 +126,8 @@ class CallParser:
         self.region, self.buf = "", self.buf[m.end():]
         calls.append(ToolCallDelta(self.calls, new_call_id(), name, ""))
         self.calls += 1
-        self.scanner = ValueEnd() if self.fmt.args == "json" else _GemmaEnd()
+        self.name = name
+        self.scanner = _ENDS[self.fmt.args]()
         self.args_shown = False
         self.state = "args"
         return True
@@ -131,9 +137,9 @@ class CallParser:
         fragment, self.buf = self.buf[:n], self.buf[n:]
         if final and not self.scanner.done:
             self.scanner.finish()
-        if self.fmt.args == "gemma":  # not JSON: one fragment, converted, once the object closes
+        if self.fmt.args != "json":  # one fragment, converted, once the arguments end
             if self.scanner.done:
-                calls.append(ToolCallDelta(self.calls - 1, arguments=_gemma_json(self.scanner.text)))
+                calls.append(ToolCallDelta(self.calls - 1, arguments=self._converted(self.scanner.text)))
         else:
             fragment = fragment if self.args_shown else fragment.lstrip()  # whitespace before the value
             if fragment:
@@ -162,6 +168,18 @@ class CallParser:
         content.append(self.buf)
         self.buf = ""
         return False
+
+    def _converted(self, text: str) -> str:
+        """Non-JSON arguments as JSON object text; "{}" for arguments that cannot be read (possible only
+        without the grammar)."""
+        try:
+            if self.fmt.args == "xml":
+                args = params_to_json(text, self.schemas.get(self.name))
+            else:
+                args = (args_to_json if self.fmt.args == "gemma" else kwargs_to_json)(text)
+        except ValueError:
+            return "{}"
+        return json.dumps(args, ensure_ascii=False)
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -238,9 +256,4 @@ class _GemmaEnd:
         pass
 
 
-def _gemma_json(text: str) -> str:
-    from .gemma import args_to_json
-    try:
-        return json.dumps(args_to_json(text), ensure_ascii=False)
-    except ValueError:  # possible only without the grammar: a call whose arguments cannot be read
-        return "{}"
+_ENDS = {"json": ValueEnd, "gemma": _GemmaEnd, "xml": ParamsEnd, "python": KwargsEnd}  # where arguments end

@@ -3,12 +3,14 @@ grammar that constrains it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from ..chat.reasoning import OPEN as THINK
 from .formats import GENERIC, CallFormat, detect
 from .harmony import is_harmony
 from .grammar import tool_grammar
 from .polyfill import adapt, caps
+from .pythonic import calls_text
 
 
 @dataclass
@@ -44,7 +46,10 @@ def plan(source: str, messages: list[dict], tools: list[dict] | None, tokenizer,
         found = replace(found, supports_tools=False)
     # "none" still renders the tools (the prompt, and so its cached prefix, stays the same turn to turn);
     # calls are neither constrained nor read, except that the generic form keeps its answer wrapper
-    messages = adapt(found, messages, tools)
+    if fmt.args == "xml":  # its values are typed by the parameter schemas
+        fmt = fmt.with_tools(tools)
+    # a template that lists tools but does not render calls (LFM2's older ones) sees them as the model writes them
+    messages = adapt(found, messages, tools, partial(calls_text, fmt) if fmt.args == "python" else None)
     if choice == "none" and fmt is not GENERIC:
         return ToolPlan(messages, tools if found.supports_tools else None, None, None)
     lark = tool_grammar(fmt, tools, choice, parallel, tokenizer, think=THINK in source)

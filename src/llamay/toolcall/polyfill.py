@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from llamay.chat.template import ChatTemplate, ChatTemplateError, ChatTemplateLimit
 
@@ -179,7 +179,8 @@ def _call_message(calls: list[tuple[str, Any]], content: str | None) -> dict:
         for call_id, arguments in calls]}
 
 
-def adapt(caps: TemplateCaps, messages: list[dict], tools: list[dict] | None) -> list[dict]:
+def adapt(caps: TemplateCaps, messages: list[dict], tools: list[dict] | None,
+          call_text: Callable[[list[dict]], str] | None = None) -> list[dict]:
     """Messages (chat-template shape) rewritten so a template with these caps renders all of them.
 
     Call arguments given as JSON text become mappings (kept as text when not a JSON object, or when the
@@ -192,7 +193,7 @@ def adapt(caps: TemplateCaps, messages: list[dict], tools: list[dict] | None) ->
     adapted = []
     for message in messages:
         if message.get("role") == "assistant" and message.get("tool_calls"):
-            adapted.append(_adapt_calls(caps, message, calls))
+            adapted.append(_adapt_calls(caps, message, calls, call_text))
         elif message.get("role") == "tool":
             adapted.append(_adapt_result(caps, message, calls))
         else:
@@ -255,16 +256,20 @@ def _short_id(call_id: str) -> str:
     return hashlib.sha256(call_id.encode()).hexdigest()[:9]
 
 
-def _adapt_calls(caps: TemplateCaps, message: dict, book: _CallBook) -> dict:
+def _adapt_calls(caps: TemplateCaps, message: dict, book: _CallBook, call_text) -> dict:
     calls = [_adapt_call(caps, call, book) for call in message["tool_calls"]]
     renders = caps.supports_tool_calls and (len(calls) == 1 or caps.supports_parallel_tool_calls)
     if renders:
         return _non_null(caps, {**message, "tool_calls": calls})
+    adapted = {key: value for key, value in message.items() if key != "tool_calls"}
+    if call_text is not None:
+        content, text = message.get("content"), call_text(calls)
+        adapted["content"] = content + text if isinstance(content, str) else _join(content, text)
+        return adapted
     payload: dict[str, Any] = {"tool_calls": [
         {"name": call["function"]["name"], "arguments": call["function"]["arguments"]} for call in calls]}
     if message.get("content"):
         payload["content"] = message["content"]
-    adapted = {key: value for key, value in message.items() if key != "tool_calls"}
     adapted["content"] = json.dumps(payload, ensure_ascii=False)
     return adapted
 

@@ -1,0 +1,81 @@
+"""`llamay serve` on a hybrid model (a tiny LFM2 written by llama.cpp's converter): completions, the prefix
+cache resuming from a state checkpoint, and the context routes (create, fork, generate, snapshot download
+and restore) giving the same greedy text as one plain completion, with the KV pages and state slots checked
+after each test."""
+import httpx
+import pytest
+from openai.types import Completion
+
+import hybrid_shortconv
+from arch_models import build, convert
+from conftest import CACHE, LiveServer
+
+CASE = hybrid_shortconv.CASES["lfm2"]
+PROMPT = " ".join(f"w{i}" for i in range(20))  # ~80 tokens of the tiny vocabulary
+GREEDY = {"max_tokens": 10, "temperature": 0}
+OCTET = {"content-type": "application/octet-stream"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    path = convert({"lfm2": (CASE, build(CASE))}, tmp_path_factory.mktemp("hybrid-server"), CACHE)["lfm2"]
+    server = LiveServer(["-m", str(path), "--threads", "2", "-c", str(CASE.n_ctx)])
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture
+def made(http, server):
+    ids: list[str] = []
+    yield ids
+    for cid in ids:
+        assert http.delete(f"/v1/contexts/{cid}").status_code in (200, 404)
+    server.check_pages()
+
+
+def complete(http, prompt: str, **body) -> dict:
+    r = http.post("/v1/completions", json={"prompt": prompt, **GREEDY, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def text_of(out: dict) -> str:
+    return Completion.model_validate(out).choices[0].text
+
+
+def post(http, made, url: str, status: int = 201, **kw) -> dict:
+    r = http.post(url, **kw)
+    assert r.status_code == status, r.text
+    out = r.json()
+    made.extend(out.get("ids", [out["id"]] if "id" in out and url.endswith("contexts") else []))
+    return out
+
+
+def test_a_repeated_prompt_is_answered_alike_from_a_checkpoint(http, server):
+    first = complete(http, PROMPT)
+    again = complete(http, PROMPT)
+    assert text_of(first) and text_of(again) == text_of(first)
+    usage = again["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
+    server.check_pages()
+
+
+def test_context_routes_fork_and_snapshots_continue_exactly(http, made):
+    reference = text_of(complete(http, PROMPT + " next"))
+    ctx = post(http, made, "/v1/contexts", json={"prompt": PROMPT + " next"})
+    snap = http.get(f"/v1/contexts/{ctx['id']}/snapshot")
+    assert snap.status_code == 200, snap.text
+    kids = post(http, made, f"/v1/contexts/{ctx['id']}/fork", params={"n": 2})["ids"]
+    for cid in (ctx["id"], *kids):
+        out = post(http, made, f"/v1/contexts/{cid}/generate", status=200, json=GREEDY)
+        assert text_of(out) == reference
+    back = post(http, made, "/v1/contexts", content=snap.content, headers=OCTET)
+    again = post(http, made, f"/v1/contexts/{back['id']}/generate", status=200, json=GREEDY)
+    assert text_of(again) == reference
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == again["usage"]["prompt_tokens"]
