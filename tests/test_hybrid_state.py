@@ -159,8 +159,8 @@ def test_a_restored_snapshot_continues_to_the_same_bits(case, tmp_path):
     assert np.array_equal(other.restore_context(tmp_path / "h.llamayctx").extend(ids[half:]), want[-1]), name
     assert np.array_equal(ctx.extend(ids[half:]), want[-1]), name
     snap = read_snapshot(tmp_path / "h.llamayctx")
-    write_snapshot(tmp_path / "stateless.llamayctx", snap.header, snap.layers_k, snap.layers_v, snap.logits)
-    with pytest.raises(SnapshotError, match="holds no recurrent state"):
+    with pytest.raises(SnapshotError, match="holds no recurrent state|n_layer = 0"):  # no K/V layer (mamba2): not even written
+        write_snapshot(tmp_path / "stateless.llamayctx", snap.header, snap.layers_k, snap.layers_v, snap.logits)
         other.restore_context(tmp_path / "stateless.llamayctx")
     other.scheduler.do(lambda store: store.check())
 
