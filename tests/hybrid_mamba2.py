@@ -23,6 +23,11 @@ src/llamay/models/mixer_mamba2.py):
   layer is exactly one of Mamba2 (both 0), attention (kv > 0: attn_{q,k,v,output}, no RoPE, key_length),
   MLP (ffn > 0: ffn_up, ffn_down, squared ReLU, no gate); each x + block(rmsnorm(x)), the norm always
   attn_norm; eps attention.layer_norm_epsilon (llama.cpp takes it for the RMS eps)
+- falcon-h1: head_count, head_count_kv, key_length, feed_forward_length, rope.freq_base,
+  layer_norm_rms_epsilon; every layer x + attention(n) + mamba2(n), n = rmsnorm(x) (attn_norm; attention
+  with NeoX RoPE), then x + ffn(rmsnorm(x)) (SiLU-gated; its norm tensor is blk.N.ffn_norm, no .weight);
+  no ssm_norm (y * SiLU(z)); the µP multipliers (embedding, lm_head, attention in/out, key, ssm in/out,
+  per-part in_proj rows, MLP) are multiplied into the weights by the converter
 The gated norm's eps is the model's RMS eps; its groups are d_inner / n_group values. Where transformers
 saves names the converter misreads, Case.hf_config gives config.json as published checkpoints spell it."""
 from arch_models import COMMON, Case
@@ -51,6 +56,14 @@ NEMOTRON_H_PUBLISHED = dict(model_type=None, hybrid_override_pattern=NEMOTRON_H[
                                 "num_experts_per_tok", "n_routed_experts", "n_shared_experts", "n_group", "topk_group",
                                 "moe_intermediate_size", "moe_shared_expert_intermediate_size", "norm_topk_prob",
                                 "routed_scaling_factor", "moe_shared_expert_overlap", "moe_latent_size")})
+# every µP multiplier away from 1 (the converter multiplies them into the weights); no gated norm (HF norms
+# before the gate when it has one, llama.cpp after: mamba_rms_norm as Falcon-H1 ships)
+FALCON_H1 = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=16, max_position_embeddings=256, mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16,
+                 mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_chunk_size=32, mamba_rms_norm=False,
+                 tie_word_embeddings=False, lm_head_multiplier=0.7, embedding_multiplier=2.0, mlp_multipliers=[0.8, 1.3],
+                 key_multiplier=0.9, attention_out_multiplier=1.2, attention_in_multiplier=0.8,
+                 ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.3], ssm_in_multiplier=1.1, ssm_out_multiplier=0.9, **VOCAB)
 
 
 def case(arch, model, config, extra, common=True, hf_config=None):
@@ -69,5 +82,6 @@ CASES = {
                                    num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
                                    tie_word_embeddings=False), hf_config=GRANITE_PUBLISHED),
     "nemotron_h": case("nemotron_h", "NemotronHForCausalLM", "NemotronHConfig", NEMOTRON_H, hf_config=NEMOTRON_H_PUBLISHED),
+    "falcon-h1": case("falcon-h1", "FalconH1ForCausalLM", "FalconH1Config", FALCON_H1, common=False),
 }
 assert COMMON["hidden_size"] == 64  # the Mamba2 shapes above assume it

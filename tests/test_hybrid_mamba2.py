@@ -57,7 +57,9 @@ def test_mamba2_parameters_are_exercised(name, edit):
 
 @pytest.mark.parametrize("name, change", [("nemotron_h", dict(mlp_hidden_act="relu")),
                                           ("granitehybrid-moe", dict(num_experts_per_tok=1)),
-                                          ("granitehybrid", dict(residual_multiplier=1.0))])
+                                          ("granitehybrid", dict(residual_multiplier=1.0)),
+                                          ("falcon-h1", dict(ssm_out_multiplier=0.0)),  # the Mamba2 beside
+                                          ("falcon-h1", dict(attention_out_multiplier=0.0))])  # the attention
 def test_family_settings_are_exercised(name, change):
     ref = reference(name)
     assert np.abs(logits(name, **change) - ref).max() / np.abs(ref).max() > MOVES

@@ -38,7 +38,8 @@ def _kind(s: ArchSpec, p: LayerPlan) -> str:
         return f"no mixer; {_ffn(p) or 'no ffn'}"
     if p.recurrent is not None:
         part = ", ".join(f"{k} {v}" for k, v in vars(p.recurrent).items())
-        return f"{p.mixer} ({part}); {_ffn(p) or 'no ffn'}"
+        beside = f" beside attention {p.n_head} heads x {p.head_dim}, kv {p.n_head_kv}, {_rope(s, p)}" if p.writes_kv else ""
+        return f"{p.mixer} ({part}){beside}; {_ffn(p) or 'no ffn'}"
     attn = f"{p.mixer} {p.n_head} heads x {p.head_dim}, kv {p.n_head_kv}"
     if not p.writes_kv:
         attn += " reused from an earlier layer"

@@ -45,7 +45,11 @@ class ForwardGraph:
                     return _attention(b, self.batch, pool, P, L, inp, mm, rope_factors, ones)
             else:
                 def mixer(inp, P=P, L=L, mm=mm):
-                    return MIXERS[P.mixer].build(b, self.batch, states.layers[P.index], P, L, inp, mm)
+                    y = MIXERS[P.mixer].build(b, self.batch, states.layers[P.index], P, L, inp, mm)
+                    if not P.writes_kv:
+                        return y
+                    b.matmul(y, L.mix["out"], residual=x)  # x += out(y), then the attention beside it
+                    return _attention(b, self.batch, pool, P, L, inp, mm, rope_factors, ones)
             _layer(b, P, L, x, h, mm, mixer, per_layer[P.index] if per_layer is not None else None)
 
     def run(self, meta, nthreads: int):

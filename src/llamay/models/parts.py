@@ -19,6 +19,7 @@ class Norms:
     post_attn: bool = False  # each block's output normed before the residual add
     post_ffn: bool = False
     ffn_name: str = "ffn_norm"  # the FFN input norm's GGUF name (gpt-oss: post_attention_norm)
+    bare_ffn_norm: bool = False  # its tensor's name has no ".weight" (llama.cpp's falcon-h1 files)
 
 
 @dataclass(frozen=True)

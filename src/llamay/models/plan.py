@@ -44,7 +44,8 @@ class LayerPlan:
     parallel: bool  # attention and FFN read one norm of x: x + (attn + ffn) (Phi-2)
     residual_scale: float  # each block's output scaled before the residual add (Granite)
     out_scale: bool  # the file may carry layer_output_scale: the layer's output times it
-    recurrent: Any = None  # the part of a mixer that keeps a recurrent state (None: attention or no mixer)
+    recurrent: Any = None  # the part of a mixer that keeps a recurrent state (None: attention or no mixer); a
+    # recurrent layer that writes K/V attends beside it (ArchSpec.attention_beside)
 
     @property
     def writes_kv(self) -> bool:
@@ -89,7 +90,7 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
     first = n - a.n_kv_shared
 
     def source(il: int) -> int:
-        if mixers[il] != "attention":
+        if mixers[il] != "attention" and not (s.attention_beside and mixers[il] != "none"):
             return -1
         if il < first:
             return il

@@ -439,6 +439,16 @@ def _nemotron_h(meta: dict) -> ArchSpec:
                   rope=dict(none_every=1), norms=dict(ffn_name="attn_norm"), mixers=mixers, recurrent=_mamba2_part(m))
 
 
+def _falcon_h1(meta: dict) -> ArchSpec:
+    # ref: HF FalconH1DecoderLayer, llama.cpp falcon-h1.cpp: x + attention(n) + mamba2(n), n = rmsnorm(x)
+    # (attn_norm), attention with NeoX RoPE; then a SiLU-gated FFN, its norm named blk.N.ffn_norm (no
+    # .weight). The µP multipliers are inside the weights: the converter multiplies them in
+    m = Meta(meta, "falcon-h1")
+    n = m.int("block_count", hi=MAX_LAYERS)
+    return _build(_common(meta, "falcon-h1"), neox=True, norms=dict(bare_ffn_norm=True), mixers=("mamba2",) * n,
+                  recurrent=_mamba2_part(m), attention_beside=True)
+
+
 BUILDERS = {
     "llama": _llama,
     "smollm3": _smollm3,
@@ -467,12 +477,13 @@ BUILDERS = {
     "mamba2": _mamba2,
     "granitehybrid": _granitehybrid,
     "nemotron_h": _nemotron_h,
+    "falcon-h1": _falcon_h1,
 }
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"
 DECLINED = {
     # names as llama.cpp's llama-arch.cpp writes them
-    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "falcon-h1", "jamba", "nemotron_h_moe", "plamo2")},
+    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "jamba", "nemotron_h_moe", "plamo2")},
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
        for arch in ("qwen35", "qwen35moe", "qwen3next", "kimi-linear", "minimax-01")},

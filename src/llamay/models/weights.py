@@ -29,6 +29,8 @@ def layer_tensors(s: ArchSpec, il: int) -> dict[str, tuple[str, Expect]]:
     layer's plan."""
     p = s.layers[il]
     mixer = {} if p.mixer == "none" else _attention(s.n_embd, p) if p.recurrent is None else _recurrent(s, p)
+    if p.recurrent is not None and p.writes_kv:  # attention beside: its projections, the mixer's output "out"
+        mixer = {**_attention(s.n_embd, p), **{MIX + "out" if f == "o" else f: t for f, t in mixer.items()}}
     return {**mixer, **_ffn(s.n_embd, p), **_norms(s.n_embd, p), **_layer_extras(s, p)}
 
 
@@ -110,7 +112,7 @@ def _norms(d: int, p: LayerPlan) -> dict:
     if p.ffn_kind == "none":
         pre.pop("ffn_norm", None)
     for n, gguf_name in pre.items() if nm.pre else ():  # a parallel block has one
-        t[n] = (f"{gguf_name}.weight", _vec(d))
+        t[n] = (gguf_name if n == "ffn_norm" and nm.bare_ffn_norm else f"{gguf_name}.weight", _vec(d))
         if nm.layer_norm and nm.bias:
             t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
     if nm.post_attn:
