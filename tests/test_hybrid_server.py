@@ -17,9 +17,19 @@ OCTET = {"content-type": "application/octet-stream"}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    path = convert({"lfm2": (CASE, build(CASE))}, tmp_path_factory.mktemp("hybrid-server"), CACHE)["lfm2"]
-    server = LiveServer(["-m", str(path), "--threads", "2", "-c", str(CASE.n_ctx)])
+def model_file(tmp_path_factory):
+    return convert({"lfm2": (CASE, build(CASE))}, tmp_path_factory.mktemp("hybrid-server"), CACHE)["lfm2"]
+
+
+@pytest.fixture(scope="module")
+def slot_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hybrid-slots")
+
+
+@pytest.fixture(scope="module")
+def server(model_file, slot_dir):
+    server = LiveServer(["-m", str(model_file), "--threads", "2", "-c", str(CASE.n_ctx), "--slot-save-path",
+                         str(slot_dir)])
     yield server
     server.stop()
 
@@ -79,3 +89,28 @@ def test_context_routes_fork_and_snapshots_continue_exactly(http, made):
     again = post(http, made, f"/v1/contexts/{back['id']}/generate", status=200, json=GREEDY)
     assert text_of(again) == reference
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == again["usage"]["prompt_tokens"]
+
+
+def test_a_slot_saved_on_one_server_restores_on_another(http, server, model_file, slot_dir):
+    """llama-server's /slots save and restore carry the recurrent state: the restored slot's tokens are
+    cache hits on a server that never computed them, and the text continues as on the first."""
+    prompt = PROMPT + " slot"
+    first = http.post("/completion", json={"prompt": prompt, "id_slot": 1, "n_predict": 4, "temperature": 0,
+                                           "return_tokens": True}).json()
+    saved = http.post("/slots/1?action=save", json={"filename": "h.bin"}).json()
+    assert saved["n_saved"] == first["tokens_evaluated"] + first["tokens_predicted"]
+    fresh = LiveServer(["-m", str(model_file), "--threads", "2", "-c", str(CASE.n_ctx), "--slot-save-path",
+                        str(slot_dir)])
+    try:
+        with httpx.Client(base_url=fresh.url, timeout=120) as other:
+            assert other.post("/slots/0?action=restore", json={"filename": "h.bin"}).json()["n_restored"] == \
+                saved["n_saved"]
+            longer = other.post("/tokenize", json={"content": prompt}).json()["tokens"] + first["tokens"]
+            after = other.post("/completion", json={"prompt": longer + [5], "id_slot": 0, "n_predict": 6,
+                                                    "temperature": 0}).json()
+            assert after["timings"]["cache_n"] == saved["n_saved"]
+            want = http.post("/completion", json={"prompt": longer + [5], "n_predict": 6, "temperature": 0}).json()
+            assert after["content"] == want["content"]
+        fresh.check_pages()
+    finally:
+        fresh.stop()

@@ -16,9 +16,19 @@ def _byte_chars() -> list[str]:
 
 def save_bpe(directory: Path, n_vocab: int):
     """256 bytes, merged letter pairs, <|endoftext|> last (id n_vocab - 1)."""
+    _save_bpe(directory, n_vocab, [(chr(97 + i % 26), chr(97 + i // 26)) for i in range(n_vocab - 257)])
+
+
+def save_bpe_pairs(directory: Path, n_vocab: int):
+    """A published model's vocabulary size (up to 65793): 256 bytes, then byte pairs merged in order,
+    <|endoftext|> last (bench/hybrid_files.py's random-weight files of real shapes)."""
+    chars = _byte_chars()
+    _save_bpe(directory, n_vocab, [(chars[i // 256], chars[i % 256]) for i in range(n_vocab - 257)])
+
+
+def _save_bpe(directory: Path, n_vocab: int, pairs: list[tuple[str, str]]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    pairs = [(chr(97 + i % 26), chr(97 + i // 26)) for i in range(n_vocab - 257)]
     vocab = {t: i for i, t in enumerate(_byte_chars() + [a + b for a, b in pairs])}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -1,0 +1,127 @@
+"""A multi-turn agent trace against `llamay serve` and llama.cpp's llama-server on the same GGUF file, one
+server at a time on the same machine: a long system prompt, turns, a regenerated answer, an edited earlier
+message, a branch, and a restart of the server before the last turn. Per turn: time to first token (a
+one-token completion of the turn's prompt) and the tokens each server prefilled for it (llamay: prompt
+minus cached tokens; llama-server: its timings' prompt_n), then the turn's answer (greedy) is generated and
+kept in the conversation. llama-server runs with its defaults (its context checkpoints included); llamay
+with its disk tier, so its restart finds the prefix and the recurrent state on disk.
+
+    python bench/agent_trace.py MODEL.gguf --llama-server PATH [-t 2] [--answer 24]"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+import machine  # noqa: E402
+
+SYSTEM = " ".join(f"Rule {i}: the assistant answers tool call number {i} with care and cites the log line {i * 7}."
+                  for i in range(40))
+USERS = ["Read the build log and list the failing steps.", "Now fix the first failing step.",
+         "Explain the fix in one sentence.", "Run the tests again and report."]
+
+
+class Server:
+    def __init__(self, cmd: list[str], port: int):
+        self.cmd, self.url = cmd, f"http://127.0.0.1:{port}"
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.cmd[0]} did not come up")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+
+    def complete(self, prompt: str, n: int) -> tuple[float, dict]:
+        t = time.perf_counter()
+        r = httpx.post(self.url + "/v1/completions", json={"prompt": prompt, "max_tokens": n, "temperature": 0},
+                       timeout=3600)
+        r.raise_for_status()
+        return time.perf_counter() - t, r.json()
+
+
+def prefilled(out: dict) -> int:
+    if "timings" in out:  # llama-server
+        return int(out["timings"]["prompt_n"])
+    usage = out["usage"]
+    return usage["prompt_tokens"] - (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+
+def turn(text: list[str]) -> str:
+    return "".join(text)
+
+
+def trace(server: Server, answer: int) -> list[tuple[str, float, int]]:
+    rows = []
+
+    def ask(name: str, parts: list[str], keep: bool = True) -> str:
+        prompt = turn(parts)
+        ttft, out = server.complete(prompt, 1)
+        rows.append((name, ttft, prefilled(out)))
+        text = server.complete(prompt, answer)[1]["choices"][0]["text"]
+        return text if keep else ""
+
+    conv = [SYSTEM, "\nUser: " + USERS[0] + "\nAssistant:"]
+    a1 = ask("turn 1 (system + question)", conv)
+    conv += [a1, "\nUser: " + USERS[1] + "\nAssistant:"]
+    a2 = ask("turn 2", conv)
+    ask("turn 2 regenerated", conv, keep=False)
+    edited = conv[:-1] + ["\nUser: " + USERS[1].replace("first", "second") + "\nAssistant:"]
+    ask("turn 2 edited", edited, keep=False)
+    ask("branch from turn 1", conv[:2] + [a1, "\nUser: " + USERS[2] + "\nAssistant:"], keep=False)
+    early = [SYSTEM, "\nUser: " + USERS[0].replace("build", "deploy") + "\nAssistant:"]
+    ask("turn 1 edited (an earlier message)", early, keep=False)
+    conv += [a2, "\nUser: " + USERS[3] + "\nAssistant:"]
+    ask("turn 3", conv)
+    server.stop()
+    server.start()
+    conv += ["ok", "\nUser: " + USERS[2] + "\nAssistant:"]
+    ask("turn 4 after a restart", conv)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model")
+    p.add_argument("--llama-server", required=True)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--answer", type=int, default=24)
+    p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    args = p.parse_args()
+    print(machine.describe(args.threads))
+    print(f"file: {os.path.basename(args.model)}")
+    with tempfile.TemporaryDirectory() as cache:
+        servers = {
+            "llamay": Server(["llamay", "serve", "-m", args.model, "-t", str(args.threads), "-c", str(args.ctx_size),
+                              "--port", "11491", "--cache-disk", "1G", "--cache-dir", cache], 11491),
+            "llama-server": Server([args.llama_server, "-m", args.model, "-t", str(args.threads), "-c",
+                                    str(args.ctx_size), "--port", "11492"], 11492),
+        }
+        results = {}
+        for name, server in servers.items():
+            server.start()
+            try:
+                results[name] = trace(server, args.answer)
+            finally:
+                server.stop()
+    print(f"\n{'turn':38} {'llamay TTFT':>12} {'prefilled':>9} {'llama-server TTFT':>18} {'prefilled':>9} {'speedup':>8}")
+    for (turn_name, t_a, n_a), (_, t_b, n_b) in zip(results["llamay"], results["llama-server"]):
+        print(f"{turn_name:38} {t_a * 1000:10.0f}ms {n_a:9d} {t_b * 1000:16.0f}ms {n_b:9d} {t_b / t_a:7.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Random-weight GGUF files of published hybrid shapes, for benchmarks where no real file is at hand:
+transformers builds the model from the published config (weights drawn N(0, 0.02), norms 1), llama.cpp's
+own convert_hf_to_gguf.py writes it as f16 and llama.cpp's llama-quantize makes the Q4_K_M file. They time
+like the real files (same shapes, same kernels); their text is noise.
+
+    python bench/hybrid_files.py OUT_DIR --llama-quantize PATH [--shape lfm2-1.2b ...]"""
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import transformers as tf
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+import llamacpp_tree  # noqa: E402
+import tiny_tokenizers  # noqa: E402
+from conftest import CACHE  # noqa: E402
+
+_A, _C = "full_attention", "conv"
+SHAPES = {  # name -> (model class, config class, the published config's fields that set the shapes)
+    "lfm2-1.2b": ("Lfm2ForCausalLM", "Lfm2Config", dict(
+        vocab_size=65536, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+        intermediate_size=12288, block_auto_adjust_ff_dim=True, block_ffn_dim_multiplier=1.0, block_multiple_of=256,
+        conv_L_cache=3, max_position_embeddings=128000, norm_eps=1e-5, rope_theta=1e6, tie_word_embeddings=True,
+        layer_types=[_A if i in (2, 5, 8, 10, 12, 14) else _C for i in range(16)])),
+}
+
+
+def build(name: str, out: Path, quantize: str) -> Path:
+    model_cls, config_cls, fields = SHAPES[name]
+    hf, f16, q4 = out / f"{name}-hf", out / f"{name}-f16.gguf", out / f"{name}-Q4_K_M.gguf"
+    if q4.exists():
+        return q4
+    torch.manual_seed(0)
+    model = getattr(tf, model_cls)(getattr(tf, config_cls)(**fields)).to(torch.bfloat16)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            p.copy_(torch.ones_like(p) if pname.endswith("norm.weight") or "layernorm" in pname else
+                    torch.randn_like(p) * 0.02)
+    model.save_pretrained(hf)
+    tiny_tokenizers.save_bpe_pairs(hf, fields["vocab_size"])
+    del model
+    llamacpp_tree.convert(CACHE, [(hf, f16)], outtype="f16")
+    subprocess.run([quantize, str(f16), str(q4), "Q4_K_M"], check=True, capture_output=True)
+    return q4
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", type=Path)
+    p.add_argument("--llama-quantize", required=True)
+    p.add_argument("--shape", action="append", choices=sorted(SHAPES))
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.shape or sorted(SHAPES):
+        print(build(name, args.out, args.llama_quantize))
+
+
+if __name__ == "__main__":
+    main()
