@@ -73,9 +73,7 @@ def _layer(b: Builder, P: LayerPlan, L, x, h, mm, mixer, per_layer_in):
         inp = _norm(b, nm, x, L.attn_norm, L.attn_norm_b, h) if nm.pre else x
         _residual(b, P, x, mm(mixer(inp), L, "o", fusable=True), L.post_attn_norm)
     inp = _norm(b, nm, x, L.ffn_norm, L.ffn_norm_b, h) if nm.pre and P.ffn_kind != "none" else x
-    if P.ffn_kind == "none":
-        pass
-    elif P.ffn_kind == "dense+moe":  # post_norm(norm_1(MLP) + norm_2(experts)), the experts on their own norm
+    if P.ffn_kind == "dense+moe":  # post_norm(norm_1(MLP) + norm_2(experts)), the experts on their own norm
         mlp = mm(_ffn(b, P, L, inp, mm), L, "down")
         b.rmsnorm(mlp, L.post_ffn_norm_1, nm.eps, out=mlp)
         experts = _moe(b, P, L, b.rmsnorm(x, L.pre_ffn_norm_2, nm.eps), router_in=_router_in(b, P, L, x))
@@ -83,7 +81,7 @@ def _layer(b: Builder, P: LayerPlan, L, x, h, mm, mixer, per_layer_in):
         _add_block(b, P, x, mlp, L.post_ffn_norm)
     elif P.ffn_kind == "moe":
         _add_block(b, P, x, _moe(b, P, L, inp), L.post_ffn_norm)
-    else:
+    elif P.ffn_kind == "dense":  # ('none': the layer has no FFN)
         _residual(b, P, x, mm(_ffn(b, P, L, inp, mm), L, "down", fusable=True), L.post_ffn_norm)
     if per_layer_in is not None:  # x += norm(proj(act(gate(x)) * this layer's input))
         g = b.gated(b.matmul(x, L.ple_gate), per_layer_in, P.ffn.act)
