@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -57,6 +58,9 @@ class Case:
     seed: int = 0  # build's draws: torch.manual_seed(seed), the parameters from a generator seeded seed + 1
     n_tokens: int = N_TOKENS  # the sequence the tests run (token_ids)
     n_ctx: int = 64  # the context llamay and llama.cpp ran it with (at least n_tokens)
+    # config.json keys set (None: removed) before llama.cpp's converter reads it: as published checkpoints
+    # spell them where transformers now saves other names
+    hf_config: dict = dataclasses.field(default_factory=dict)
 
 
 CASES = {
@@ -252,6 +256,8 @@ def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> d
     for name, (case, model) in models.items():
         d = out / f"{name}-hf"
         model.save_pretrained(d)
+        if case.hf_config:
+            edit_config(d / "config.json", case.hf_config)
         save = (tiny_tokenizers.save_spm if case.arch in SPM else
                 tiny_tokenizers.save_bpe_spm if case.arch in BPE_SPM else tiny_tokenizers.save_bpe)
         save(d, model.config.vocab_size)
@@ -262,6 +268,12 @@ def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> d
         if case.add_meta:
             rewrite(paths[name], paths[name], lambda meta, tensors: meta.update(case.add_meta))
     return paths
+
+
+def edit_config(path: Path, keys: dict):
+    config = json.loads(path.read_text())
+    config.update(keys)
+    path.write_text(json.dumps({k: v for k, v in config.items() if v is not None}, indent=2))
 
 
 def sha256(path: Path) -> str:

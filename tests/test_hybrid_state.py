@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import hybrid_mamba2
 import hybrid_shortconv
 import llamay
 from arch_models import build, convert, hf_logits, sha256, token_ids
@@ -17,10 +18,11 @@ from llamay.cli.main import main
 from llamay.kv.snapshot_format import SnapshotError, read_snapshot, write_snapshot
 from llamay.models.describe import state_bytes
 
-FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES}
+FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES, "hybrid_mamba2": hybrid_mamba2.CASES}
 CASES = {name: case for cases in FAMILIES.values() for name, case in cases.items()}
 MODULE = {name: module for module, cases in FAMILIES.items() for name in cases}
-TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py
+TIGHT, FLOOR = 1e-3, 2e-6  # as tests/test_arch_transformers.py; below the larger of FLOOR and float32
+# transformers' own distance from float64 (6e-6 on granitehybrid-moe), nearer or further than llama.cpp is noise
 torch.set_num_threads(1)
 
 
@@ -56,11 +58,13 @@ def test_no_further_from_float64_than_llamacpp(case):
     fixture = np.load(ROOT / "tests" / "fixtures" / f"llamacpp_{MODULE[name]}.npz")
     assert sha256(path) == str(fixture[f"{name}/sha256"]), f"{name}: rerun scripts/llamacpp_arch_logits.py"
     exact = copy.deepcopy(model).double()
+    exact.set_experts_implementation("eager")  # the default grouped matmul has no float64
     with torch.no_grad():
         exact = exact(torch.tensor([ids])).logits[0].numpy()
     ours = llamay.load(path, threads=1, kv="f32", n_ctx=CASES[name].n_ctx).logits(ids)
     d_ours, d_llamacpp = rel(ours, exact), rel(fixture[f"{name}/f32kv"], exact)
-    assert d_ours <= max(d_llamacpp, FLOOR), f"{name}: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
+    noise = max(FLOOR, rel(hf_logits(model, ids), exact))
+    assert d_ours <= max(d_llamacpp, noise), f"{name}: llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}, noise {noise:.2e}"
 
 
 def test_every_way_of_computing_gives_the_same_bits(case):
@@ -155,8 +159,8 @@ def test_a_restored_snapshot_continues_to_the_same_bits(case, tmp_path):
     assert np.array_equal(other.restore_context(tmp_path / "h.llamayctx").extend(ids[half:]), want[-1]), name
     assert np.array_equal(ctx.extend(ids[half:]), want[-1]), name
     snap = read_snapshot(tmp_path / "h.llamayctx")
-    write_snapshot(tmp_path / "stateless.llamayctx", snap.header, snap.layers_k, snap.layers_v, snap.logits)
-    with pytest.raises(SnapshotError, match="holds no recurrent state"):
+    with pytest.raises(SnapshotError, match="holds no recurrent state|n_layer = 0"):  # no K/V layer (mamba2): not even written
+        write_snapshot(tmp_path / "stateless.llamayctx", snap.header, snap.layers_k, snap.layers_v, snap.logits)
         other.restore_context(tmp_path / "stateless.llamayctx")
     other.scheduler.do(lambda store: store.check())
 

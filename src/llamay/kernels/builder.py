@@ -135,13 +135,14 @@ class Builder:
 
     # ---- ops ----
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray | None = None) -> np.ndarray:
-        """RMSNorm of every d-value row of x (d = len(w): per head when d is the head size); out may be x."""
+        """RMSNorm of every d-value row of x (d = w.shape[-1]: per head when d is the head size); w [G, d]:
+        G groups of d per row of x, each with its own weight (Mamba2's group norm); out may be x."""
         _f32(x, "x"), _f32(w, "norm weight")
-        d = w.shape[0]
-        if w.ndim != 1 or x.size % d:
+        d, G = w.shape[-1], (w.shape[0] if w.ndim == 2 else 1)
+        if w.ndim not in (1, 2) or x.size % d or (G > 1 and x.shape[-1] != G * d):
             raise ValueError(f"norm weight of {w.shape} does not divide x of {x.shape}")
         out = self.tensor(*x.shape) if out is None else _f32(out, "out", x.shape)
-        n = self._op("rmsnorm", (x, w, out), (x.size // d, d), (eps,), writes=(out,))
+        n = self._op("rmsnorm", (x, w, out), (x.size // d, d, G), (eps,), writes=(out,))
         if self.fuse and out.ndim == 2 and out.shape[1] == d:
             self._fusable = (n, out, [x, w, out])
         return out
@@ -272,6 +273,25 @@ class Builder:
         self._op("conv", (x, w, out, state, batch.struct, bias), (n, C, K), writes=(out, state), keep=(batch,),
                  reads=tuple(a for a in (x, w, state, bias) if a is not None))
         return out
+
+    def ssm_scan(self, xbc: np.ndarray, dt: np.ndarray, a: np.ndarray, d: np.ndarray, dt_bias: np.ndarray,
+                 state: np.ndarray, batch: BatchSlot, n_group: int) -> np.ndarray:
+        """Mamba2's selective scan (graph.h SSM_SCAN) -> y [n, H * P]. xbc [n, H * P + 2 * n_group * N]: the
+        conv's output after SiLU (x, B, C); dt [n, H]: raw, before dt_bias and softplus; a, d, dt_bias [H];
+        state [slots, H, P, N]: each sequence's slot is read and updated."""
+        _f32(xbc, "xBC"), _f32(dt, "dt"), _f32(state, "ssm state")
+        if state.ndim != 4 or n_group < 1 or state.shape[1] % n_group:
+            raise ValueError(f"ssm state {state.shape} for {n_group} groups")
+        H, P, N = state.shape[1:]
+        n = batch.n_tokens
+        _f32(dt, "dt", (n, H)), _f32(xbc, "xBC", (n, H * P + 2 * n_group * N))
+        for v, name in ((a, "A"), (d, "D"), (dt_bias, "dt_bias")):
+            _f32(v, name, (H,))
+        params = np.concatenate([a, d, dt_bias])  # [3 H], read-only: copied once, kept by the graph
+        y = self.tensor(n, H * P)
+        self._op("ssm_scan", (xbc, dt, params, y, state, batch.struct), (n, H, P, N, n_group),
+                 writes=(y, state), keep=(batch,), reads=(xbc, dt, state))
+        return y
 
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
              neox: bool, factors: np.ndarray | None = None, linear: float = 1.0, mscale: float = 1.0) -> np.ndarray:

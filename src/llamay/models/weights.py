@@ -28,7 +28,9 @@ def layer_tensors(s: ArchSpec, il: int) -> dict[str, tuple[str, Expect]]:
     """Layer field -> (GGUF name within block il, after 'blk.{il}.'; what that tensor must be), from the
     layer's plan."""
     p = s.layers[il]
-    mixer = _attention(s.n_embd, p) if p.recurrent is None else _recurrent(s, p)
+    mixer = {} if p.mixer == "none" else _attention(s.n_embd, p) if p.recurrent is None else _recurrent(s, p)
+    if p.recurrent is not None and p.writes_kv:  # attention beside: its projections, the mixer's output "out"
+        mixer = {**_attention(s.n_embd, p), **{MIX + "out" if f == "o" else f: t for f, t in mixer.items()}}
     return {**mixer, **_ffn(s.n_embd, p), **_norms(s.n_embd, p), **_layer_extras(s, p)}
 
 
@@ -91,8 +93,9 @@ def _ffn(d: int, p: LayerPlan) -> dict:
                  gate_exps=("ffn_gate_exps.weight", Expect((d, fe, e), MATRIX)))
     if x.n_ff_shared:
         sh = x.n_ff_shared
-        t.update(shexp_gate_inp=("ffn_gate_inp_shexp.weight", _mat(d, 1)),  # as llama.cpp's converter writes it
-                 gate_shexp=("ffn_gate_shexp.weight", _mat(d, sh)), up_shexp=("ffn_up_shexp.weight", _mat(d, sh)),
+        if x.shared_gate:
+            t["shexp_gate_inp"] = ("ffn_gate_inp_shexp.weight", _mat(d, 1))  # as llama.cpp's converter writes it
+        t.update(gate_shexp=("ffn_gate_shexp.weight", _mat(d, sh)), up_shexp=("ffn_up_shexp.weight", _mat(d, sh)),
                  down_shexp=("ffn_down_shexp.weight", _mat(sh, d)))
     if x.bias:
         t.update(router_bias=("ffn_gate_inp.bias", _vec(e)), up_exps_bias=("ffn_up_exps.bias", Expect((fe, e), VECTOR)),
@@ -104,8 +107,12 @@ def _ffn(d: int, p: LayerPlan) -> dict:
 def _norms(d: int, p: LayerPlan) -> dict:
     nm, t = p.norms, {}
     pre = {"attn_norm": "attn_norm"} if p.parallel else {"attn_norm": "attn_norm", "ffn_norm": nm.ffn_name}
+    if p.mixer == "none":  # the layer is its FFN alone
+        del pre["attn_norm"]
+    if p.ffn_kind == "none":
+        pre.pop("ffn_norm", None)
     for n, gguf_name in pre.items() if nm.pre else ():  # a parallel block has one
-        t[n] = (f"{gguf_name}.weight", _vec(d))
+        t[n] = (gguf_name if n == "ffn_norm" and nm.bare_ffn_norm else f"{gguf_name}.weight", _vec(d))
         if nm.layer_norm and nm.bias:
             t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
     if nm.post_attn:
@@ -184,7 +191,7 @@ def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
 
 @dataclass(frozen=True)
 class Layer:
-    o: QWeight  # the mixer's output projection
+    o: QWeight | None = None  # the mixer's output projection (None: the layer has no mixer)
     q: QWeight | None = None  # attention's; None in a recurrent layer
     mix: dict = field(default_factory=dict)  # a recurrent mixer's weights (models/recurrent.py)
     k: QWeight | None = None  # None: the layer reuses an earlier layer's K/V

@@ -30,7 +30,8 @@ typedef struct {
 } ly_batch;
 
 /* Operands by op (p: pointers, n: sizes, f: floats). Built only by kernels/builder.py, which checks them.
- * RMSNORM   p: x, w, y, ly_act* over y or NULL (quantize each row once normed)   n: rows, d   f: eps
+ * RMSNORM   p: x, w, y, ly_act* over y or NULL (quantize each row once normed)   n: rows, d, G (> 1: w is
+ *           [G, d], row r takes w[r % G])   f: eps
  * QUANT     p: ly_act* (x in, q/d/s16 out)  n: tokens
  * MATMUL    p: w, ly_act*, y, bias [m] or NULL (y += bias), res [tokens, m] or NULL (res += y)
  *           n: row_bytes, type, m, tokens
@@ -69,7 +70,12 @@ typedef struct {
  *           [slots, K - 1, C] (the last K - 1 inputs, oldest first), ly_batch*, bias [C] or NULL
  *           n: tokens, C, K   (y[t, c] = sum_j w[c, j] win[j, c] (+ bias[c]), j ascending, win = state
  *           rows then x[t]; then the state drops its oldest row and takes x[t])
- * SSM_SCAN  Mamba2's selective scan (ssm.c)
+ * SSM_SCAN  Mamba2's selective scan (ssm.c)   p: xBC [tokens, H P + 2 G N] (x, then B and C of each
+ *           group), dt [tokens, H] (raw), params [3 H] (A, D, dt_bias), y [tokens, H P], state pool
+ *           [slots, H, P, N], ly_batch*   n: tokens, H, P, N, G (head h uses group h / (H / G))
+ *           (per token and head: sp = softplus(dt + dt_bias) (v > 20: v, else log1pf(expf(v))),
+ *           dA = expf(sp A); per row p: xdt = x sp; s[i] = s[i] dA + B[i] xdt, acc = acc + s[i] C[i],
+ *           i ascending from acc = 0; y = acc + D x)
  * DELTA_RULE the gated delta rule (ssm.c) */
 /* after: the latest earlier node whose work this one reads or overwrites; a thread starts it once every
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
@@ -107,4 +113,5 @@ void ly_pos_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_sigmoid_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_row_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_conv_slice(const ly_node *nd, int ith, int nth);
+void ly_ssm_scan_slice(const ly_node *nd, int ith, int nth);
 #endif
