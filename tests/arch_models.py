@@ -237,6 +237,8 @@ def build(case: Case, **overrides):
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale (a buffer; 1 by default)
                 b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+            elif name.endswith("expert_bias"):  # LFM2-MoE's selection bias (a buffer; 0 by default)
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
     return model.eval()
 
 

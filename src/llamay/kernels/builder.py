@@ -65,7 +65,8 @@ class BatchSlot:
             self._ends.fill(self.both_ways)
 
 
-GATINGS = {"softmax": 0, "softmax_chosen": 1}  # csrc/graph.h MOE_ROUTE
+GATINGS = {"softmax": 0, "softmax_chosen": 1, "sigmoid": 2}  # csrc/graph.h MOE_ROUTE
+MAX_EXPERTS = 4096  # csrc/moe.c LY_MOE_MAX_EXPERTS
 MAX_EXPERTS_USED = 64  # csrc/moe.c
 
 
@@ -189,20 +190,27 @@ class Builder:
         return act
 
     def moe_route(self, logits: np.ndarray, k: int, gating: str = "softmax", norm: bool = False,
-                  scale: float = 1.0, expert_scale: np.ndarray | None = None) -> Route:
+                  scale: float = 1.0, expert_scale: np.ndarray | None = None,
+                  select_bias: np.ndarray | None = None) -> Route:
         """Each token's k experts, from its router logits [n, n_expert]: the k largest, weighted by the
-        softmax over all experts ('softmax') or over the k chosen ('softmax_chosen'), divided by their sum
-        when norm, times scale, times expert_scale [n_expert] of the chosen expert when given."""
+        softmax over all experts ('softmax') or over the k chosen ('softmax_chosen'); or ('sigmoid') the k
+        largest sigmoid scores plus select_bias [n_expert], weighted by their scores. Then divided by their
+        sum when norm, times scale, times expert_scale [n_expert] of the chosen expert when given."""
         _f32(logits, "router logits")
         n, n_expert = logits.shape
         if not 1 <= k <= min(n_expert, MAX_EXPERTS_USED):
             raise ValueError(f"{k} experts used of {n_expert} (at most {MAX_EXPERTS_USED})")
-        if expert_scale is not None:
-            _f32(expert_scale, "expert scale", (n_expert,))
+        extra = expert_scale
+        if select_bias is not None or gating == "sigmoid":
+            if expert_scale is not None or gating != "sigmoid" or n_expert > MAX_EXPERTS:
+                raise ValueError(f"selection biases go with sigmoid gating alone, of at most {MAX_EXPERTS} experts")
+            extra = select_bias
+        if extra is not None:
+            _f32(extra, "expert scale or selection bias", (n_expert,))
         r = Route(n, n_expert, k)
-        self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs, expert_scale),
+        self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs, extra),
                  (n, n_expert, k, GATINGS[gating], int(norm)), (scale,), writes=(r.weights, r.order, r.pos, r.offs),
-                 reads=(logits,) if expert_scale is None else (logits, expert_scale))
+                 reads=(logits,) if extra is None else (logits, extra))
         return r
 
     def gather(self, x: np.ndarray, route: Route) -> np.ndarray:

@@ -191,7 +191,8 @@ def _moe(b: Builder, P: LayerPlan, L, inp, router_in=None):
     token's k rows."""
     logits = b.matmul(inp if router_in is None else router_in, L.router, bias=L.router_bias)
     x, act = P.moe, P.ffn.act
-    route = b.moe_route(logits, x.n_used, x.gating, x.norm, expert_scale=L.down_exps_scale)
+    route = b.moe_route(logits, x.n_used, x.gating, x.norm, expert_scale=L.down_exps_scale,
+                        select_bias=L.router_select_bias)
     xg = b.gather(inp, route)
     up = b.matmul_experts(xg, L.up_exps, route, bias=L.up_exps_bias)
     hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, act)

@@ -98,7 +98,10 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
 
     sources = [source(il) for il in range(n)]
     pool = {il: k for k, il in enumerate(il for il in range(n) if sources[il] == il)}
-    dense = s.moe is None or s.moe.beside_dense
+
+    def moe(il: int):  # the first n_dense_lead layers take the dense MLP instead
+        return None if s.moe is None or il < s.moe.n_dense_lead else s.moe
+
     out = []
     for il, w in enumerate(windows):
         hd = a.head_dim_local if a.head_dim_local and w else a.head_dim
@@ -107,7 +110,8 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
             n_head_kv=a.n_head_kv_layers[il] if a.n_head_kv_layers else a.n_head_kv, head_dim=hd,
             scale=a.scale or 1.0 / math.sqrt(hd), window=w, rope=_rope(a, il, w),
             kv_source=sources[il], kv_index=pool.get(sources[il], -1), ffn=s.ffn,
-            n_ff=(s.ffn.n_ff_layers[il] if s.ffn.n_ff_layers else s.ffn.n_ff) if dense else 0, moe=s.moe,
+            n_ff=(s.ffn.n_ff_layers[il] if s.ffn.n_ff_layers else s.ffn.n_ff)
+            if moe(il) is None or moe(il).beside_dense else 0, moe=moe(il),
             parallel=s.parallel_block, residual_scale=s.residual_scale, out_scale=s.layer_out_scale,
             recurrent=s.recurrent if mixers[il] not in ("attention", "none") else None))
     return tuple(out)

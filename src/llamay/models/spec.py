@@ -367,18 +367,18 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-def _lfm2(meta: dict) -> ArchSpec:
+def _lfm2(meta: dict, arch: str = "lfm2") -> ArchSpec:
     # ref: HF Lfm2DecoderLayer, llama.cpp's lfm2 graph: a layer of attention_kv_heads 0 is a short convolution
     # (mixer_shortconv.py), the others attention with per-head q/k norms and NeoX RoPE; the final norm is
     # token_embd_norm
-    m = Meta(meta, "lfm2")
+    m = Meta(meta, arch)
     kvs = m.layer_ints("attention.head_count_kv", lo=0)
     heads = {k for k in kvs if k}
     if len(heads) != 1:
-        raise ModelFileError(f"lfm2.attention.head_count_kv {list(kvs)}: the attention layers' must be one "
+        raise ModelFileError(f"{m.key('attention.head_count_kv')} {list(kvs)}: the attention layers' must be one "
                              "number, with at least one attention layer")
     mixers = tuple("attention" if k else "shortconv" for k in kvs)
-    c = _common({**meta, m.key("attention.head_count_kv"): heads.pop()}, "lfm2")
+    c = _common({**meta, m.key("attention.head_count_kv"): heads.pop()}, arch)
     return _build(c, neox=True, attn=dict(qk_norm=True), mixers=mixers,
                   recurrent=ShortConv(m.int("shortconv.l_cache", lo=2, hi=MAX_CONV)), output_norm="token_embd_norm")
 
@@ -449,6 +449,19 @@ def _falcon_h1(meta: dict) -> ArchSpec:
                   recurrent=_mamba2_part(m), attention_beside=True)
 
 
+def _lfm2moe(meta: dict) -> ArchSpec:
+    # ref: HF Lfm2MoeSparseMoeBlock, llama.cpp's lfm2moe graph: LFM2's layers; after the first
+    # leading_dense_block_count (dense MLPs), experts chosen by sigmoid score + expert bias, weighted by the
+    # score, renormalized
+    m = Meta(meta, "lfm2moe")
+    if m.int("expert_gating_func", 2, lo=2, hi=2) != 2:  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+        raise ModelFileError("lfm2moe.expert_gating_func must be 2 (sigmoid)")
+    base = _lfm2(meta, "lfm2moe")
+    moe = _moe(m, m.int("expert_feed_forward_length"), gating="sigmoid", norm=True, select_bias=True,
+               n_dense_lead=m.int("leading_dense_block_count", 0, lo=0, hi=base.n_layer))
+    return replace(base, ffn=replace(base.ffn, n_ff=m.int("feed_forward_length")), moe=moe)
+
+
 BUILDERS = {
     "llama": _llama,
     "smollm3": _smollm3,
@@ -474,6 +487,7 @@ BUILDERS = {
     "gemma3": _gemma3,
     "gemma4": _gemma4,
     "lfm2": _lfm2,
+    "lfm2moe": _lfm2moe,
     "mamba2": _mamba2,
     "granitehybrid": _granitehybrid,
     "nemotron_h": _nemotron_h,
@@ -487,7 +501,6 @@ DECLINED = {
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
        for arch in ("qwen35", "qwen35moe", "qwen3next", "kimi-linear", "minimax-01")},
-    **{arch: "a hybrid of attention and short convolutions: " + _STATE for arch in ("lfm2moe",)},
     **{arch: _LATENT for arch in ("deepseek2", "deepseek3", "deepseek32")},  # DeepSeek V2/V3, Kimi K2
 }
 

@@ -83,6 +83,8 @@ def _ffn(d: int, p: LayerPlan) -> dict:
         return t
     fe, e = x.n_ff, x.n_expert
     t.update(router=("ffn_gate_inp.weight", _mat(d, e)), down_exps=("ffn_down_exps.weight", Expect((fe, d, e), MATRIX)))
+    if x.select_bias:  # as llama.cpp's converter writes LFM2-MoE's expert_bias
+        t["router_select_bias"] = ("exp_probs_b.bias", _vec(e))
     if x.beside_dense:  # as llama.cpp's converter writes Gemma 4: gate and up fused, the router's scales
         t.update(gate_up_exps=("ffn_gate_up_exps.weight", Expect((d, 2 * fe, e), MATRIX)),
                  router_scale=("ffn_gate_inp.scale", _vec(d)), down_exps_scale=("ffn_down_exps.scale", _vec(e)),
@@ -204,6 +206,7 @@ class Layer:
     gate_exps: QExperts | None = None
     down_exps: QExperts | None = None
     router_bias: np.ndarray | None = None
+    router_select_bias: np.ndarray | None = None  # [n_expert]: added to the scores that choose (MoE.select_bias)
     up_exps_bias: np.ndarray | None = None  # [n_expert, n_ff]
     gate_exps_bias: np.ndarray | None = None
     down_exps_bias: np.ndarray | None = None  # [n_expert, n_embd]

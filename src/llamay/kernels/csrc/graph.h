@@ -51,7 +51,8 @@ typedef struct {
  *           inverse), offs [E + 1] out (each expert's first gathered row)
  *           n: tokens, E, K, gating (0: softmax over all E; 1: softmax over the K chosen), norm (weights
  *           divided by their sum)   f: scale of the weights   p[5]: per-expert factors of the weights [E]
- *           or NULL (Gemma 4's per_expert_scale)
+ *           or NULL (Gemma 4's per_expert_scale); gating 2: sigmoid scores, the K largest of score +
+ *           p[5] [E] (selection biases, or NULL) chosen, each weighted by its score (LFM2-MoE)
  * GATHER    p: x [tokens, d], order, y [tokens K, d]   n: tokens K, d, K   (y[r] = x[order[r] / K])
  * MOE_MATMUL p: w (E matrices of m rows), ly_act* over gathered rows, y [tokens K, m], offs, bias [E, m]
  *           or NULL   n: row_bytes, type, m, E, tokens K, bytes from one expert's matrix to the next (its
