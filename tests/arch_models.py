@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -58,6 +59,9 @@ class Case:
     seed: int = 0  # build's draws: torch.manual_seed(seed), the parameters from a generator seeded seed + 1
     n_tokens: int = N_TOKENS  # the sequence the tests run (token_ids)
     n_ctx: int = 64  # the context llamay and llama.cpp ran it with (at least n_tokens)
+    # config.json keys set (None: removed) before llama.cpp's converter reads it: as published checkpoints
+    # spell them where transformers now saves other names
+    hf_config: dict = dataclasses.field(default_factory=dict)
 
 
 CASES = {
@@ -234,6 +238,8 @@ def build(case: Case, **overrides):
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale (a buffer; 1 by default)
                 b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+            elif name.endswith("expert_bias"):  # LFM2-MoE's selection bias (a buffer; 0 by default)
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
     return model.eval()
 
 
@@ -268,6 +274,8 @@ def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> d
     for name, (case, model) in models.items():
         d = out / f"{name}-hf"
         model.save_pretrained(d)
+        if case.hf_config:
+            edit_config(d / "config.json", case.hf_config)
         save = (tiny_tokenizers.save_spm if case.arch in SPM else
                 tiny_tokenizers.save_bpe_spm if case.arch in BPE_SPM else tiny_tokenizers.save_bpe)
         save(d, model.config.vocab_size)
@@ -278,6 +286,12 @@ def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> d
         if case.add_meta:
             rewrite(paths[name], paths[name], lambda meta, tensors: meta.update(case.add_meta))
     return paths
+
+
+def edit_config(path: Path, keys: dict):
+    config = json.loads(path.read_text())
+    config.update(keys)
+    path.write_text(json.dumps({k: v for k, v in config.items() if v is not None}, indent=2))
 
 
 def sha256(path: Path) -> str:

@@ -148,3 +148,26 @@ def test_fused_gate_up_rows_and_expert_scales(qtype):
     scaled = run(gate_w, up_w, scale)
     chosen = np.stack([np.argsort(-logits0[t], kind="stable")[:K] for t in range(7)])  # slot order
     assert np.array_equal(scaled[1], want[1] * scale[chosen])
+
+
+def test_sigmoid_gating_chooses_by_score_plus_bias_and_weighs_by_score():
+    """LFM2-MoE's router: the k largest sigmoid(logit) + bias, weighted by sigmoid(logit), renormalized;
+    a bias that overturns the order of the scores moves the choice, never the weights' source."""
+    n = 11
+    logits0 = rng.standard_normal((n, E)).astype(np.float32)
+    bias = (rng.standard_normal(E) * 2).astype(np.float32)
+    b = Builder()
+    logits = b.tensor(n, E)
+    route = b.moe_route(logits, K, "sigmoid", norm=True, scale=2.0, select_bias=bias)
+    logits[:] = logits0
+    b.run(2)
+    moved = 0
+    for t in range(n):
+        score = 1 / (1 + np.exp(-logits0[t].astype(np.float64)))
+        chosen = np.argsort(-(score + bias), kind="stable")[:K]
+        moved += set(chosen) != set(np.argsort(-score, kind="stable")[:K])
+        w = score[chosen] / score[chosen].sum() * 2.0
+        np.testing.assert_allclose(np.sort(route.weights[t]), np.sort(w), rtol=1e-6)
+    assert moved  # the bias changed some token's experts
+    with pytest.raises(ValueError, match="selection biases"):
+        Builder().moe_route(b.tensor(n, E), K, "softmax", select_bias=bias)

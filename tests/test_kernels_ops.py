@@ -151,7 +151,7 @@ def test_attention_kv_types_match_reference_and_agree_across_paths(k_kv, v_kv):
     np.testing.assert_allclose(avx2, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("act", ["silu", "gelu_tanh", "swiglu_oai", "none", "sigmoid"])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh", "swiglu_oai", "none", "sigmoid", "relu_sqr"])
 def test_gated_act_paths_and_threads_identical(act):
     g = (rng.standard_normal(1003) * 6).astype(np.float32)
     g[:6] = [0.0, -0.0, 100.0, -100.0, 1e-30, -90.0]  # zero signs, saturation, clamped exp range
@@ -160,7 +160,7 @@ def test_gated_act_paths_and_threads_identical(act):
     assert np.array_equal(portable, avx2)
     assert np.array_equal(ops.gated_act(g.copy(), u, act, 2), avx2)
     assert np.isfinite(avx2).all()
-    if act in ("none", "sigmoid"):
+    if act in ("none", "sigmoid", "relu_sqr"):
         np.testing.assert_allclose(avx2, ref.gated_act(g, u, act), rtol=1e-6, atol=1e-30)
 
 

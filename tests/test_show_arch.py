@@ -70,6 +70,6 @@ def test_shared_kv_layers_attend_to_the_last_earlier_layer_of_their_kind():
 
 
 def test_a_mixer_not_yet_supported_is_refused():
-    spec = dataclasses.replace(_spec(), mixers=("attention",) * 5 + ("mamba2",))
-    with pytest.raises(UnsupportedModel, match="mamba2"):
+    spec = dataclasses.replace(_spec(), mixers=("attention",) * 5 + ("gated_delta_net",))
+    with pytest.raises(UnsupportedModel, match="gated_delta_net"):
         spec.layers

@@ -44,6 +44,7 @@ class ContextState:
     # next generation, cloned by fork, saved in snapshots
     matcher: Any = None
     slot: int | None = None  # its recurrent state slot; None: no computed token (or no recurrent layer)
+    stash: tuple | None = None  # (tokens, state) kept before a pass that may be cut back (stash, trim)
 
     def child(self, slot: int | None) -> ContextState:
         """A fork's record (pending tokens are computed before a fork), on the state slot it shares."""
@@ -322,13 +323,28 @@ class ContextStore:
             at += len(tokens)
         return out or None
 
-    def trim(self, ctx: int, n: int):
+    def stash(self, ctx: int):
+        """Before a pass that computes a draft: keep a hybrid context's state, which trim rolls back to."""
+        rec = self._get(ctx)
+        if self.states is not None and rec.slot is not None:
+            rec.stash = (self._kv.n_tokens(ctx), self.states.read(rec.slot))
+
+    def trim(self, ctx: int, n: int) -> int:
         """Cut computed K/V past the first n tokens (draft tokens a pass computed and sampling rejected):
-        pages released, nothing copied; the last logits stay as set_logits left them."""
-        if self._kv.n_tokens(ctx) > n:
+        pages released, nothing copied; the last logits stay as set_logits left them -> the tokens still
+        computed. A hybrid context goes back to its stash (the state before the pass): the tokens between
+        it and n are the caller's to compute again."""
+        kv, rec = self._kv, self._get(ctx)
+        if kv.n_tokens(ctx) > n:
             if self.states is not None:
-                raise InvariantError("a recurrent state cannot be trimmed (speculation is off on hybrid models)")
-            self._kv.truncate(ctx, n)
+                if rec.stash is None or rec.stash[0] > n:
+                    raise InvariantError(f"context {ctx}: a recurrent state cut back to {n} tokens without a stash")
+                n, state = rec.stash
+                rec.slot = self.states.writable(rec.slot)
+                self.states.write(rec.slot, state)
+            kv.truncate(ctx, n)
+        rec.stash = None
+        return kv.n_tokens(ctx)
 
     def truncate(self, ctx: int, n: int):
         """Keep the context's first n tokens (a pending sampled token counts as one)."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..gguf import GGUFReader
 from ..kv import OutOfPages
-from ..models import Decoder, arch_spec
+from ..models import Decoder, UnsupportedModel, arch_spec
 from ..settings import LOAD, SPEC
 from .draft import DRAFT, Outcomes, best_length, step_costs
 from .embed import file_tokenizer
@@ -48,6 +48,9 @@ class DraftModel:
         """cost: one draft token relative to one of the target's decode steps. n_ctx: the target's."""
         reader = GGUFReader(path)
         spec = arch_spec(reader.metadata)
+        if spec.state_layers:
+            raise UnsupportedModel(f"draft model {os.path.basename(path)}: a hybrid model ({spec.arch}) cannot "
+                                   "draft yet (its recurrent state would have to follow every cut)")
         check_vocab(target_tokenizer, file_tokenizer(reader), os.path.basename(path))
         self.path, self.cost, self.n_ctx = path, cost, min(n_ctx, spec.n_ctx_train)
         self.n_vocab = min(spec.n_vocab, target_tokenizer.n_vocab)

@@ -49,6 +49,7 @@ class _Seq:
         self.grammar = job.grammar.matcher() if job.grammar is not None else None
         self.n_prompt, self.n_cached, self.n_gen = len(history) + len(todo), n_cached, 0
         self.next_tok: int | None = None  # sampled, its K/V not computed yet
+        self.redo: list[int] = []  # the end of history whose K/V a hybrid's rolled-back draft took back
         self.drafter = None  # draft.py / draft_model.py; None: no speculation
         self.n_drafted = self.n_accepted = self.n_draft_steps = 0
         self.n_disk = self.n_shared = 0  # of n_cached, tokens read from the disk and the shared tier
@@ -216,7 +217,7 @@ class Scheduler:
         self.steps += 1
         for seq in decode:
             seq.history.append(seq.next_tok)
-            seq.next_tok = None
+            seq.next_tok, seq.redo = None, []
         by_ctx = {s.ctx: s for s in self.running}
         for ctx, chunk in items[len(decode):]:
             by_ctx[ctx].history += chunk
@@ -248,10 +249,16 @@ class Scheduler:
         """One forward pass: each decoding sequence's next token and draft (logits at every position), then
         prompt chunks in the budget left -> (items, the sequences given logits: decoding ones, then prompts
         done; the logits in that order). A failure changes nothing (the chunks are put back)."""
-        items = [(s.ctx, [s.next_tok] + d) for s, d in zip(decode, drafts)]
-        n = sum(len(tokens) for _, tokens in items)
-        rows, wants, budget = list(range(n)), list(decode), self.batch - n
         store, marks = self.store_of(), []
+        items, rows = [], []
+        for s, d in zip(decode, drafts):  # rows: the next token's and the draft's (not a redone token's)
+            at = sum(len(tokens) for _, tokens in items) + len(s.redo)
+            items.append((s.ctx, s.redo + [s.next_tok] + d))
+            rows += range(at, at + 1 + len(d))
+            if d:
+                store.stash(s.ctx)  # a hybrid's state, to roll back to if the draft is cut
+        n = sum(len(tokens) for _, tokens in items)
+        wants, budget = list(decode), self.batch - n
         for seq in self.running:
             if not seq.todo or budget <= 0:
                 continue
@@ -305,8 +312,10 @@ class Scheduler:
 
     def _trim(self, seq: _Seq):
         """Cut the K/V of draft tokens past the sequence's history (rejected, or past its end): pages
-        released, nothing copied. The context's last logits stay those after the history's last token."""
-        self.store_of().trim(seq.ctx, len(seq.history))
+        released, nothing copied. The context's last logits stay those after the history's last token. A
+        hybrid's state goes back to before the pass: the accepted tokens are computed again by the next."""
+        kept = self.store_of().trim(seq.ctx, len(seq.history))
+        seq.redo = seq.history[kept:]
 
     def _undo_chunks(self, items):
         """A failed pass computed nothing: put the prompt chunks back."""
@@ -375,10 +384,7 @@ class Scheduler:
         return mode
 
     def _drafter(self, mode: str, ctx: int):
-        """A new drafter of mode for the sequence of context ctx (None for mode none, and on a hybrid model:
-        a rejected draft would have to roll its recurrent state back)."""
-        if self.store_of().states is not None:
-            return None
+        """A new drafter of mode for the sequence of context ctx (None for mode none)."""
         if mode == "ngram":
             return draft.NgramDrafter()
         if mode == "tree":
@@ -434,7 +440,8 @@ class Scheduler:
         if keep:
             cut = reason == "length" and seq.grammar is not None and not seq.grammar.is_done()
             # the grammar of a cut-off constrained generation: continued by its next job, saved in snapshots
-            store.park(seq.ctx, [seq.next_tok] if seq.next_tok is not None else [], seq.grammar if cut else None)
+            store.park(seq.ctx, seq.redo + ([seq.next_tok] if seq.next_tok is not None else []),
+                       seq.grammar if cut else None)
         else:
             store.free(seq.ctx, cache=reason != "error")
         now = time.perf_counter_ns()

@@ -21,7 +21,8 @@ def geometry(llm) -> KVGeometry:
     pool = llm.context_store.pool
     layers = tuple((h, d, pool.page_size * k.shape[1], pool.page_size * v.shape[1])
                    for (h, d), k, v in zip(pool.dims, pool.k, pool.v))
-    return KVGeometry(llm.spec.arch, len(layers), *layers[0][:2], llm.kv, llm.page_size, *layers[0][2:],
+    first = layers[0] if layers else (0, 0, 0, 0)  # no layer attends: the pages hold no K/V
+    return KVGeometry(llm.spec.arch, len(layers), *first[:2], llm.kv, llm.page_size, *first[2:],
                       layers=() if pool.uniform else layers)
 
 

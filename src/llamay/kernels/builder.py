@@ -65,7 +65,8 @@ class BatchSlot:
             self._ends.fill(self.both_ways)
 
 
-GATINGS = {"softmax": 0, "softmax_chosen": 1}  # csrc/graph.h MOE_ROUTE
+GATINGS = {"softmax": 0, "softmax_chosen": 1, "sigmoid": 2}  # csrc/graph.h MOE_ROUTE
+MAX_EXPERTS = 4096  # csrc/moe.c LY_MOE_MAX_EXPERTS
 MAX_EXPERTS_USED = 64  # csrc/moe.c
 
 
@@ -135,13 +136,14 @@ class Builder:
 
     # ---- ops ----
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray | None = None) -> np.ndarray:
-        """RMSNorm of every d-value row of x (d = len(w): per head when d is the head size); out may be x."""
+        """RMSNorm of every d-value row of x (d = w.shape[-1]: per head when d is the head size); w [G, d]:
+        G groups of d per row of x, each with its own weight (Mamba2's group norm); out may be x."""
         _f32(x, "x"), _f32(w, "norm weight")
-        d = w.shape[0]
-        if w.ndim != 1 or x.size % d:
+        d, G = w.shape[-1], (w.shape[0] if w.ndim == 2 else 1)
+        if w.ndim not in (1, 2) or x.size % d or (G > 1 and x.shape[-1] != G * d):
             raise ValueError(f"norm weight of {w.shape} does not divide x of {x.shape}")
         out = self.tensor(*x.shape) if out is None else _f32(out, "out", x.shape)
-        n = self._op("rmsnorm", (x, w, out), (x.size // d, d), (eps,), writes=(out,))
+        n = self._op("rmsnorm", (x, w, out), (x.size // d, d, G), (eps,), writes=(out,))
         if self.fuse and out.ndim == 2 and out.shape[1] == d:
             self._fusable = (n, out, [x, w, out])
         return out
@@ -188,20 +190,27 @@ class Builder:
         return act
 
     def moe_route(self, logits: np.ndarray, k: int, gating: str = "softmax", norm: bool = False,
-                  scale: float = 1.0, expert_scale: np.ndarray | None = None) -> Route:
+                  scale: float = 1.0, expert_scale: np.ndarray | None = None,
+                  select_bias: np.ndarray | None = None) -> Route:
         """Each token's k experts, from its router logits [n, n_expert]: the k largest, weighted by the
-        softmax over all experts ('softmax') or over the k chosen ('softmax_chosen'), divided by their sum
-        when norm, times scale, times expert_scale [n_expert] of the chosen expert when given."""
+        softmax over all experts ('softmax') or over the k chosen ('softmax_chosen'); or ('sigmoid') the k
+        largest sigmoid scores plus select_bias [n_expert], weighted by their scores. Then divided by their
+        sum when norm, times scale, times expert_scale [n_expert] of the chosen expert when given."""
         _f32(logits, "router logits")
         n, n_expert = logits.shape
         if not 1 <= k <= min(n_expert, MAX_EXPERTS_USED):
             raise ValueError(f"{k} experts used of {n_expert} (at most {MAX_EXPERTS_USED})")
-        if expert_scale is not None:
-            _f32(expert_scale, "expert scale", (n_expert,))
+        extra = expert_scale
+        if select_bias is not None or gating == "sigmoid":
+            if expert_scale is not None or gating != "sigmoid" or n_expert > MAX_EXPERTS:
+                raise ValueError(f"selection biases go with sigmoid gating alone, of at most {MAX_EXPERTS} experts")
+            extra = select_bias
+        if extra is not None:
+            _f32(extra, "expert scale or selection bias", (n_expert,))
         r = Route(n, n_expert, k)
-        self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs, expert_scale),
+        self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs, extra),
                  (n, n_expert, k, GATINGS[gating], int(norm)), (scale,), writes=(r.weights, r.order, r.pos, r.offs),
-                 reads=(logits,) if expert_scale is None else (logits, expert_scale))
+                 reads=(logits,) if extra is None else (logits, extra))
         return r
 
     def gather(self, x: np.ndarray, route: Route) -> np.ndarray:
@@ -292,6 +301,25 @@ class Builder:
         self._op("delta_rule", (qkv, ba, params, out, state, batch.struct), (n, hk, hv, dk, dv, int(tiled)),
                  (eps, 1.0 / np.sqrt(dk)), writes=(out, state), keep=(batch,), reads=(qkv, ba, params, state))
         return out
+
+    def ssm_scan(self, xbc: np.ndarray, dt: np.ndarray, a: np.ndarray, d: np.ndarray, dt_bias: np.ndarray,
+                 state: np.ndarray, batch: BatchSlot, n_group: int) -> np.ndarray:
+        """Mamba2's selective scan (graph.h SSM_SCAN) -> y [n, H * P]. xbc [n, H * P + 2 * n_group * N]: the
+        conv's output after SiLU (x, B, C); dt [n, H]: raw, before dt_bias and softplus; a, d, dt_bias [H];
+        state [slots, H, P, N]: each sequence's slot is read and updated."""
+        _f32(xbc, "xBC"), _f32(dt, "dt"), _f32(state, "ssm state")
+        if state.ndim != 4 or n_group < 1 or state.shape[1] % n_group:
+            raise ValueError(f"ssm state {state.shape} for {n_group} groups")
+        H, P, N = state.shape[1:]
+        n = batch.n_tokens
+        _f32(dt, "dt", (n, H)), _f32(xbc, "xBC", (n, H * P + 2 * n_group * N))
+        for v, name in ((a, "A"), (d, "D"), (dt_bias, "dt_bias")):
+            _f32(v, name, (H,))
+        params = np.concatenate([a, d, dt_bias])  # [3 H], read-only: copied once, kept by the graph
+        y = self.tensor(n, H * P)
+        self._op("ssm_scan", (xbc, dt, params, y, state, batch.struct), (n, H, P, N, n_group),
+                 writes=(y, state), keep=(batch,), reads=(xbc, dt, state))
+        return y
 
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,
              neox: bool, factors: np.ndarray | None = None, linear: float = 1.0, mscale: float = 1.0) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 from .graph import Batch, Graph, addr
 from .kvtypes import KV_CODES
 
-ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2, "none": 3, "sigmoid": 4}  # csrc/mathfn.h ly_gated_one
+ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2, "none": 3, "sigmoid": 4, "relu_sqr": 5}  # csrc/mathfn.h ly_gated_one
 
 
 def f32(a: np.ndarray, name: str) -> np.ndarray:

@@ -41,6 +41,9 @@ def gated_act(gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
     if act == "sigmoid":
         with np.errstate(over="ignore"):  # exp(-g) = inf for g far below 0: the sigmoid is 0 there
             return (np.float32(1) / (np.float32(1) + np.exp(-g))) * up
+    if act == "relu_sqr":
+        r = np.maximum(g, np.float32(0))
+        return (r * r) * up
     if act == "silu":
         a = g / (np.float32(1) + np.exp(-g))
     else:

@@ -52,7 +52,7 @@ class PagePool:
         """dims: (KV heads, head size) per layer when they differ (n_kv_head and head_dim are then layer 0's)."""
         self.n_pages, self.page_size, self.kv = n_pages, page_size, kv
         self.dims = [tuple(x) for x in dims] if dims is not None else [(n_kv_head, head_dim)] * n_layer
-        self.n_kv_head, self.head_dim = self.dims[0]
+        self.n_kv_head, self.head_dim = self.dims[0] if self.dims else (n_kv_head, head_dim)
         n_slots = n_pages * page_size
         # np.zeros maps zero pages lazily: memory is only touched as slots are written
         self.k = [np.zeros((n_slots, h * kv.head_bytes("k", d)), np.uint8) for h, d in self.dims]

@@ -98,15 +98,16 @@ class KVGeometry:
         n = page_size * n_kv_head * head_dim * KV_DTYPES[kv_type].itemsize
         return cls(arch, n_layer, n_kv_head, head_dim, kv_type, page_size, n, n)
 
-    def validate(self):
-        """Raise SnapshotError unless every field is in range and page bytes fit the KV type."""
+    def validate(self, stateful: bool = False):
+        """Raise SnapshotError unless every field is in range and page bytes fit the KV type. stateful: the
+        snapshot carries a recurrent state, and may have no K/V layer (Mamba2, where no layer attends)."""
         if not 1 <= len(self.arch.encode()) <= 32:
             raise SnapshotError(f"architecture name {self.arch!r} must be 1 to 32 UTF-8 bytes")
         if self.kv_type not in KV_DTYPES:
             raise SnapshotError(f"unknown KV type {self.kv_type!r} (known: {', '.join(KV_DTYPES)})")
-        for name, hi in (("n_layer", MAX_LAYERS), ("page_size", MAX_PAGE_SIZE)):
-            if not 1 <= getattr(self, name) <= hi:
-                raise SnapshotError(f"{name} = {getattr(self, name)} is outside 1..{hi}")
+        for name, lo, hi in (("n_layer", 0 if stateful else 1, MAX_LAYERS), ("page_size", 1, MAX_PAGE_SIZE)):
+            if not lo <= getattr(self, name) <= hi:
+                raise SnapshotError(f"{name} = {getattr(self, name)} is outside {lo}..{hi}")
         if self.layers and (len(self.layers) != self.n_layer or tuple(self.layers[0]) != (
                 self.n_kv_head, self.head_dim, self.k_page_bytes, self.v_page_bytes)):
             raise SnapshotError(f"the layer table has {len(self.layers)} entries for {self.n_layer} layers, or "
@@ -178,7 +179,7 @@ def write_snapshot(path: str | os.PathLike, header: SnapshotHeader, layers_k: Se
     for any KV type as uint8 [n_pages, page_bytes]. logits: float32 [n_vocab] after the last token.
     state: float32 [n], a hybrid model's recurrent state after the last token (written as version 4)."""
     g = header.geometry
-    g.validate()
+    g.validate(stateful=state is not None)
     if not _HEX64.fullmatch(header.weights_digest):
         raise SnapshotError(f"weights digest {header.weights_digest!r} is not a lowercase sha256 hex")
     tokens = _token_array(header.token_ids)
@@ -495,8 +496,9 @@ def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
         raise SnapshotError(f"weights digest {digest!r} is not a sha256 hex")
     layers, header_size = (), header.size
     if version >= 3:
-        if not 1 <= n_layer <= MAX_LAYERS:
-            raise SnapshotError(f"n_layer = {n_layer} is outside 1..{MAX_LAYERS}")
+        lo = 0 if version >= 4 else 1  # 0: no layer attends (Mamba2), the state is all
+        if not lo <= n_layer <= MAX_LAYERS:
+            raise SnapshotError(f"n_layer = {n_layer} is outside {lo}..{MAX_LAYERS}")
         header_size += LAYER.size * n_layer
         if len(head) < header_size:
             raise SnapshotError(f"truncated snapshot: {size} bytes, the header and layer table need {header_size}")
@@ -505,7 +507,7 @@ def _parse_header(head: bytes, size: int) -> tuple[str, KVGeometry, _Counts]:
             layers = ()  # uniform layers: the geometry the header alone gives
     g = KVGeometry(_text(arch, "architecture"), n_layer, n_kv_head, head_dim, _text(kv_type, "KV type"),
                    page_size, k_bytes, v_bytes, layers)
-    g.validate()
+    g.validate(stateful=version >= 4)
     if n_pages != pages_for(n_tokens, page_size):
         raise SnapshotError(f"{n_tokens} tokens need {pages_for(n_tokens, page_size)} pages of "
                             f"{page_size}, the header says {n_pages}")

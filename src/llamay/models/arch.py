@@ -24,6 +24,8 @@ class ArchSpec:
     moe: MoE | None = None
     mixers: tuple = ()  # each layer's mixer (parts.MIXERS); (): attention everywhere
     recurrent: Any = None  # the part of the layers whose mixer is not attention (parts.ShortConv, ...)
+    attention_beside: bool = False  # each recurrent layer also attends, from the same norm; the two outputs are
+    # summed (Falcon-H1)
     parallel_block: bool = False  # attention and FFN both read one norm of x: x + (attn + ffn) (Phi-2)
     residual_scale: float = 1.0  # each block's output scaled before the residual add (Granite)
     layer_out_scale: bool = False  # the file may carry layer_output_scale: each layer's output times it

@@ -42,8 +42,9 @@ class Decoder:
         self._plans: OrderedDict = OrderedDict()
 
     def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:
-        dims = self.spec.kv_dims
-        return PagePool(len(dims), n_pages, page_size, *dims[0], kv_type(kv, *(d for _, d in dims)), dims=dims)
+        dims = self.spec.kv_dims  # () when no layer attends (Mamba2): pages hold nothing, positions only
+        return PagePool(len(dims), n_pages, page_size, *(dims[0] if dims else (0, 0)), kv_type(kv, *(d for _, d in dims)),
+                        dims=dims)
 
     def new_states(self, n_slots: int) -> StatePool | None:
         """The recurrent layers' state slots (None: the model has none)."""

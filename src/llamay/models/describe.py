@@ -34,14 +34,17 @@ def _bytes(n: int) -> str:
 
 
 def _kind(s: ArchSpec, p: LayerPlan) -> str:
+    if p.mixer == "none":
+        return f"no mixer; {_ffn(p) or 'no ffn'}"
     if p.recurrent is not None:
         part = ", ".join(f"{k} {v}" for k, v in vars(p.recurrent).items())
-        return f"{p.mixer} ({part}); {_ffn(p)}"
+        beside = f" beside attention {p.n_head} heads x {p.head_dim}, kv {p.n_head_kv}, {_rope(s, p)}" if p.writes_kv else ""
+        return f"{p.mixer} ({part}){beside}; {_ffn(p) or 'no ffn'}"
     attn = f"{p.mixer} {p.n_head} heads x {p.head_dim}, kv {p.n_head_kv}"
     attn += ", sigmoid output gate" if p.attn.out_gate else ""
     if not p.writes_kv:
         attn += " reused from an earlier layer"
-    return f"{attn}, {_rope(s, p)} | {f'swa {p.window}' if p.window else 'global'}; {_ffn(p)}"
+    return f"{attn}, {_rope(s, p)} | {f'swa {p.window}' if p.window else 'global'}; {_ffn(p) or 'no ffn'}"
 
 
 def _rope(s: ArchSpec, p: LayerPlan) -> str:
@@ -68,7 +71,7 @@ def _ffn(p: LayerPlan) -> str:
         return mlp
     moe = f"moe {x.n_used} of {x.n_expert} experts x {x.n_ff} ({x.gating}{', renormed' if x.norm else ''})"
     if x.n_ff_shared:
-        moe += f" + shared {x.n_ff_shared}"
+        moe += f" + shared {x.n_ff_shared}" + ("" if x.shared_gate else " ungated")
     return f"{mlp} + {moe}" if mlp else moe
 
 

@@ -38,12 +38,18 @@ class ForwardGraph:
         self.lora_scale = {name: np.zeros(n, np.float32) for name in names}
         for P, L in zip(s.layers, layers):
             mm = _Proj(b, (lora or {}).get(P.index, {}), self.lora_scale)
-            if P.recurrent is None:
+            if P.mixer == "none":
+                mixer = None
+            elif P.recurrent is None:
                 def mixer(inp, P=P, L=L, mm=mm):
                     return _attention(b, self.batch, pool, P, L, inp, mm, rope_factors, ones)
             else:
                 def mixer(inp, P=P, L=L, mm=mm):
-                    return MIXERS[P.mixer].build(b, self.batch, states.layers[P.index], P, L, inp, mm)
+                    y = MIXERS[P.mixer].build(b, self.batch, states.layers[P.index], P, L, inp, mm)
+                    if not P.writes_kv:
+                        return y
+                    b.matmul(y, L.mix["out"], residual=x)  # x += out(y), then the attention beside it
+                    return _attention(b, self.batch, pool, P, L, inp, mm, rope_factors, ones)
             _layer(b, P, L, x, h, mm, mixer, per_layer[P.index] if per_layer is not None else None)
 
     def run(self, meta, nthreads: int):
@@ -54,18 +60,19 @@ class ForwardGraph:
 
 def _layer(b: Builder, P: LayerPlan, L, x, h, mm, mixer, per_layer_in):
     """x += one layer of plan P with weights L; h: scratch for the normed input; mixer(normed input): its
-    attention or recurrent mixer's output before the output projection; per_layer_in: its per-layer input
-    or None."""
+    attention or recurrent mixer's output before the output projection (None: no mixer block); per_layer_in:
+    its per-layer input or None."""
     nm = P.norms
-    inp = _norm(b, nm, x, L.attn_norm, L.attn_norm_b, h) if nm.pre else x
-    attn = mixer(inp)
     if P.parallel:  # x + (attn + ffn), the FFN reading the same normed input
-        o = mm(attn, L, "o")
+        inp = _norm(b, nm, x, L.attn_norm, L.attn_norm_b, h) if nm.pre else x
+        o = mm(mixer(inp), L, "o")
         mm(_ffn(b, P, L, inp, mm), L, "down", residual=o)
         b.add(x, o)
         return
-    _residual(b, P, x, mm(attn, L, "o", fusable=True), L.post_attn_norm)
-    inp = _norm(b, nm, x, L.ffn_norm, L.ffn_norm_b, h) if nm.pre else x
+    if mixer is not None:
+        inp = _norm(b, nm, x, L.attn_norm, L.attn_norm_b, h) if nm.pre else x
+        _residual(b, P, x, mm(mixer(inp), L, "o", fusable=True), L.post_attn_norm)
+    inp = _norm(b, nm, x, L.ffn_norm, L.ffn_norm_b, h) if nm.pre and P.ffn_kind != "none" else x
     if P.ffn_kind == "dense+moe":  # post_norm(norm_1(MLP) + norm_2(experts)), the experts on their own norm
         mlp = mm(_ffn(b, P, L, inp, mm), L, "down")
         b.rmsnorm(mlp, L.post_ffn_norm_1, nm.eps, out=mlp)
@@ -74,7 +81,7 @@ def _layer(b: Builder, P: LayerPlan, L, x, h, mm, mixer, per_layer_in):
         _add_block(b, P, x, mlp, L.post_ffn_norm)
     elif P.ffn_kind == "moe":
         _add_block(b, P, x, _moe(b, P, L, inp), L.post_ffn_norm)
-    else:
+    elif P.ffn_kind == "dense":  # ('none': the layer has no FFN)
         _residual(b, P, x, mm(_ffn(b, P, L, inp, mm), L, "down", fusable=True), L.post_ffn_norm)
     if per_layer_in is not None:  # x += norm(proj(act(gate(x)) * this layer's input))
         g = b.gated(b.matmul(x, L.ple_gate), per_layer_in, P.ffn.act)
@@ -185,14 +192,17 @@ def _moe(b: Builder, P: LayerPlan, L, inp, router_in=None):
     token's k rows."""
     logits = b.matmul(inp if router_in is None else router_in, L.router, bias=L.router_bias)
     x, act = P.moe, P.ffn.act
-    route = b.moe_route(logits, x.n_used, x.gating, x.norm, expert_scale=L.down_exps_scale)
+    route = b.moe_route(logits, x.n_used, x.gating, x.norm, expert_scale=L.down_exps_scale,
+                        select_bias=L.router_select_bias)
     xg = b.gather(inp, route)
     up = b.matmul_experts(xg, L.up_exps, route, bias=L.up_exps_bias)
     hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, act)
     out = b.moe_combine(b.matmul_experts(hg, L.down_exps, route, bias=L.down_exps_bias), route)
-    if L.up_shexp is not None:  # + sigmoid(inp . g) * the shared expert's FFN
-        shared = b.gated(b.matmul(inp, L.gate_shexp), b.matmul(inp, L.up_shexp), act)
-        b.add(out, b.sigmoid_scale(b.matmul(shared, L.down_shexp), b.matmul(inp, L.shexp_gate_inp)))
+    if L.up_shexp is not None:  # + sigmoid(inp . g) * the shared expert's FFN (no gate: as is)
+        shared = b.matmul(b.gated(b.matmul(inp, L.gate_shexp), b.matmul(inp, L.up_shexp), act), L.down_shexp)
+        if L.shexp_gate_inp is not None:
+            b.sigmoid_scale(shared, b.matmul(inp, L.shexp_gate_inp))
+        b.add(out, shared)
     return out
 
 

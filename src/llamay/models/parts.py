@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIXERS = ("attention", "shortconv", "deltanet")  # what a layer's mixer may be; every other one keeps a recurrent state
-# (models/recurrent.py)
+MIXERS = ("attention", "shortconv", "mamba2", "deltanet", "none")  # what a layer's mixer may be; "none": the
+# layer is its FFN alone (Nemotron-H); every other one keeps a recurrent state (models/recurrent.py)
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Norms:
     post_attn: bool = False  # each block's output normed before the residual add
     post_ffn: bool = False
     ffn_name: str = "ffn_norm"  # the FFN input norm's GGUF name (gpt-oss: post_attention_norm)
+    bare_ffn_norm: bool = False  # its tensor's name has no ".weight" (llama.cpp's falcon-h1 files)
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,14 @@ class MoE:
     n_expert: int
     n_used: int  # experts each token takes (the largest router logits)
     n_ff: int  # each expert's width
-    gating: str = "softmax"  # their weights: softmax over all experts, or 'softmax_chosen' (over the k)
+    gating: str = "softmax"  # their weights: softmax over all experts, 'softmax_chosen' (over the k), or
+    # 'sigmoid' (each chosen one's sigmoid score; chosen by score + the file's exp_probs_b when select_bias)
+    select_bias: bool = False
+    n_dense_lead: int = 0  # the first n layers have the dense MLP instead (LFM2-MoE)
     norm: bool = False  # weights divided by their sum (Qwen3-MoE's norm_topk_prob)
     bias: bool = False  # biases on the router and on every expert's projections (gpt-oss)
     n_ff_shared: int = 0  # > 0: a shared expert of this width beside the routed ones, gated by sigmoid(x . g)
+    shared_gate: bool = True  # False: the shared expert's output added as is (Granite 4)
     beside_dense: bool = False  # the experts run beside the dense MLP, each with its own norms, their router
     # reading the unweighted RMSNorm of the residual times a scale vector (Gemma 4's 26B-A4B)
 
@@ -103,6 +108,26 @@ class ShortConv:
     """LFM2's short convolution: in_proj to B, C, x; y = C * conv(B * x) over the last `d_conv` tokens;
     out_proj. Its state: the last d_conv - 1 values of B * x."""
     d_conv: int
+
+
+@dataclass(frozen=True)
+class Mamba2:
+    """Mamba2's mixer (models/mixer_mamba2.py): in_proj to z, x B C, dt; a causal convolution over the last
+    d_conv rows of x B C, SiLU; the selective scan of n_head heads of head_dim over states of d_state, B and C
+    shared by n_head / n_group heads; y * SiLU(z) RMS-normed per group of d_inner / n_group; out_proj."""
+    d_conv: int
+    d_inner: int
+    d_state: int
+    n_group: int
+    n_head: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_inner // self.n_head
+
+    @property
+    def conv_dim(self) -> int:  # x, B and C
+        return self.d_inner + 2 * self.n_group * self.d_state
 
 
 @dataclass(frozen=True)

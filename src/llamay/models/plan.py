@@ -44,7 +44,8 @@ class LayerPlan:
     parallel: bool  # attention and FFN read one norm of x: x + (attn + ffn) (Phi-2)
     residual_scale: float  # each block's output scaled before the residual add (Granite)
     out_scale: bool  # the file may carry layer_output_scale: the layer's output times it
-    recurrent: Any = None  # the part of a mixer that keeps a recurrent state (None: attention)
+    recurrent: Any = None  # the part of a mixer that keeps a recurrent state (None: attention or no mixer); a
+    # recurrent layer that writes K/V attends beside it (ArchSpec.attention_beside)
 
     @property
     def writes_kv(self) -> bool:
@@ -52,9 +53,9 @@ class LayerPlan:
 
     @property
     def ffn_kind(self) -> str:
-        """'dense', 'moe', or 'dense+moe' (experts beside the dense MLP)."""
+        """'dense', 'moe', 'dense+moe' (experts beside the dense MLP), or 'none' (n_ff 0, no experts)."""
         if self.moe is None:
-            return "dense"
+            return "dense" if self.n_ff else "none"
         return "dense+moe" if self.n_ff else "moe"
 
 
@@ -89,7 +90,7 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
     first = n - a.n_kv_shared
 
     def source(il: int) -> int:
-        if mixers[il] != "attention":
+        if mixers[il] != "attention" and not (s.attention_beside and mixers[il] != "none"):
             return -1
         if il < first:
             return il
@@ -97,7 +98,10 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
 
     sources = [source(il) for il in range(n)]
     pool = {il: k for k, il in enumerate(il for il in range(n) if sources[il] == il)}
-    dense = s.moe is None or s.moe.beside_dense
+
+    def moe(il: int):  # the first n_dense_lead layers take the dense MLP instead
+        return None if s.moe is None or il < s.moe.n_dense_lead else s.moe
+
     out = []
     for il, w in enumerate(windows):
         hd = a.head_dim_local if a.head_dim_local and w else a.head_dim
@@ -106,7 +110,8 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
             n_head_kv=a.n_head_kv_layers[il] if a.n_head_kv_layers else a.n_head_kv, head_dim=hd,
             scale=a.scale or 1.0 / math.sqrt(hd), window=w, rope=_rope(a, il, w),
             kv_source=sources[il], kv_index=pool.get(sources[il], -1), ffn=s.ffn,
-            n_ff=(s.ffn.n_ff_layers[il] if s.ffn.n_ff_layers else s.ffn.n_ff) if dense else 0, moe=s.moe,
+            n_ff=(s.ffn.n_ff_layers[il] if s.ffn.n_ff_layers else s.ffn.n_ff)
+            if moe(il) is None or moe(il).beside_dense else 0, moe=moe(il),
             parallel=s.parallel_block, residual_scale=s.residual_scale, out_scale=s.layer_out_scale,
-            recurrent=s.recurrent if mixers[il] != "attention" else None))
+            recurrent=s.recurrent if mixers[il] not in ("attention", "none") else None))
     return tuple(out)

@@ -10,7 +10,7 @@ import numpy as np
 from ..kernels.builder import MAX_EXPERTS_USED
 from .arch import ArchSpec
 from .checks import MAX_LAYERS, MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
-from .parts import FFN, Attention, DeltaNet, MoE, Norms, Rope, ShortConv
+from .parts import FFN, Attention, DeltaNet, Mamba2, MoE, Norms, Rope, ShortConv
 from .rope import yarn_mscale
 
 MAX_CONV = 64  # taps of a recurrent layer's convolution
@@ -191,13 +191,13 @@ def _granite(meta: dict) -> ArchSpec:
     return _granite_family(meta, "granite")
 
 
-def _granite_family(meta: dict, arch: str, moe: dict | None = None) -> ArchSpec:
-    """moe: the experts' settings besides their counts, or None for none."""
+def _granite_family(meta: dict, arch: str, moe: dict | None = None, rope: dict | None = None, **model) -> ArchSpec:
+    """moe: the experts' settings besides their counts, or None for none; model: more ArchSpec fields."""
     c, m = _common(meta, arch), Meta(meta, arch)
     return _build(c, neox=False, embed_scale=m.float("embedding_scale", 1.0),
-                  attn=dict(scale=m.float("attention.scale", 0.0, lo_open=False)),
+                  attn=dict(scale=m.float("attention.scale", 0.0, lo_open=False)), rope=rope,
                   residual_scale=m.float("residual_scale", 1.0), logit_scale=m.float("logit_scale", 1.0),
-                  moe=None if moe is None else _moe(m, c["ffn"]["n_ff"], **moe))
+                  moe=None if moe is None else _moe(m, c["ffn"]["n_ff"], **moe), **model)
 
 
 def _granitemoe(meta: dict) -> ArchSpec:
@@ -368,18 +368,18 @@ def _gemma3(meta: dict) -> ArchSpec:
     )
 
 
-def _lfm2(meta: dict) -> ArchSpec:
+def _lfm2(meta: dict, arch: str = "lfm2") -> ArchSpec:
     # ref: HF Lfm2DecoderLayer, llama.cpp's lfm2 graph: a layer of attention_kv_heads 0 is a short convolution
     # (mixer_shortconv.py), the others attention with per-head q/k norms and NeoX RoPE; the final norm is
     # token_embd_norm
-    m = Meta(meta, "lfm2")
+    m = Meta(meta, arch)
     kvs = m.layer_ints("attention.head_count_kv", lo=0)
     heads = {k for k in kvs if k}
     if len(heads) != 1:
-        raise ModelFileError(f"lfm2.attention.head_count_kv {list(kvs)}: the attention layers' must be one "
+        raise ModelFileError(f"{m.key('attention.head_count_kv')} {list(kvs)}: the attention layers' must be one "
                              "number, with at least one attention layer")
     mixers = tuple("attention" if k else "shortconv" for k in kvs)
-    c = _common({**meta, m.key("attention.head_count_kv"): heads.pop()}, "lfm2")
+    c = _common({**meta, m.key("attention.head_count_kv"): heads.pop()}, arch)
     return _build(c, neox=True, attn=dict(qk_norm=True), mixers=mixers,
                   recurrent=ShortConv(m.int("shortconv.l_cache", lo=2, hi=MAX_CONV)), output_norm="token_embd_norm")
 
@@ -422,6 +422,85 @@ def _delta_part(m: Meta, arch: str) -> DeltaNet:
                     d_v=inner // hv, tiled=arch != "qwen3next", fused_ba=arch == "qwen3next")
 
 
+def _mamba2_part(m: Meta) -> Mamba2:
+    """The ssm.* keys (llama.cpp's: time_step_rank is the head count)."""
+    r = Mamba2(d_conv=m.int("ssm.conv_kernel", lo=2, hi=MAX_CONV), d_inner=m.int("ssm.inner_size"),
+               d_state=m.int("ssm.state_size"), n_group=m.int("ssm.group_count", 1), n_head=m.int("ssm.time_step_rank"))
+    if r.d_inner % r.n_head or r.n_head % r.n_group:
+        raise ModelFileError(f"{m.arch}: ssm.time_step_rank {r.n_head} must divide ssm.inner_size {r.d_inner}, and "
+                             f"ssm.group_count {r.n_group} divide it")
+    return r
+
+
+def _hybrid_heads(meta: dict, m: Meta) -> tuple[dict, tuple]:
+    """The attention layers' KV heads (attention.head_count_kv per layer, 0 in the others) as one number in
+    the metadata _common reads, and which layers attend."""
+    kvs = m.layer_ints("attention.head_count_kv", lo=0)
+    heads = {k for k in kvs if k}
+    if len(heads) > 1:
+        raise UnsupportedModel(f"{m.arch}: attention layers with different KV head counts {sorted(heads)}")
+    return {**meta, m.key("attention.head_count_kv"): heads.pop() if heads else 1}, tuple(k > 0 for k in kvs)
+
+
+def _mamba2(meta: dict) -> ArchSpec:
+    # ref: HF Mamba2ForCausalLM, llama.cpp mamba2.cpp: every layer x + mamba2(rmsnorm(x)), no FFN, no attention
+    m = Meta(meta, "mamba2")
+    n = m.int("block_count", hi=MAX_LAYERS)
+    c = _common({**meta, m.key("attention.head_count"): 1, m.key("feed_forward_length"): 1}, "mamba2")
+    return _build(c, neox=False, ffn=dict(n_ff=0), mixers=("mamba2",) * n, recurrent=_mamba2_part(m))
+
+
+def _granitehybrid(meta: dict) -> ArchSpec:
+    # ref: HF GraniteMoeHybridDecoderLayer, llama.cpp granite-hybrid.cpp: Granite's multipliers; a layer of
+    # head_count_kv 0 is Mamba2, the others attention (RoPE only when rope.scaling.finetuned, as llama.cpp;
+    # Granite 4 has none); then the dense MLP, or experts (softmax over the chosen) plus an ungated shared MLP
+    m = Meta(meta, "granitehybrid")
+    meta, attends = _hybrid_heads(meta, m)
+    moe = (dict(gating="softmax_chosen", shared_gate=False, n_ff_shared=m.int("expert_shared_feed_forward_length", 0, lo=0))
+           if m.int("expert_count", 0, lo=0) else None)
+    return _granite_family(meta, "granitehybrid", moe=moe, rope=dict(none_every=0 if m.bool("rope.scaling.finetuned", True) else 1),
+                           mixers=tuple("attention" if a else "mamba2" for a in attends), recurrent=_mamba2_part(m))
+
+
+def _nemotron_h(meta: dict) -> ArchSpec:
+    # ref: HF NemotronHBlock, llama.cpp nemotron-h.cpp: each layer x + block(rmsnorm(x)) with one block: Mamba2,
+    # attention without RoPE (head_count_kv > 0), or a squared-ReLU MLP (feed_forward_length > 0); the norm is
+    # attn_norm in every layer; eps layer_norm_rms_epsilon, else layer_norm_epsilon
+    m = Meta(meta, "nemotron_h")
+    meta, attends = _hybrid_heads(meta, m)
+    ffs = m.layer_ints("feed_forward_length", lo=0)
+    if any(a and f for a, f in zip(attends, ffs)):
+        raise ModelFileError("nemotron_h: a layer with both attention heads and a feed_forward_length")
+    c = _common({**meta, m.key("feed_forward_length"): max(ffs) or 1}, "nemotron_h",
+                layer_norm=m.key("attention.layer_norm_rms_epsilon") not in meta)
+    mixers = tuple("attention" if a else "none" if f else "mamba2" for a, f in zip(attends, ffs))
+    return _build(c, neox=False, ffn=dict(n_ff=max(ffs), n_ff_layers=ffs, act="relu_sqr", gated=False),
+                  rope=dict(none_every=1), norms=dict(ffn_name="attn_norm"), mixers=mixers, recurrent=_mamba2_part(m))
+
+
+def _falcon_h1(meta: dict) -> ArchSpec:
+    # ref: HF FalconH1DecoderLayer, llama.cpp falcon-h1.cpp: x + attention(n) + mamba2(n), n = rmsnorm(x)
+    # (attn_norm), attention with NeoX RoPE; then a SiLU-gated FFN, its norm named blk.N.ffn_norm (no
+    # .weight). The µP multipliers are inside the weights: the converter multiplies them in
+    m = Meta(meta, "falcon-h1")
+    n = m.int("block_count", hi=MAX_LAYERS)
+    return _build(_common(meta, "falcon-h1"), neox=True, norms=dict(bare_ffn_norm=True), mixers=("mamba2",) * n,
+                  recurrent=_mamba2_part(m), attention_beside=True)
+
+
+def _lfm2moe(meta: dict) -> ArchSpec:
+    # ref: HF Lfm2MoeSparseMoeBlock, llama.cpp's lfm2moe graph: LFM2's layers; after the first
+    # leading_dense_block_count (dense MLPs), experts chosen by sigmoid score + expert bias, weighted by the
+    # score, renormalized
+    m = Meta(meta, "lfm2moe")
+    if m.int("expert_gating_func", 2, lo=2, hi=2) != 2:  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+        raise ModelFileError("lfm2moe.expert_gating_func must be 2 (sigmoid)")
+    base = _lfm2(meta, "lfm2moe")
+    moe = _moe(m, m.int("expert_feed_forward_length"), gating="sigmoid", norm=True, select_bias=True,
+               n_dense_lead=m.int("leading_dense_block_count", 0, lo=0, hi=base.n_layer))
+    return replace(base, ffn=replace(base.ffn, n_ff=m.int("feed_forward_length")), moe=moe)
+
+
 BUILDERS = {
     "llama": _llama,
     "smollm3": _smollm3,
@@ -447,18 +526,21 @@ BUILDERS = {
     "gemma3": _gemma3,
     "gemma4": _gemma4,
     "lfm2": _lfm2,
+    "lfm2moe": _lfm2moe,
+    "mamba2": _mamba2,
+    "granitehybrid": _granitehybrid,
+    "nemotron_h": _nemotron_h,
+    "falcon-h1": _falcon_h1,
     **{arch: (lambda meta, arch=arch: _delta_net(meta, arch)) for arch in ("qwen35", "qwen35moe", "qwen3next")},
 }
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
 _LATENT = "multi-head latent attention changes what a KV page holds"
 DECLINED = {
     # names as llama.cpp's llama-arch.cpp writes them
-    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "mamba2", "falcon-h1", "jamba", "nemotron_h",
-                                                         "nemotron_h_moe", "granitehybrid", "plamo2")},
+    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "jamba", "nemotron_h_moe", "plamo2")},
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
        for arch in ("kimi-linear", "minimax-01")},
-    **{arch: "a hybrid of attention and short convolutions: " + _STATE for arch in ("lfm2moe",)},
     **{arch: _LATENT for arch in ("deepseek2", "deepseek3", "deepseek32")},  # DeepSeek V2/V3, Kimi K2
 }
 

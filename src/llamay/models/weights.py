@@ -28,7 +28,9 @@ def layer_tensors(s: ArchSpec, il: int) -> dict[str, tuple[str, Expect]]:
     """Layer field -> (GGUF name within block il, after 'blk.{il}.'; what that tensor must be), from the
     layer's plan."""
     p = s.layers[il]
-    mixer = _attention(s.n_embd, p) if p.recurrent is None else _recurrent(s, p)
+    mixer = {} if p.mixer == "none" else _attention(s.n_embd, p) if p.recurrent is None else _recurrent(s, p)
+    if p.recurrent is not None and p.writes_kv:  # attention beside: its projections, the mixer's output "out"
+        mixer = {**_attention(s.n_embd, p), **{MIX + "out" if f == "o" else f: t for f, t in mixer.items()}}
     return {**mixer, **_ffn(s.n_embd, p), **_norms(s.n_embd, p), **_layer_extras(s, p)}
 
 
@@ -81,6 +83,8 @@ def _ffn(d: int, p: LayerPlan) -> dict:
         return t
     fe, e = x.n_ff, x.n_expert
     t.update(router=("ffn_gate_inp.weight", _mat(d, e)), down_exps=("ffn_down_exps.weight", Expect((fe, d, e), MATRIX)))
+    if x.select_bias:  # as llama.cpp's converter writes LFM2-MoE's expert_bias
+        t["router_select_bias"] = ("exp_probs_b.bias", _vec(e))
     if x.beside_dense:  # as llama.cpp's converter writes Gemma 4: gate and up fused, the router's scales
         t.update(gate_up_exps=("ffn_gate_up_exps.weight", Expect((d, 2 * fe, e), MATRIX)),
                  router_scale=("ffn_gate_inp.scale", _vec(d)), down_exps_scale=("ffn_down_exps.scale", _vec(e)),
@@ -91,8 +95,9 @@ def _ffn(d: int, p: LayerPlan) -> dict:
                  gate_exps=("ffn_gate_exps.weight", Expect((d, fe, e), MATRIX)))
     if x.n_ff_shared:
         sh = x.n_ff_shared
-        t.update(shexp_gate_inp=("ffn_gate_inp_shexp.weight", _mat(d, 1)),  # as llama.cpp's converter writes it
-                 gate_shexp=("ffn_gate_shexp.weight", _mat(d, sh)), up_shexp=("ffn_up_shexp.weight", _mat(d, sh)),
+        if x.shared_gate:
+            t["shexp_gate_inp"] = ("ffn_gate_inp_shexp.weight", _mat(d, 1))  # as llama.cpp's converter writes it
+        t.update(gate_shexp=("ffn_gate_shexp.weight", _mat(d, sh)), up_shexp=("ffn_up_shexp.weight", _mat(d, sh)),
                  down_shexp=("ffn_down_shexp.weight", _mat(sh, d)))
     if x.bias:
         t.update(router_bias=("ffn_gate_inp.bias", _vec(e)), up_exps_bias=("ffn_up_exps.bias", Expect((fe, e), VECTOR)),
@@ -104,8 +109,12 @@ def _ffn(d: int, p: LayerPlan) -> dict:
 def _norms(d: int, p: LayerPlan) -> dict:
     nm, t = p.norms, {}
     pre = {"attn_norm": "attn_norm"} if p.parallel else {"attn_norm": "attn_norm", "ffn_norm": nm.ffn_name}
+    if p.mixer == "none":  # the layer is its FFN alone
+        del pre["attn_norm"]
+    if p.ffn_kind == "none":
+        pre.pop("ffn_norm", None)
     for n, gguf_name in pre.items() if nm.pre else ():  # a parallel block has one
-        t[n] = (f"{gguf_name}.weight", _vec(d))
+        t[n] = (gguf_name if n == "ffn_norm" and nm.bare_ffn_norm else f"{gguf_name}.weight", _vec(d))
         if nm.layer_norm and nm.bias:
             t[n + "_b"] = (f"{gguf_name}.bias", _vec(d))
     if nm.post_attn:
@@ -193,7 +202,7 @@ def _split_heads(w: QWeight, n_head: int, hd: int) -> tuple[QWeight, QWeight]:
 
 @dataclass(frozen=True)
 class Layer:
-    o: QWeight  # the mixer's output projection
+    o: QWeight | None = None  # the mixer's output projection (None: the layer has no mixer)
     q: QWeight | None = None  # attention's; None in a recurrent layer
     q_gate: QWeight | None = None  # the output gate's projection (Attention.out_gate)
     mix: dict = field(default_factory=dict)  # a recurrent mixer's weights (models/recurrent.py)
@@ -207,6 +216,7 @@ class Layer:
     gate_exps: QExperts | None = None
     down_exps: QExperts | None = None
     router_bias: np.ndarray | None = None
+    router_select_bias: np.ndarray | None = None  # [n_expert]: added to the scores that choose (MoE.select_bias)
     up_exps_bias: np.ndarray | None = None  # [n_expert, n_ff]
     gate_exps_bias: np.ndarray | None = None
     down_exps_bias: np.ndarray | None = None  # [n_expert, n_embd]

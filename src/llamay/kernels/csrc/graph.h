@@ -32,7 +32,8 @@ typedef struct {
 } ly_batch;
 
 /* Operands by op (p: pointers, n: sizes, f: floats). Built only by kernels/builder.py, which checks them.
- * RMSNORM   p: x, w, y, ly_act* over y or NULL (quantize each row once normed)   n: rows, d   f: eps
+ * RMSNORM   p: x, w, y, ly_act* over y or NULL (quantize each row once normed)   n: rows, d, G (> 1: w is
+ *           [G, d], row r takes w[r % G])   f: eps
  * QUANT     p: ly_act* (x in, q/d/s16 out)  n: tokens
  * MATMUL    p: w, ly_act*, y, bias [m] or NULL (y += bias), res [tokens, m] or NULL (res += y)
  *           n: row_bytes, type, m, tokens
@@ -52,7 +53,8 @@ typedef struct {
  *           inverse), offs [E + 1] out (each expert's first gathered row)
  *           n: tokens, E, K, gating (0: softmax over all E; 1: softmax over the K chosen), norm (weights
  *           divided by their sum)   f: scale of the weights   p[5]: per-expert factors of the weights [E]
- *           or NULL (Gemma 4's per_expert_scale)
+ *           or NULL (Gemma 4's per_expert_scale); gating 2: sigmoid scores, the K largest of score +
+ *           p[5] [E] (selection biases, or NULL) chosen, each weighted by its score (LFM2-MoE)
  * GATHER    p: x [tokens, d], order, y [tokens K, d]   n: tokens K, d, K   (y[r] = x[order[r] / K])
  * MOE_MATMUL p: w (E matrices of m rows), ly_act* over gathered rows, y [tokens K, m], offs, bias [E, m]
  *           or NULL   n: row_bytes, type, m, E, tokens K, bytes from one expert's matrix to the next (its
@@ -71,7 +73,12 @@ typedef struct {
  *           [slots, K - 1, C] (the last K - 1 inputs, oldest first), ly_batch*, bias [C] or NULL
  *           n: tokens, C, K   (y[t, c] = sum_j w[c, j] win[j, c] (+ bias[c]), j ascending, win = state
  *           rows then x[t]; then the state drops its oldest row and takes x[t])
- * SSM_SCAN  Mamba2's selective scan (ssm.c)
+ * SSM_SCAN  Mamba2's selective scan (ssm.c)   p: xBC [tokens, H P + 2 G N] (x, then B and C of each
+ *           group), dt [tokens, H] (raw), params [3 H] (A, D, dt_bias), y [tokens, H P], state pool
+ *           [slots, H, P, N], ly_batch*   n: tokens, H, P, N, G (head h uses group h / (H / G))
+ *           (per token and head: sp = softplus(dt + dt_bias) (v > 20: v, else log1pf(expf(v))),
+ *           dA = expf(sp A); per row p: xdt = x sp; s[i] = s[i] dA + B[i] xdt, acc = acc + s[i] C[i],
+ *           i ascending from acc = 0; y = acc + D x)
  * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [2, tokens, Hv] (b's rows, then
  *           a's), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
  *           ly_batch*   n: tokens, Hk, Hv, dk, dv (<= LY_DELTA_MAX_DIM), tiled (v-head h reads k-head
@@ -115,5 +122,6 @@ void ly_pos_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_sigmoid_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_row_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_conv_slice(const ly_node *nd, int ith, int nth);
+void ly_ssm_scan_slice(const ly_node *nd, int ith, int nth);
 void ly_delta_rule_slice(const ly_node *nd, int ith, int nth);
 #endif

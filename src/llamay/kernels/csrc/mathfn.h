@@ -30,8 +30,8 @@ static inline float ly_exp(float x) {
 
 /* gate = act(gate) * up (up NULL: gate = act(gate)). act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
  * 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), with 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) and u
- * clamped to [-10, 10] (tanh is +-1 in float beyond); 2: gpt-oss's clamped SwiGLU (gated only). exp is
- * ly_exp, so all paths agree. */
+ * clamped to [-10, 10] (tanh is +-1 in float beyond); 2: gpt-oss's clamped SwiGLU (gated only); 5: squared
+ * ReLU r * r, r = g > 0 ? g : 0 (Nemotron-H). exp is ly_exp, so all paths agree. */
 static inline float ly_gated_one(float g, float up, int act) {
     const float c = 0.7978845608028654f;
     float a;
@@ -46,6 +46,9 @@ static inline float ly_gated_one(float g, float up, int act) {
         a = g / (1.0f + ly_exp(-g));
     } else if (act == 4) {
         a = 1.0f / (1.0f + ly_exp(-g));
+    } else if (act == 5) {
+        float r = g > 0.0f ? g : 0.0f;
+        a = r * r;
     } else {
         float u = c * (g + (0.044715f * g) * (g * g));
         u = u > 10.0f ? 10.0f : u < -10.0f ? -10.0f : u;

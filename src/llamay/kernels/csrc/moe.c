@@ -5,6 +5,7 @@
 #include "mathfn.h"
 
 #define MAX_EXPERTS_USED 64
+#define LY_MOE_MAX_EXPERTS 4096 /* experts of a router with sigmoid gating (builder.py MAX_EXPERTS) */
 
 /* The K largest of l[0..E) by value, ties to the lower index, into idx (descending). */
 static void top_k(const float *l, int64_t E, int64_t K, int32_t *idx) {
@@ -29,18 +30,26 @@ void ly_moe_route_slice(const ly_node *nd, int ith, int nth) {
     int64_t n = nd->n[0], E = nd->n[1], K = nd->n[2];
     int gating = (int)nd->n[3], norm = (int)nd->n[4];
     float scale = nd->f[0];
-    const float *escale = nd->p[5];
+    const float *escale = gating == 2 ? NULL : nd->p[5], *sbias = gating == 2 ? nd->p[5] : NULL;
     int32_t idx[MAX_EXPERTS_USED];
+    float key[LY_MOE_MAX_EXPERTS];
     for (int64_t e = 0; e <= E; e++) offs[e] = 0;
     for (int64_t t = 0; t < n; t++) {
         const float *l = logits + t * E;
         float *w = wts + t * K;
-        top_k(l, E, K, idx);
+        if (gating == 2) { /* sigmoid scores; the k largest of score + bias chosen, weighted by their score */
+            for (int64_t e = 0; e < E; e++) key[e] = 1.0f / (1.0f + ly_exp(-l[e]));
+            for (int64_t e = 0; e < E && sbias; e++) key[e] = key[e] + sbias[e];
+            top_k(key, E, K, idx);
+            for (int64_t j = 0; j < K; j++) w[j] = 1.0f / (1.0f + ly_exp(-l[idx[j]]));
+        } else {
+            top_k(l, E, K, idx);
+        }
         float mx = l[idx[0]], sum = 0.0f;
         if (gating == 0) { /* softmax over all E: exp(l - max) / sum, summed in expert order */
             for (int64_t e = 0; e < E; e++) sum += ly_exp(l[e] - mx);
             for (int64_t j = 0; j < K; j++) w[j] = ly_exp(l[idx[j]] - mx) / sum;
-        } else { /* softmax over the chosen logits */
+        } else if (gating == 1) { /* softmax over the chosen logits */
             for (int64_t j = 0; j < K; j++) sum += (w[j] = ly_exp(l[idx[j]] - mx));
             for (int64_t j = 0; j < K; j++) w[j] = w[j] / sum;
         }

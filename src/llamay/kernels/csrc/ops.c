@@ -21,18 +21,19 @@ float ly_sumsq_portable(const float *x, int64_t d) {
 }
 
 /* y[r] = (x[r] * (1 / sqrt(mean(x[r]^2) + eps))) * w, rows of length d; y may alias x. With p[3] (an
- * ly_act over y, rows of d) each row is quantized as soon as it is normed: one node and one pass fewer. */
+ * ly_act over y, rows of d) each row is quantized as soon as it is normed: one node and one pass fewer.
+ * n[2] = G > 1: w holds G rows of d and row r takes w row r % G (Mamba2's per-group norm weights). */
 void ly_rmsnorm_slice(const ly_node *nd, int ith, int nth) {
     const float *x = nd->p[0], *w = nd->p[1];
     float *y = nd->p[2];
-    int64_t d = nd->n[1], lo, hi;
+    int64_t d = nd->n[1], G = nd->n[2] > 1 ? nd->n[2] : 1, lo, hi;
     ly_share(nd->n[0], ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
-        const float *xr = x + r * d;
+        const float *xr = x + r * d, *wr = w + (r % G) * d;
         float *yr = y + r * d;
         float ss = ly_kernels->sumsq(xr, d);
         float scale = 1.0f / sqrtf(ss / (float)d + nd->f[0]);
-        for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] * scale) * w[i];
+        for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] * scale) * wr[i];
         if (nd->p[3]) ly_quant_rows(nd->p[3], r, r + 1);
     }
 }

@@ -48,6 +48,9 @@ LY_AVX2 void ly_gated_avx2(float *gate, const float *up, int64_t lo, int64_t hi,
             a = _mm256_div_ps(g, _mm256_add_ps(one, ly_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g))));
         } else if (act == 4) {
             a = _mm256_div_ps(one, _mm256_add_ps(one, ly_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        } else if (act == 5) { /* max_ps(g, 0) is g > 0 ? g : 0 */
+            __m256 r = _mm256_max_ps(g, _mm256_setzero_ps());
+            a = _mm256_mul_ps(r, r);
         } else {
             __m256 u = _mm256_mul_ps(c, _mm256_add_ps(g, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), g),
                                                                        _mm256_mul_ps(g, g))));

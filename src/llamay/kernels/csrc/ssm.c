@@ -1,0 +1,40 @@
+/* Mamba2's selective scan over each sequence's tokens, its [H, P, N] state kept in a slot (graph.h
+ * SSM_SCAN). Shares are ranges of the H * P state rows (head h, channel p); each row walks the batch's
+ * tokens in order, so a token's output depends only on its slot's state and its own inputs, however the
+ * batch is made. The operation order below is the one kernels/reference_recurrent.py ssm_scan follows;
+ * no FMA (-ffp-contract=off). */
+#include "graph.h"
+#include <math.h>
+
+/* softplus as torch's (threshold 20): v above 20 is returned as is. */
+static float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+void ly_ssm_scan_slice(const ly_node *nd, int ith, int nth) {
+    const float *xbc = nd->p[0], *dt = nd->p[1], *prm = nd->p[2];
+    float *y = nd->p[3], *pool = nd->p[4];
+    const ly_batch *b = nd->p[5];
+    int64_t n = nd->n[0], H = nd->n[1], P = nd->n[2], N = nd->n[3], G = nd->n[4], lo, hi;
+    const float *A = prm, *D = prm + H, *dt_bias = prm + 2 * H;
+    int64_t row = H * P + 2 * G * N, per_group = H / G;
+    ly_share(H * P, ith, nth, &lo, &hi);
+    for (int64_t t = 0; t < n; t++) {
+        float *st = pool + (int64_t)b->state_slots[b->tok_seq[t]] * H * P * N;
+        const float *x = xbc + t * row, *dtt = dt + t * H;
+        float sp = 0.0f, dA = 0.0f;
+        for (int64_t r = lo; r < hi; r++) {
+            int64_t h = r / P;
+            if (r == lo || r % P == 0) {
+                sp = softplus(dtt[h] + dt_bias[h]);
+                dA = expf(sp * A[h]);
+            }
+            const float *B = x + H * P + (h / per_group) * N, *C = B + G * N;
+            float *s = st + r * N, xdt = x[r] * sp, acc = 0.0f;
+            for (int64_t i = 0; i < N; i++) {
+                float v = s[i] * dA + B[i] * xdt;
+                acc = acc + v * C[i];
+                s[i] = v;
+            }
+            y[t * H * P + r] = acc + D[h] * x[r];
+        }
+    }
+}
