@@ -86,7 +86,6 @@ def test_lora_on_the_delta_net_output_and_not_on_the_gated_query(files, tmp_path
 
 
 @pytest.mark.parametrize("key,value,error,match", [
-    ("attention.recurrent_layers", [True] * 8, UnsupportedModel, "delta-net layers only"),
     ("attention.recurrent_layers", [True] * 7, ModelFileError, "one bool per layer"),
     ("ssm.time_step_rank", 3, ModelFileError, "multiple of ssm.group_count"),
     ("ssm.inner_size", 4 * 1024, ModelFileError, "heads of at most 512"),

@@ -407,8 +407,6 @@ def _delta_layers(m: Meta, n_layer: int) -> tuple:
         flags = [(i + 1) % every != 0 for i in range(n_layer)]
     elif not isinstance(flags, (np.ndarray, list, tuple)) or len(flags) != n_layer:
         raise ModelFileError(f"{m.key('attention.recurrent_layers')} must hold one bool per layer ({n_layer})")
-    if all(bool(f) for f in flags):  # the page pool needs a layer (ref: every such file has a quarter)
-        raise UnsupportedModel(f"{m.arch}: a model of delta-net layers only (no attention layer) is not supported")
     return tuple("deltanet" if bool(f) else "attention" for f in flags)
 
 
