@@ -1,18 +1,21 @@
 """What the gated delta-net families (Qwen3.5 dense and MoE, Qwen3-Next; tests/hybrid_deltanet.py) add to
 the hybrid tests (test_hybrid_state.py runs their cases for logits against transformers and llama.cpp with
 float32 K/V and for the state engine's equalities): the delta rule against transformers' own in float64,
-float16 K/V against float64 beside llama.cpp, LoRA on the new weights, metadata refused."""
+float16 K/V against float64 beside llama.cpp, the v-head map tested by swapping it, LoRA on the new weights,
+a one-row matrix stored 1-D, metadata refused."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from transformers.models.qwen3_next.modeling_qwen3_next import torch_recurrent_gated_delta_rule
 
 import llamay
-from arch_models import build, convert, float64_logits, rel_diff, rewrite, sha256, token_ids
+from arch_models import build, convert, float64_logits, hf_logits, rel_diff, rewrite, sha256, token_ids
 from conftest import CACHE, ROOT
 from hybrid_deltanet import CASES
 from llamay.gguf import GGUFWriter
-from llamay.models import ModelFileError, UnsupportedModel
+from llamay.models import ModelFileError, UnsupportedModel, spec
 from test_kernels_deltanet import EPS, inputs, meta, run
 
 FLOOR = 2e-6  # float32 summation order: below it, nearer or further than llama.cpp is noise
@@ -110,3 +113,18 @@ def test_a_one_row_matrix_stored_1d_loads_alike(files, tmp_path):
     ids = token_ids(300, 12)
     want = llamay.load(path, threads=1, n_ctx=case.n_ctx).logits(ids)
     assert np.array_equal(llamay.load(tmp_path / "flat.gguf", threads=1, n_ctx=case.n_ctx).logits(ids), want)
+
+
+@pytest.mark.parametrize("name", ["qwen35", "qwen3next"])
+def test_the_v_head_order_matters(files, monkeypatch, name):
+    """Each family's files read with the other family's v-head -> k-head map move the logits far from
+    transformers' (the cases have 2 k-heads to 4 v-heads): the map is tested, not assumed."""
+    part = spec._delta_part
+
+    def swapped(m, arch):
+        return dataclasses.replace(part(m, arch), tiled=arch == "qwen3next")
+    monkeypatch.setattr(spec, "_delta_part", swapped)
+    model, case = build(CASES[name]), CASES[name]
+    ids = token_ids(model.config.vocab_size, 24)
+    got = llamay.load(files[name], threads=1, kv="f32", n_ctx=case.n_ctx).logits(ids)
+    assert rel_diff(got, hf_logits(model, ids)) > 5e-2
