@@ -5,7 +5,9 @@
   Layer.mix;
 - state_shapes(spec, plan) -> the shapes of the float32 arrays one state slot holds for the layer;
 - build(builder, batch, states, plan, layer, inp, mm) -> the mixer's output [n, width] before "o", where
-  states are the layer's pool arrays ([slots, *shape] each) and mm projects by a Layer field."""
+  states are the layer's pool arrays ([slots, *shape] each) and mm projects by a Layer field;
+- prepare(plan, mix) -> mix, optional: the loaded weights repacked once (mixer_deltanet: ssm_ba's rows as
+  beta and alpha)."""
 from . import mixer_deltanet, mixer_mamba2, mixer_shortconv
 
 MIXERS = {"shortconv": mixer_shortconv, "mamba2": mixer_mamba2, "deltanet": mixer_deltanet}
