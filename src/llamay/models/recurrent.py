@@ -1,4 +1,4 @@
-"""The mixers that keep a recurrent state, by name (parts.MIXERS). Each is a module of three functions:
+"""The mixers that keep a recurrent state, by name (parts.MIXERS). Each is a module of three functions (and an optional fourth):
 
 - tensors(spec, plan) -> {field: (GGUF name within blk.N., Expect)}: its weights; "o", the output
   projection, becomes the Layer's field (the layer fuses it into the residual add), the others go into
