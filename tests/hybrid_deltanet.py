@@ -21,7 +21,8 @@ of dv, llama.cpp assumes dk == dv; conv channels C = 2 Hk dk + Hv dv):
   [Hv dv, d] (z), ssm_conv1d [C, K] (taps oldest first), ssm_a [Hv] (A = -exp(A_log)), ssm_dt.bias [Hv],
   ssm_norm [dv] (plain w, not 1 + w), ssm_out [d, Hv dv]; qwen35*: ssm_beta [Hv, d], ssm_alpha [Hv, d];
   qwen3next: ssm_ba [2 Hv, d], rows grouped by k-head: for each k-head g, b of its Hv / Hk v-heads then
-  their a. qwen35* files hold the v-heads (v, z, b, a, A, dt_bias, conv's v channels, ssm_out's columns)
+  their a; older qwen3next files hold ssm_in [C + Hv dv, d] instead of attn_qkv and attn_gate, rows per
+  k-head: q, k, then its v-heads' v and z (llama.cpp gives such a file the same logits, bit for bit). qwen35* files hold the v-heads (v, z, b, a, A, dt_bias, conv's v channels, ssm_out's columns)
   reordered from HF's grouped order to tiled: v-head h reads k-head h % Hk (delta_rule tiled=True);
   qwen3next keeps HF's: v-head h reads k-head h // (Hv / Hk).
 - Attention layers: attn_q [2 H hd, d] (rows per head: hd of query then hd of output gate), attn_k and

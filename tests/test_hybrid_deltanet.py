@@ -2,7 +2,7 @@
 the hybrid tests (test_hybrid_state.py runs their cases for logits against transformers and llama.cpp with
 float32 K/V and for the state engine's equalities): the delta rule against transformers' own in float64,
 float16 K/V against float64 beside llama.cpp, the v-head map tested by swapping it, LoRA on the new weights,
-a one-row matrix stored 1-D, metadata refused."""
+a one-row matrix stored 1-D, legacy qwen3next files (ssm_in), metadata refused."""
 import dataclasses
 
 import numpy as np
@@ -128,3 +128,30 @@ def test_the_v_head_order_matters(files, monkeypatch, name):
     ids = token_ids(model.config.vocab_size, 24)
     got = llamay.load(files[name], threads=1, kv="f32", n_ctx=case.n_ctx).logits(ids)
     assert rel_diff(got, hf_logits(model, ids)) > 5e-2
+
+
+def test_a_legacy_qwen3next_file_with_ssm_in_loads_alike(files, tmp_path):
+    """Older qwen3next files hold ssm_in (rows per key head: q, k, then its value heads' v and z) instead of
+    attn_qkv and attn_gate: the same rows, the same bits; a layer with neither is refused."""
+    path, case = files["qwen3next"], CASES["qwen3next"]
+    c = case.extra
+    hk, dk, dv = c["linear_num_key_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
+    per = c["linear_num_value_heads"] // hk
+
+    def legacy(meta, tensors):
+        for qkv_name in [n for n in tensors if n.endswith("attn_qkv.weight")]:
+            qkv, z = tensors.pop(qkv_name), tensors.pop(qkv_name.replace("attn_qkv", "attn_gate"))
+            q, k, v = np.split(qkv, [hk * dk, 2 * hk * dk])
+            groups = [(q[g * dk:(g + 1) * dk], k[g * dk:(g + 1) * dk], v[g * per * dv:(g + 1) * per * dv],
+                       z[g * per * dv:(g + 1) * per * dv]) for g in range(hk)]
+            tensors[qkv_name.replace("attn_qkv", "ssm_in")] = np.concatenate([r for grp in groups for r in grp])
+
+    def neither(meta, tensors):
+        del tensors["blk.0.ssm_in.weight"]
+    rewrite(path, tmp_path / "legacy.gguf", legacy)
+    ids = token_ids(300, 12)
+    want = llamay.load(path, threads=1, n_ctx=case.n_ctx).logits(ids)
+    assert np.array_equal(llamay.load(tmp_path / "legacy.gguf", threads=1, n_ctx=case.n_ctx).logits(ids), want)
+    rewrite(tmp_path / "legacy.gguf", tmp_path / "neither.gguf", neither)
+    with pytest.raises(ModelFileError, match="needs attn_qkv and attn_gate, or"):
+        llamay.load(tmp_path / "neither.gguf", n_ctx=case.n_ctx)

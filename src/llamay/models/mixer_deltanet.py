@@ -9,18 +9,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.matmul import QWeight
-from .checks import MATRIX, VECTOR, Expect
+from .checks import MATRIX, VECTOR, Expect, ModelFileError
 
 
 def tensors(s, p) -> dict:
     r, d = p.recurrent, s.n_embd
-    c, v = _channels(r), r.n_v_heads * r.d_v
-    t = {"qkv": ("attn_qkv.weight", Expect((d, c), MATRIX)), "z": ("attn_gate.weight", Expect((d, v), MATRIX)),
+    c, v, legacy = _channels(r), r.n_v_heads * r.d_v, r.fused_ba  # qwen3next files may hold ssm_in instead
+    t = {"qkv": ("attn_qkv.weight", Expect((d, c), MATRIX, required=not legacy)),
+         "z": ("attn_gate.weight", Expect((d, v), MATRIX, required=not legacy)),
          "conv": ("ssm_conv1d.weight", Expect((r.d_conv, c), VECTOR)),
          "a": ("ssm_a", Expect((r.n_v_heads,), VECTOR)), "dt_bias": ("ssm_dt.bias", Expect((r.n_v_heads,), VECTOR)),
          "norm": ("ssm_norm.weight", Expect((r.d_v,), VECTOR)), "o": ("ssm_out.weight", Expect((v, d), MATRIX))}
     if r.fused_ba:
         t["ba"] = ("ssm_ba.weight", Expect((d, 2 * r.n_v_heads), MATRIX))
+        t["qkvz"] = ("ssm_in.weight", Expect((d, c + v), MATRIX, required=False))
     else:
         t.update(beta=("ssm_beta.weight", Expect((d, r.n_v_heads), MATRIX)),
                  alpha=("ssm_alpha.weight", Expect((d, r.n_v_heads), MATRIX)))
@@ -28,16 +30,28 @@ def tensors(s, p) -> dict:
 
 
 def prepare(p, mix: dict) -> dict:
-    """After loading: a fused ssm_ba split into beta and alpha, each in value-head order (a row copy)."""
-    if "ba" not in mix:
-        return mix
-    w, r = mix.pop("ba"), p.recurrent
+    """After loading, qwen3next's fused matrices as the parts build reads (row copies): ssm_ba (rows per key
+    head: its value heads' b, then their a) as beta and alpha; a legacy file's ssm_in (rows per key head: q,
+    k, then its value heads' v and z) as qkv and z."""
+    r = p.recurrent
     per = r.n_v_heads // r.n_k_heads
-    rows = np.arange(2 * r.n_v_heads).reshape(r.n_k_heads, 2, per)  # [key head, b | a, its value heads]
-    raw = w.raw.reshape(w.m, w.row_bytes)
-    for name, part in (("beta", 0), ("alpha", 1)):
-        mix[name] = QWeight(np.ascontiguousarray(raw[rows[:, part].reshape(-1)]).reshape(-1), w.qtype, r.n_v_heads, w.k)
+    if "ba" in mix:
+        w, rows = mix.pop("ba"), np.arange(2 * r.n_v_heads).reshape(r.n_k_heads, 2, per)
+        mix["beta"], mix["alpha"] = _rows(w, rows[:, 0]), _rows(w, rows[:, 1])
+    if ("qkvz" in mix) == ("qkv" in mix or "z" in mix) or ("qkv" in mix) != ("z" in mix):
+        raise ModelFileError(f"layer {p.index}: a delta net needs attn_qkv and attn_gate, or (legacy) ssm_in")
+    if "qkvz" in mix:
+        w, sizes = mix.pop("qkvz"), (r.d_k, r.d_k, per * r.d_v, per * r.d_v)
+        q, k, v, z = np.split(np.arange(w.m).reshape(r.n_k_heads, sum(sizes)), np.cumsum(sizes)[:-1], axis=1)
+        mix["qkv"], mix["z"] = _rows(w, np.concatenate([q.ravel(), k.ravel(), v.ravel()])), _rows(w, z)
     return mix
+
+
+def _rows(w: QWeight, rows: np.ndarray) -> QWeight:
+    """These rows of w (in this order) as a weight of their own."""
+    rows = rows.reshape(-1)
+    raw = np.ascontiguousarray(w.raw.reshape(w.m, w.row_bytes)[rows]).reshape(-1)
+    return QWeight(raw, w.qtype, len(rows), w.k)
 
 
 def state_shapes(s, p) -> tuple:
