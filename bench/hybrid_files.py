@@ -25,6 +25,13 @@ SHAPES = {  # name -> (model class, config class, the published config's fields 
         intermediate_size=12288, block_auto_adjust_ff_dim=True, block_ffn_dim_multiplier=1.0, block_multiple_of=256,
         conv_L_cache=3, max_position_embeddings=128000, norm_eps=1e-5, rope_theta=1e6, tie_word_embeddings=True,
         layer_types=[_A if i in (2, 5, 8, 10, 12, 14) else _C for i in range(16)])),
+    # Qwen3.5-0.8B's text model as published (24 layers, 3 gated delta-net layers to 1 gated attention layer)
+    "qwen35-0.8b": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig", dict(
+        vocab_size=248320, hidden_size=1024, num_hidden_layers=24, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=256, intermediate_size=3584, linear_num_key_heads=16, linear_num_value_heads=16,
+        linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4, full_attention_interval=4,
+        max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=1e7, partial_rotary_factor=0.25))),
 }
 
 

@@ -319,3 +319,20 @@ def rewrite(src: Path, dst: Path, edit):
         else:
             w.add_tensor(name, np.ascontiguousarray(data, np.float32))
     w.write(dst)
+
+
+def check_every_way(llm, ids: list[int], want: np.ndarray, name: str):
+    """With ==: llm's logits of ids (at its thread count) are want; token by token too; the second half
+    batched in one pass beside another sequence (the first half reversed) too. Leaves llm reset."""
+    assert np.array_equal(llm.logits(ids), want), name
+    ctx = llm.create_context(ids[:1])
+    steps = np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]])
+    assert np.array_equal(steps, want), name
+    llm.reset()
+    half = len(ids) // 2
+    a, b = llm.create_context(ids[:half]), llm.create_context(ids[half:][::-1])
+
+    def batched(store):  # the rest of a beside the whole of b's reversed text, in one pass
+        return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
+    assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
+    llm.reset()

@@ -24,7 +24,8 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sinks_eager
 
 import llamay
-from arch_models import CASES, COMMON, build, convert, float64_logits, hf_logits, rel_diff, rewrite, sha256, token_ids
+from arch_models import (CASES, COMMON, build, check_every_way, convert, float64_logits, hf_logits, rel_diff,
+                         rewrite, sha256, token_ids)
 from conftest import CACHE, ROOT
 from llamay.gguf import GGUFReader
 from llamay.models import ModelFileError, UnsupportedModel
@@ -93,17 +94,8 @@ def test_every_way_of_computing_gives_the_same_bits(converted, tmp_path):
     batched with another sequence == alone; a fork, and a snapshot restored, continued == continuous."""
     name, _, want, ids, path = converted
     llm = llamay.load(path, threads=2, n_ctx=CASES[name].n_ctx)
-    assert np.array_equal(llm.logits(ids), want), name
-    ctx = llm.create_context(ids[:1])
-    steps = np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]])
-    assert np.array_equal(steps, want), name
-    llm.reset()
+    check_every_way(llm, ids, want, name)
     half = len(ids) // 2
-    a, b = llm.create_context(ids[:half]), llm.create_context(ids[half:][::-1])
-
-    def batched(store):  # the rest of a beside the whole of b's reversed text, in one pass
-        return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
-    assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
     c = llm.create_context(ids[:half])
     assert np.array_equal(c.fork(1)[0].extend(ids[half:]), want[-1]), name
     c.save(tmp_path / "c.llamayctx")

@@ -11,7 +11,7 @@ import hybrid_deltanet
 import hybrid_mamba2
 import hybrid_shortconv
 import llamay
-from arch_models import build, convert, float64_logits, hf_logits, sha256, token_ids
+from arch_models import build, check_every_way, convert, float64_logits, hf_logits, sha256, token_ids
 from conftest import CACHE, ROOT
 from llamay.cli.main import main
 from llamay.kv.snapshot_format import SnapshotError, read_snapshot, write_snapshot
@@ -70,17 +70,7 @@ def test_no_further_from_float64_than_llamacpp(case, request):
 def test_every_way_of_computing_gives_the_same_bits(case):
     name, _, ids, path, _, want = case
     llm = llamay.load(path, threads=2, n_ctx=CASES[name].n_ctx)
-    assert np.array_equal(llm.logits(ids), want), name
-    ctx = llm.create_context(ids[:1])
-    steps = np.stack([ctx.logits] + [ctx.extend([t]) for t in ids[1:]])
-    assert np.array_equal(steps, want), name
-    llm.reset()
-    half = len(ids) // 2
-    a, b = llm.create_context(ids[:half]), llm.create_context(ids[half:][::-1])
-
-    def batched(store):  # the rest of a beside the whole of b's reversed text, in one pass
-        return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
-    assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
+    check_every_way(llm, ids, want, name)
 
 
 def test_fork_shares_the_state_until_a_branch_runs(case):

@@ -20,10 +20,13 @@ def save_bpe(directory: Path, n_vocab: int):
 
 
 def save_bpe_pairs(directory: Path, n_vocab: int):
-    """A published model's vocabulary size (up to 65793): 256 bytes, then byte pairs merged in order,
-    <|endoftext|> last (bench/hybrid_files.py's random-weight files of real shapes)."""
+    """A published model's vocabulary size: 256 bytes, then byte pairs merged in order, then pairs followed
+    by a byte, <|endoftext|> last (bench/hybrid_files.py's random-weight files of real shapes)."""
     chars = _byte_chars()
-    _save_bpe(directory, n_vocab, [(chars[i // 256], chars[i % 256]) for i in range(n_vocab - 257)])
+    pairs = [(a, b) for a in chars for b in chars]
+    merges = pairs[:n_vocab - 257]
+    merges += [(a + b, c) for a, b in pairs for c in chars][:n_vocab - 257 - len(merges)]
+    _save_bpe(directory, n_vocab, merges)
 
 
 def _save_bpe(directory: Path, n_vocab: int, pairs: list[tuple[str, str]]):
