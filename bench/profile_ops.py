@@ -27,12 +27,13 @@ from llamay.models.forward import ForwardGraph  # noqa: E402
 
 def make_plan(llm, n: int, start: int, fuse: bool = True) -> ForwardGraph:
     dec, page = llm.decoder, 16
-    pool = dec.new_pool(-(-(start + n) // page), page)
-    plan = dec.new_plan(n, pool, fuse)
+    pool, states = dec.new_pool(-(-(start + n) // page), page), dec.new_states(1)
+    plan = dec.new_plan(n, pool, fuse, states=states)
     plan.x[:] = np.random.default_rng(0).standard_normal(plan.x.shape).astype(np.float32) * 0.1
     pos = np.arange(start, start + n, dtype=np.int32)
     table = np.arange(pool.n_pages, dtype=np.int32)[None, :].copy()
-    plan.batch.fill(BatchMeta(pos, np.zeros(n, np.int32), table, page))
+    slots = np.zeros(1, np.int32) if states is not None else None  # a hybrid's one recurrent state slot
+    plan.batch.fill(BatchMeta(pos, np.zeros(n, np.int32), table, page, slots))
     return plan
 
 
