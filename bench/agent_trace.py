@@ -1,9 +1,10 @@
 """A multi-turn agent trace against `llamay serve` and llama.cpp's llama-server on the same GGUF file, one
 server at a time on the same machine: a long system prompt, turns, a regenerated answer, an edited earlier
-message, a branch, and a restart of the server before the last turn. Per turn: time to first token (a
-one-token completion of the turn's prompt) and the tokens each server prefilled for it (llamay: prompt
-minus cached tokens; llama-server: its timings' prompt_n), then the turn's answer (greedy) is generated and
-kept in the conversation. llama-server runs with its defaults (its context checkpoints included); llamay
+message, a branch, and a restart of the server before the last turn. The conversation is kept as token ids
+(llama-server's /tokenize and /completion, which llamay serves too), each answer as the tokens the server
+generated, so a turn's prompt extends the last one's tokens exactly. Per turn: time to first token (a
+one-token completion of the turn's prompt) and the tokens the server prefilled for it (its timings'
+prompt_n), then the turn's answer (greedy) is generated and kept in the conversation. llama-server runs with its defaults (its context checkpoints included); llamay
 with its disk tier, so its restart finds the prefix and the recurrent state on disk.
 
     python bench/agent_trace.py MODEL.gguf --llama-server PATH [-t 2] [--answer 24]"""
@@ -46,51 +47,46 @@ class Server:
         self.proc.terminate()
         self.proc.wait(60)
 
-    def complete(self, prompt: str, n: int) -> tuple[float, dict]:
-        t = time.perf_counter()
-        r = httpx.post(self.url + "/v1/completions", json={"prompt": prompt, "max_tokens": n, "temperature": 0},
-                       timeout=3600)
+    def post(self, path: str, body: dict) -> dict:
+        r = httpx.post(self.url + path, json=body, timeout=3600)
         r.raise_for_status()
-        return time.perf_counter() - t, r.json()
+        return r.json()
 
+    def tokens(self, text: str) -> list[int]:
+        return self.post("/tokenize", {"content": text})["tokens"]
 
-def prefilled(out: dict) -> int:
-    if "timings" in out:  # llama-server
-        return int(out["timings"]["prompt_n"])
-    usage = out["usage"]
-    return usage["prompt_tokens"] - (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-
-
-def turn(text: list[str]) -> str:
-    return "".join(text)
+    def complete(self, prompt: list[int], n: int) -> tuple[float, dict]:
+        t = time.perf_counter()
+        out = self.post("/completion", {"prompt": prompt, "n_predict": n, "temperature": 0, "return_tokens": True,
+                                        "cache_prompt": True})
+        return time.perf_counter() - t, out
 
 
 def trace(server: Server, answer: int) -> list[tuple[str, float, int]]:
     rows = []
 
-    def ask(name: str, parts: list[str], keep: bool = True) -> str:
-        prompt = turn(parts)
-        ttft, out = server.complete(prompt, 1)
-        rows.append((name, ttft, prefilled(out)))
-        text = server.complete(prompt, answer)[1]["choices"][0]["text"]
-        return text if keep else ""
+    def user(text: str) -> list[int]:
+        return server.tokens("\nUser: " + text + "\nAssistant:")
 
-    conv = [SYSTEM, "\nUser: " + USERS[0] + "\nAssistant:"]
-    a1 = ask("turn 1 (system + question)", conv)
-    conv += [a1, "\nUser: " + USERS[1] + "\nAssistant:"]
-    a2 = ask("turn 2", conv)
-    ask("turn 2 regenerated", conv, keep=False)
-    edited = conv[:-1] + ["\nUser: " + USERS[1].replace("first", "second") + "\nAssistant:"]
-    ask("turn 2 edited", edited, keep=False)
-    ask("branch from turn 1", conv[:2] + [a1, "\nUser: " + USERS[2] + "\nAssistant:"], keep=False)
-    early = [SYSTEM, "\nUser: " + USERS[0].replace("build", "deploy") + "\nAssistant:"]
-    ask("turn 1 edited (an earlier message)", early, keep=False)
-    conv += [a2, "\nUser: " + USERS[3] + "\nAssistant:"]
-    ask("turn 3", conv)
+    def ask(name: str, prompt: list[int]) -> list[int]:
+        ttft, out = server.complete(prompt, 1)
+        rows.append((name, ttft, int(out["timings"]["prompt_n"])))
+        return server.complete(prompt, answer)[1]["tokens"]
+
+    system = server.tokens(SYSTEM)
+    turn1 = system + user(USERS[0])
+    a1 = ask("turn 1 (system + question)", turn1)
+    turn2 = turn1 + a1 + user(USERS[1])
+    a2 = ask("turn 2", turn2)
+    ask("turn 2 regenerated", turn2)
+    ask("turn 2 edited", turn1 + a1 + user(USERS[1].replace("first", "second")))
+    ask("branch from turn 1", turn1 + a1 + user(USERS[2]))
+    ask("turn 1 edited (an earlier message)", system + user(USERS[0].replace("build", "deploy")))
+    turn3 = turn2 + a2 + user(USERS[3])
+    a3 = ask("turn 3", turn3)
     server.stop()
     server.start()
-    conv += ["ok", "\nUser: " + USERS[2] + "\nAssistant:"]
-    ask("turn 4 after a restart", conv)
+    ask("turn 4 after a restart", turn3 + a3 + user(USERS[2]))
     return rows
 
 
