@@ -238,8 +238,8 @@ def build(case: Case, **overrides):
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale (a buffer; 1 by default)
                 b.copy_(torch.rand(b.shape, generator=g) + 0.5)
-            elif name.endswith("expert_bias"):  # LFM2-MoE's selection bias (a buffer; 0 by default)
-                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+            elif name.endswith(("expert_bias", "e_score_correction_bias")):  # an expert selection bias (a
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3)  # buffer, 0 by default): LFM2-MoE's, Nemotron 3's
     return model.eval()
 
 
@@ -336,3 +336,13 @@ def check_every_way(llm, ids: list[int], want: np.ndarray, name: str):
         return store.compute([(a.id, ids[half:]), (b.id, ids[:half])], None)
     assert np.array_equal(llm.scheduler.do(batched)[:len(ids) - half], want[half:]), name
     llm.reset()
+
+
+def zeroed(suffix: str):
+    """An edit of a model (under no_grad) zeroing every parameter and buffer whose name ends with suffix."""
+    def edit(model):
+        found = [t for n, t in [*model.named_parameters(), *model.named_buffers()] if n.endswith(suffix)]
+        assert found, suffix
+        for t in found:
+            t.zero_()
+    return edit

@@ -56,6 +56,14 @@ NEMOTRON_H_PUBLISHED = dict(model_type=None, hybrid_override_pattern=NEMOTRON_H[
                                 "num_experts_per_tok", "n_routed_experts", "n_shared_experts", "n_group", "topk_group",
                                 "moe_intermediate_size", "moe_shared_expert_intermediate_size", "norm_topk_prob",
                                 "routed_scaling_factor", "moe_shared_expert_overlap", "moe_latent_size")})
+# Nemotron 3 Nano's MoE: the MLP layers are 4 squared-ReLU experts of 32 (2 per token, chosen by sigmoid score
+# + a correction bias, weighted by the score renormalized, times 1.7) beside a shared one of 48
+NEMOTRON_H_MOE = dict(mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4,
+                      chunk_size=32, layers_block_type=["mamba", "moe", "attention", "mamba", "moe", "mamba",
+                                                        "attention", "moe"],
+                      tie_word_embeddings=False, mlp_hidden_act="relu2", n_routed_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=32, moe_shared_expert_intermediate_size=48, n_shared_experts=1,
+                      n_group=1, topk_group=1, routed_scaling_factor=1.7, norm_topk_prob=True, **VOCAB)
 # every µP multiplier away from 1 (the converter multiplies them into the weights); no gated norm (HF norms
 # before the gate when it has one, llama.cpp after: mamba_rms_norm as Falcon-H1 ships)
 FALCON_H1 = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
@@ -82,6 +90,7 @@ CASES = {
                                    num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=48,
                                    tie_word_embeddings=False), hf_config=GRANITE_PUBLISHED),
     "nemotron_h": case("nemotron_h", "NemotronHForCausalLM", "NemotronHConfig", NEMOTRON_H, hf_config=NEMOTRON_H_PUBLISHED),
+    "nemotron_h_moe": case("nemotron_h_moe", "NemotronHForCausalLM", "NemotronHConfig", NEMOTRON_H_MOE),
     "falcon-h1": case("falcon-h1", "FalconH1ForCausalLM", "FalconH1Config", FALCON_H1, common=False),
 }
 assert COMMON["hidden_size"] == 64  # the Mamba2 shapes above assume it

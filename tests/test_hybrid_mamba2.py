@@ -8,20 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from arch_models import build, hf_logits, token_ids
+from arch_models import build, hf_logits, token_ids, zeroed
 from hybrid_mamba2 import CASES
 
 MOVES = 5e-2  # 50x the tolerance, as tests/test_arch_transformers.py
 torch.set_num_threads(1)
-
-
-def zeroed(suffix: str):
-    def edit(model):
-        params = [p for n, p in model.named_parameters() if n.endswith(suffix)]
-        assert params, suffix
-        for p in params:
-            p.zero_()
-    return edit
 
 
 def one_norm_group(model):
@@ -49,7 +40,8 @@ def logits(name: str, edit=None, **overrides) -> np.ndarray:
 @pytest.mark.parametrize("name, edit", [("mamba2", zeroed(".D")), ("mamba2", zeroed(".dt_bias")),
                                         ("mamba2", zeroed("conv1d.bias")), ("mamba2", zeroed(".A_log")),
                                         ("mamba2", one_norm_group), ("granitehybrid", one_norm_group),
-                                        ("nemotron_h", one_norm_group)])
+                                        ("nemotron_h", one_norm_group),
+                                        ("nemotron_h_moe", zeroed("e_score_correction_bias"))])
 def test_mamba2_parameters_are_exercised(name, edit):
     ref = reference(name)
     assert np.abs(logits(name, edit) - ref).max() / np.abs(ref).max() > MOVES
@@ -57,6 +49,8 @@ def test_mamba2_parameters_are_exercised(name, edit):
 
 @pytest.mark.parametrize("name, change", [("nemotron_h", dict(mlp_hidden_act="relu")),
                                           ("granitehybrid-moe", dict(num_experts_per_tok=1)),
+                                          ("nemotron_h_moe", dict(routed_scaling_factor=1.0)),
+                                          ("nemotron_h_moe", dict(norm_topk_prob=False)),
                                           ("granitehybrid", dict(residual_multiplier=1.0)),
                                           ("falcon-h1", dict(ssm_out_multiplier=0.0)),  # the Mamba2 beside
                                           ("falcon-h1", dict(attention_out_multiplier=0.0))])  # the attention

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from arch_models import build, hf_logits, token_ids
+from arch_models import build, hf_logits, token_ids, zeroed
 from hybrid_shortconv import CASES
 
 MOVES = 5e-2  # 50x the tolerance, as tests/test_arch_transformers.py
@@ -23,16 +23,7 @@ def moved(name: str, edit) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
-def zero(suffix: str):
-    def edit(model):
-        found = [t for n, t in [*model.named_parameters(), *model.named_buffers()] if n.endswith(suffix)]
-        assert found, suffix
-        for t in found:
-            t.zero_()
-    return edit
-
-
 @pytest.mark.parametrize("name, suffix", [("lfm2", "conv.conv.weight"), ("lfm2moe", "expert_bias"),
                                           ("lfm2moe", "feed_forward.gate.weight")])
 def test_each_part_moves_the_logits(name, suffix):
-    assert moved(name, zero(suffix)) > MOVES, (name, suffix)
+    assert moved(name, zeroed(suffix)) > MOVES, (name, suffix)

@@ -191,15 +191,18 @@ def _moe(b: Builder, P: LayerPlan, L, inp, router_in=None):
     their rows gathered into one batch per expert, act(gate) * up, down, and the weighted sum of the
     token's k rows."""
     logits = b.matmul(inp if router_in is None else router_in, L.router, bias=L.router_bias)
-    x, act = P.moe, P.ffn.act
-    route = b.moe_route(logits, x.n_used, x.gating, x.norm, expert_scale=L.down_exps_scale,
+    x, act, gated = P.moe, P.ffn.act, P.ffn.gated
+    route = b.moe_route(logits, x.n_used, x.gating, x.norm, x.scale, expert_scale=L.down_exps_scale,
                         select_bias=L.router_select_bias)
     xg = b.gather(inp, route)
     up = b.matmul_experts(xg, L.up_exps, route, bias=L.up_exps_bias)
-    hg = b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, act)
+    hg = (b.gated(b.matmul_experts(xg, L.gate_exps, route, bias=L.gate_exps_bias), up, act) if gated
+          else b.activation(up, act))
     out = b.moe_combine(b.matmul_experts(hg, L.down_exps, route, bias=L.down_exps_bias), route)
     if L.up_shexp is not None:  # + sigmoid(inp . g) * the shared expert's FFN (no gate: as is)
-        shared = b.matmul(b.gated(b.matmul(inp, L.gate_shexp), b.matmul(inp, L.up_shexp), act), L.down_shexp)
+        up_sh = b.matmul(inp, L.up_shexp)
+        shared = b.matmul(b.gated(b.matmul(inp, L.gate_shexp), up_sh, act) if gated else b.activation(up_sh, act),
+                          L.down_shexp)
         if L.shexp_gate_inp is not None:
             b.sigmoid_scale(shared, b.matmul(inp, L.shexp_gate_inp))
         b.add(out, shared)

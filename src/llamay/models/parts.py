@@ -94,7 +94,9 @@ class MoE:
     gating: str = "softmax"  # their weights: softmax over all experts, 'softmax_chosen' (over the k), or
     # 'sigmoid' (each chosen one's sigmoid score; chosen by score + the file's exp_probs_b when select_bias)
     select_bias: bool = False
+    scale: float = 1.0  # the chosen experts' weights times it (routed_scaling_factor)
     n_dense_lead: int = 0  # the first n layers have the dense MLP instead (LFM2-MoE)
+    layers: tuple = ()  # per layer, whether it has the experts (Nemotron-H MoE); (): all (past n_dense_lead)
     norm: bool = False  # weights divided by their sum (Qwen3-MoE's norm_topk_prob)
     bias: bool = False  # biases on the router and on every expert's projections (gpt-oss)
     n_ff_shared: int = 0  # > 0: a shared expert of this width beside the routed ones, gated by sigmoid(x . g)

@@ -99,8 +99,9 @@ def resolve(s: ArchSpec) -> tuple[LayerPlan, ...]:
     sources = [source(il) for il in range(n)]
     pool = {il: k for k, il in enumerate(il for il in range(n) if sources[il] == il)}
 
-    def moe(il: int):  # the first n_dense_lead layers take the dense MLP instead
-        return None if s.moe is None or il < s.moe.n_dense_lead else s.moe
+    def moe(il: int):  # the first n_dense_lead layers take the dense MLP instead; moe.layers says which have it
+        x = s.moe
+        return None if x is None or il < x.n_dense_lead or (x.layers and not x.layers[il]) else x
 
     out = []
     for il, w in enumerate(windows):

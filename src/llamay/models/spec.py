@@ -460,20 +460,33 @@ def _granitehybrid(meta: dict) -> ArchSpec:
                            mixers=tuple("attention" if a else "mamba2" for a in attends), recurrent=_mamba2_part(m))
 
 
-def _nemotron_h(meta: dict) -> ArchSpec:
+def _nemotron_h(meta: dict, arch: str = "nemotron_h") -> ArchSpec:
     # ref: HF NemotronHBlock, llama.cpp nemotron-h.cpp: each layer x + block(rmsnorm(x)) with one block: Mamba2,
     # attention without RoPE (head_count_kv > 0), or a squared-ReLU MLP (feed_forward_length > 0); the norm is
-    # attn_norm in every layer; eps layer_norm_rms_epsilon, else layer_norm_epsilon
-    m = Meta(meta, "nemotron_h")
+    # attn_norm in every layer; eps layer_norm_rms_epsilon, else layer_norm_epsilon. nemotron_h_moe (Nemotron 3
+    # Nano): the MLP layers are experts (feed_forward_length their width), squared ReLU without a gate beside
+    # a shared one, chosen by sigmoid score + expert bias, weighted by the score (renormalized), times
+    # expert_weights_scale
+    m = Meta(meta, arch)
     meta, attends = _hybrid_heads(meta, m)
     ffs = m.layer_ints("feed_forward_length", lo=0)
     if any(a and f for a, f in zip(attends, ffs)):
-        raise ModelFileError("nemotron_h: a layer with both attention heads and a feed_forward_length")
-    c = _common({**meta, m.key("feed_forward_length"): max(ffs) or 1}, "nemotron_h",
+        raise ModelFileError(f"{arch}: a layer with both attention heads and a feed_forward_length")
+    c = _common({**meta, m.key("feed_forward_length"): max(ffs) or 1}, arch,
                 layer_norm=m.key("attention.layer_norm_rms_epsilon") not in meta)
     mixers = tuple("attention" if a else "none" if f else "mamba2" for a, f in zip(attends, ffs))
-    return _build(c, neox=False, ffn=dict(n_ff=max(ffs), n_ff_layers=ffs, act="relu_sqr", gated=False),
-                  rope=dict(none_every=1), norms=dict(ffn_name="attn_norm"), mixers=mixers, recurrent=_mamba2_part(m))
+    moe = None
+    if arch == "nemotron_h_moe":
+        groups = m.int("expert_group_count", 1)
+        if m.int("expert_group_used_count", groups, hi=groups) < groups:
+            raise UnsupportedModel(f"{arch}: routing within {groups} groups of experts is not supported yet")
+        moe = _moe(m, m.int("expert_feed_forward_length"), gating="sigmoid", norm=m.bool("expert_weights_norm", False),
+                   select_bias=True, scale=m.float("expert_weights_scale", 1.0, hi=1e4), shared_gate=False,
+                   n_ff_shared=m.int("expert_shared_feed_forward_length", 0, lo=0), layers=tuple(f > 0 for f in ffs))
+        ffs = (0,) * len(ffs)  # no dense MLP: the experts are the FFN
+    return _build(c, neox=False, ffn=dict(n_ff=max(ffs) or 1, n_ff_layers=ffs, act="relu_sqr", gated=False),
+                  rope=dict(none_every=1), norms=dict(ffn_name="attn_norm"), mixers=mixers, recurrent=_mamba2_part(m),
+                  moe=moe)
 
 
 def _falcon_h1(meta: dict) -> ArchSpec:
@@ -491,8 +504,7 @@ def _lfm2moe(meta: dict) -> ArchSpec:
     # leading_dense_block_count (dense MLPs), experts chosen by sigmoid score + expert bias, weighted by the
     # score, renormalized
     m = Meta(meta, "lfm2moe")
-    if m.int("expert_gating_func", 2, lo=2, hi=2) != 2:  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
-        raise ModelFileError("lfm2moe.expert_gating_func must be 2 (sigmoid)")
+    m.int("expert_gating_func", 2, lo=2, hi=2)  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID only
     base = _lfm2(meta, "lfm2moe")
     moe = _moe(m, m.int("expert_feed_forward_length"), gating="sigmoid", norm=True, select_bias=True,
                n_dense_lead=m.int("leading_dense_block_count", 0, lo=0, hi=base.n_layer))
@@ -528,6 +540,7 @@ BUILDERS = {
     "mamba2": _mamba2,
     "granitehybrid": _granitehybrid,
     "nemotron_h": _nemotron_h,
+    "nemotron_h_moe": lambda meta: _nemotron_h(meta, "nemotron_h_moe"),
     "falcon-h1": _falcon_h1,
     **{arch: (lambda meta, arch=arch: _delta_net(meta, arch)) for arch in ("qwen35", "qwen35moe", "qwen3next")},
 }
@@ -535,7 +548,7 @@ _STATE = "its layers keep a recurrent or convolutional state besides the KV cach
 _LATENT = "multi-head latent attention changes what a KV page holds"
 DECLINED = {
     # names as llama.cpp's llama-arch.cpp writes them
-    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "jamba", "nemotron_h_moe", "plamo2")},
+    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "jamba", "plamo2")},
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
        for arch in ("kimi-linear", "minimax-01")},

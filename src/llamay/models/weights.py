@@ -91,14 +91,16 @@ def _ffn(d: int, p: LayerPlan) -> dict:
                  pre_ffn_norm_2=("pre_ffw_norm_2.weight", _vec(d)), post_ffn_norm_1=("post_ffw_norm_1.weight", _vec(d)),
                  post_ffn_norm_2=("post_ffw_norm_2.weight", _vec(d)))
     else:
-        t.update(up_exps=("ffn_up_exps.weight", Expect((d, fe, e), MATRIX)),
-                 gate_exps=("ffn_gate_exps.weight", Expect((d, fe, e), MATRIX)))
+        t["up_exps"] = ("ffn_up_exps.weight", Expect((d, fe, e), MATRIX))
+        if f.gated:  # ungated experts: down(act(up)) (Nemotron-H's squared ReLU)
+            t["gate_exps"] = ("ffn_gate_exps.weight", Expect((d, fe, e), MATRIX))
     if x.n_ff_shared:
         sh = x.n_ff_shared
         if x.shared_gate:
             t["shexp_gate_inp"] = ("ffn_gate_inp_shexp.weight", _mat(d, 1))  # as llama.cpp's converter writes it
-        t.update(gate_shexp=("ffn_gate_shexp.weight", _mat(d, sh)), up_shexp=("ffn_up_shexp.weight", _mat(d, sh)),
-                 down_shexp=("ffn_down_shexp.weight", _mat(sh, d)))
+        t.update(up_shexp=("ffn_up_shexp.weight", _mat(d, sh)), down_shexp=("ffn_down_shexp.weight", _mat(sh, d)))
+        if f.gated:
+            t["gate_shexp"] = ("ffn_gate_shexp.weight", _mat(d, sh))
     if x.bias:
         t.update(router_bias=("ffn_gate_inp.bias", _vec(e)), up_exps_bias=("ffn_up_exps.bias", Expect((fe, e), VECTOR)),
                  gate_exps_bias=("ffn_gate_exps.bias", Expect((fe, e), VECTOR)),
