@@ -2,6 +2,8 @@
 cache resuming from a state checkpoint, and the context routes (create, fork, generate, snapshot download
 and restore) giving the same greedy text as one plain completion, with the KV pages and state slots checked
 after each test."""
+import re
+
 import httpx
 import pytest
 from openai.types import Completion
@@ -74,6 +76,11 @@ def test_a_repeated_prompt_is_answered_alike_from_a_checkpoint(http, server):
     usage = again["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
     server.check_pages()
+    metrics = http.get("/metrics").text  # the state's slots and checkpoints, also in the Studio's view
+    assert re.search(r"^llamay_state_checkpoints [1-9]", metrics, re.M)
+    assert re.search(r"^llamay_state_checkpoint_bytes [1-9]", metrics, re.M)
+    kv = next(iter(http.get("/studio/api/contexts").json()["kv"].values()))
+    assert kv["state_bytes_per_context"] > 0 and kv["state_checkpoints"] >= 1
 
 
 def test_context_routes_fork_and_snapshots_continue_exactly(http, made):

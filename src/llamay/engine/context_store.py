@@ -567,6 +567,17 @@ class StoreView:
         """Pages the radix tree holds."""
         return len(self._kv.tree)
 
+    @property
+    def state(self) -> dict:
+        """A hybrid model's recurrent state: slots held and in all, checkpoints kept and their bytes ({}:
+        no recurrent layer)."""
+        s = self._store
+        if s.states is None:
+            return {}
+        return {"state_slots_used": s.states.n_slots - s.states.n_free, "state_slots_total": s.states.n_slots,
+                "state_bytes_per_context": s.states.bytes_per_slot, "state_checkpoints": len(s.checkpoints),
+                "state_checkpoint_bytes": s.checkpoints.bytes}
+
     def common_prefix(self, a: int, b: int) -> int:
         return self._kv.common_prefix(a, b)
 

@@ -31,6 +31,9 @@ class Metrics:
             gauges["running_sequences"] += sched.n_running
             gauges["kv_pages_used"] += state.n_total - state.n_free
             gauges["kv_pages_total"] += state.n_total
+            for name in ("state_slots_used", "state_checkpoints", "state_checkpoint_bytes"):  # hybrid models
+                if name in state.state:
+                    gauges[name] = gauges.get(name, 0) + state.state[name]
         spec = {"spec_drafted_tokens_total": 0, "spec_accepted_tokens_total": 0, "spec_draft_steps_total": 0}
         for loaded in list(registry.loaded.values()):
             sched = loaded.scheduler

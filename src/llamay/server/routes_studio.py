@@ -100,7 +100,7 @@ def _context_rows(view, mine) -> tuple[list[dict], dict]:
     held = {p for ps in pages.values() for p in ps}
     return rows, {"pages_total": view.n_total, "pages_used": view.n_total - view.n_free,
                   "pages_free": view.n_free, "pages_contexts": len(held), "pages_cache": view.n_cached_pages,
-                  "page_size": view.page_size}
+                  "page_size": view.page_size, **view.state}
 
 
 def _title(messages) -> str:
