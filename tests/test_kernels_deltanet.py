@@ -80,3 +80,20 @@ def test_delta_rule_is_canonical(tiled):
             both = run(qkv, ba, *xa[2:], pool, meta([len(first[0]), len(second[0])], slots), tiled, nthreads)
             mine = both[:9] if first is xa else both[6:]
             assert np.array_equal(mine, ya) and np.array_equal(pool[0], whole[0])
+
+
+@pytest.mark.parametrize("dv", [8, 16, 40, 128])  # whole vectors of both widths, and a tail past them
+def test_every_kernel_path_gives_the_same_bits(dv):
+    """The AVX2 and AVX-512 steps (8 and 16 value columns at once) run the portable step's operations per
+    column: outputs and states equal with ==, on every path this CPU runs."""
+    from llamay.kernels import _lib
+    n, hk, hv, dk = 7, 2, 4, 24
+    qkv, ba, a, dt = inputs(n, hk, hv, dk, dv)
+
+    def once():
+        pool = np.zeros((1, hv, dk, dv), np.float32)
+        return np.concatenate([run(qkv, ba, a, dt, pool, meta([n], [0]), nthreads=2).ravel(), pool.ravel()])
+    results = _lib.each_path(once)
+    assert len(results) >= 1
+    first = next(iter(results.values()))
+    assert all(np.array_equal(r, first) for r in results.values()), list(results)

@@ -57,3 +57,20 @@ def test_conv_is_canonical():
         pool = np.zeros((2, K - 1, C), np.float32)
         both = run_conv(np.concatenate([xb, xa]), w, pool, meta([5, 7], [1, 0]), nthreads=nthreads)
         assert np.array_equal(both[5:], ya) and np.array_equal(pool[0], whole[0])
+
+
+def test_conv_every_kernel_path_gives_the_same_bits():
+    """The AVX2 and AVX-512 rows (8 and 16 channels at once) run the portable row's operations per
+    channel, the channels past the last whole vector included: outputs and states equal with ==."""
+    from llamay.kernels import _lib
+    C, K = 1003, 4
+    x, w = RNG.standard_normal((6, C), np.float32), RNG.standard_normal((C, K), np.float32)
+    bias = RNG.standard_normal(C).astype(np.float32)
+
+    def once():
+        pool = np.zeros((1, K - 1, C), np.float32)
+        pool[0] = 0.5
+        return np.concatenate([run_conv(x, w, pool, meta([6], [0]), bias, nthreads=2).ravel(), pool.ravel()])
+    results = _lib.each_path(once)
+    first = next(iter(results.values()))
+    assert len(results) == len(_lib.available()) and all(np.array_equal(r, first) for r in results.values())

@@ -278,8 +278,9 @@ class Builder:
         if bias is not None:
             _f32(bias, "conv bias", (C,))
         out = self.tensor(n, C) if out is None else _f32(out, "out", (n, C))
-        self._op("conv", (x, w, out, state, batch.struct, bias), (n, C, K), writes=(out, state), keep=(batch,),
-                 reads=tuple(a for a in (x, w, state, bias) if a is not None))
+        taps = np.ascontiguousarray(w.T)  # [K, C]: a tap's weights for consecutive channels side by side
+        self._op("conv", (x, taps, out, state, batch.struct, bias), (n, C, K), writes=(out, state), keep=(batch,),
+                 reads=tuple(a for a in (x, taps, state, bias) if a is not None))
         return out
 
     def delta_rule(self, qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarray, state: np.ndarray,

@@ -18,9 +18,10 @@ static void unit(const float *x, float *out, int64_t d, float eps, float scale) 
 static float softplus(float x) { return x > 20.0f ? x : log1pf(ly_exp(x)); }
 
 /* One token of one head on its state S [dk, dv]: S = S * decay; kv = S^T k; delta = (v - kv) * beta;
- * S += k delta^T; out = S^T q. */
-static void step(float *S, const float *q, const float *k, const float *v, float beta, float decay,
-                 float *out, int64_t dk, int64_t dv) {
+ * S += k delta^T; out = S^T q. Per value column j the operations run in this order in every path
+ * (deltanet_avx2.c, deltanet_avx512.c run 8 or 16 columns at once). */
+void ly_delta_step_portable(float *S, const float *q, const float *k, const float *v, float beta, float decay,
+                            float *out, int64_t dk, int64_t dv) {
     float delta[LY_DELTA_MAX_DIM];
     for (int64_t j = 0; j < dv; j++) delta[j] = 0.0f;
     for (int64_t i = 0; i < dk; i++) {
@@ -60,7 +61,7 @@ void ly_delta_rule_slice(const ly_node *nd, int ith, int nth) {
             unit(x + (Hk + kh) * dk, k, dk, nd->f[0], 1.0f);
             float beta = 1.0f / (1.0f + ly_exp(-ba[t * Hv + h]));
             float decay = ly_exp(par[h] * softplus(ba[(n + t) * Hv + h] + par[Hv + h]));
-            step(S, q, k, x + 2 * Hk * dk + h * dv, beta, decay, y + (t * Hv + h) * dv, dk, dv);
+            ly_kernels->delta_step(S, q, k, x + 2 * Hk * dk + h * dv, beta, decay, y + (t * Hv + h) * dv, dk, dv);
         }
     }
 }

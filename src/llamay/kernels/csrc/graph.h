@@ -69,9 +69,9 @@ typedef struct {
  * Recurrent ops: each token reads and updates its sequence's slot (ly_batch.state_slots) of an f32 state
  * pool, tokens in batch order; shares split channels or heads, never tokens, so a token's result depends
  * only on its slot's state and its own row: prefill == decode == batched, at any thread count.
- * CONV      p: x [tokens, C], w [C, K] (taps, oldest first), y [tokens, C] (may alias x), state pool
+ * CONV      p: x [tokens, C], w [K, C] (taps-major, oldest first), y [tokens, C] (may alias x), state pool
  *           [slots, K - 1, C] (the last K - 1 inputs, oldest first), ly_batch*, bias [C] or NULL
- *           n: tokens, C, K   (y[t, c] = sum_j w[c, j] win[j, c] (+ bias[c]), j ascending, win = state
+ *           n: tokens, C, K   (y[t, c] = sum_j w[j, c] win[j, c] (+ bias[c]), j ascending, win = state
  *           rows then x[t]; then the state drops its oldest row and takes x[t])
  * SSM_SCAN  Mamba2's selective scan (ssm.c)   p: xBC [tokens, H P + 2 G N] (x, then B and C of each
  *           group), dt [tokens, H] (raw), params [3 H] (A, D, dt_bias), y [tokens, H P], state pool

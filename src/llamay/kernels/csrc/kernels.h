@@ -17,6 +17,12 @@ typedef struct {
     float (*kv_dot)(int type, const float *a, const uint8_t *k, int64_t d);         /* kvtypes.h */
     void (*kv_acc)(int type, float *o, float p, const uint8_t *v, int64_t d);       /* o += p * v */
     void (*attend_group_f16)(const ly_att *at, float *s); /* NULL: attention.c's per-head loop */
+    /* one token of the gated delta rule on one head's state (deltanet.c); dv <= LY_DELTA_MAX_DIM */
+    /* one token's causal depthwise convolution over channels [lo, hi) (conv.c) */
+    void (*conv_row)(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo, int64_t hi,
+                     int64_t C, int64_t K);
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay,
+                       float *out, int64_t dk, int64_t dv);
     ly_tile_fn tile[LY_N_TYPES];                           /* by GGML type id; NULL: unsupported */
 } ly_kernel_table;
 
@@ -34,6 +40,10 @@ void ly_softcap_portable(float *x, int64_t lo, int64_t hi, float cap);
 void ly_quant_row_portable(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
 float ly_kv_dot_portable(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d);
+void ly_conv_row_portable(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
+                          int64_t hi, int64_t C, int64_t K);
+void ly_delta_step_portable(float *S, const float *q, const float *k, const float *v, float beta, float decay,
+                            float *out, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_portable(int type);   /* q32.c: Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 */
 ly_tile_fn ly_tiles_float_portable(int type); /* qfloat.c: F32, F16, BF16 */
 ly_tile_fn ly_tiles_qk_portable(int type);    /* qk.c: Q2_K .. Q6_K */
@@ -47,6 +57,10 @@ void ly_quant_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int32_t *
 float ly_kv_dot_avx2(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_avx2(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_attend_group_f16_avx2(const ly_att *at, float *s);
+void ly_conv_row_avx2(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
+                      int64_t hi, int64_t C, int64_t K);
+void ly_delta_step_avx2(float *S, const float *q, const float *k, const float *v, float beta, float decay,
+                        float *out, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_avx2(int type);   /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
 ly_tile_fn ly_tiles_float_avx2(int type);
 ly_tile_fn ly_tiles_qk_avx2(int type);
@@ -55,6 +69,10 @@ ly_tile_fn ly_tiles_q32_avxvnni(int type); /* as AVX2's */
 ly_tile_fn ly_tiles_qk_avxvnni(int type);
 
 void ly_attend_group_f16_avx512(const ly_att *at, float *s);
+void ly_conv_row_avx512(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
+                        int64_t hi, int64_t C, int64_t K);
+void ly_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float beta, float decay,
+                          float *out, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
 ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
