@@ -3,7 +3,7 @@
  * net's scans. Shares are channel ranges; each channel walks the batch's tokens in order, so a token's
  * output depends only on its slot's state and its own input, however the batch is made. One multiply and
  * one add per tap, taps ascending, in every path (no FMA: -ffp-contract=off; conv_x.h runs 8 or 16
- * channels at once). */
+ * channels at once in recurrent_avx2.c and recurrent_avx512.c). */
 #include "graph.h"
 #include "kernels.h"
 

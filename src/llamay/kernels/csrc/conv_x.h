@@ -1,6 +1,6 @@
 /* One token's causal depthwise convolution over channels [lo, hi), W channels at once (conv.c's portable
- * row is the order): included by conv_avx2.c and conv_avx512.c with VEC, W, LOAD, STORE, SET1, ADD, MUL
- * and FN defined. Channels past the last whole vector run the portable row. */
+ * row is the order): included by recurrent_avx2.c and recurrent_avx512.c with VEC, W, LOAD, STORE, SET1,
+ * ADD, MUL and FN defined. Channels past the last whole vector run the portable row. */
 FN(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo, int64_t hi, int64_t C,
    int64_t K) {
     int64_t c = lo;

@@ -19,7 +19,7 @@ static float softplus(float x) { return x > 20.0f ? x : log1pf(ly_exp(x)); }
 
 /* One token of one head on its state S [dk, dv]: S = S * decay; kv = S^T k; delta = (v - kv) * beta;
  * S += k delta^T; out = S^T q. Per value column j the operations run in this order in every path
- * (deltanet_avx2.c, deltanet_avx512.c run 8 or 16 columns at once). */
+ * (recurrent_avx2.c, recurrent_avx512.c run 8 or 16 columns at once). */
 void ly_delta_step_portable(float *S, const float *q, const float *k, const float *v, float beta, float decay,
                             float *out, int64_t dk, int64_t dv) {
     float delta[LY_DELTA_MAX_DIM];

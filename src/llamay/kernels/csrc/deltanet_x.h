@@ -1,6 +1,6 @@
 /* One token of the gated delta rule on one head, W columns of the value dimension at once (graph.h
- * DELTA_RULE; deltanet.c ly_delta_step_portable is the order): included by deltanet_avx2.c and
- * deltanet_avx512.c with VEC (the vector type), W, LOAD, STORE, SET1, ADD, SUB, MUL and FN (the function's
+ * DELTA_RULE; deltanet.c ly_delta_step_portable is the order): included by recurrent_avx2.c and
+ * recurrent_avx512.c with VEC (the vector type), W, LOAD, STORE, SET1, ADD, SUB, MUL and FN (the function's
  * name and target attribute) defined. Columns past the last whole vector run the portable sequence. */
 FN(float *S, const float *q, const float *k, const float *v, float beta, float decay, float *out, int64_t dk,
    int64_t dv) {

@@ -1,5 +1,5 @@
-/* The gated delta rule's per-token step, 16 value columns at once (deltanet_x.h; the same float operations
- * per column as deltanet.c's portable step). */
+/* The recurrent ops' 16-wide kernels: the causal convolution's row (conv_x.h) and the gated delta rule's
+ * step (deltanet_x.h), each the same float operations per channel or column as its portable version. */
 #include "common.h"
 #if LY_X86
 #include "graph.h"
@@ -14,6 +14,9 @@
 #define ADD _mm512_add_ps
 #define SUB _mm512_sub_ps
 #define MUL _mm512_mul_ps
+#define FN LY_AVX512 void ly_conv_row_avx512
+#include "conv_x.h"
+#undef FN
 #define FN LY_AVX512 void ly_delta_step_avx512
 #include "deltanet_x.h"
 #endif
