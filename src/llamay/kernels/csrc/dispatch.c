@@ -59,7 +59,8 @@ static void fill_portable(ly_kernel_table *k) {
     *k = (ly_kernel_table){.sum = ly_sum_portable, .sumsq = ly_sumsq_portable, .gated = ly_gated_portable,
                            .softcap = ly_softcap_portable, .quant_row = ly_quant_row_portable,
                            .kv_dot = ly_kv_dot_portable, .kv_acc = ly_kv_acc_portable,
-                           .conv_row = ly_conv_row_portable, .delta_step = ly_delta_step_portable};
+                           .conv_row = ly_conv_row_portable, .delta_pass1 = ly_delta_pass1_portable,
+                           .delta_pass2 = ly_delta_pass2_portable};
     put_tiles(k, ly_tiles_q32_portable);
     put_tiles(k, ly_tiles_float_portable);
     put_tiles(k, ly_tiles_qk_portable);
@@ -77,7 +78,8 @@ static void add_avx2(ly_kernel_table *k) {
     k->kv_acc = ly_kv_acc_avx2;
     k->attend_group_f16 = ly_attend_group_f16_avx2;
     k->conv_row = ly_conv_row_avx2;
-    k->delta_step = ly_delta_step_avx2;
+    k->delta_pass1 = ly_delta_pass1_avx2;
+    k->delta_pass2 = ly_delta_pass2_avx2;
     put_tiles(k, ly_tiles_q32_avx2);
     put_tiles(k, ly_tiles_float_avx2);
     put_tiles(k, ly_tiles_qk_avx2);
@@ -91,7 +93,8 @@ static void add_avxvnni(ly_kernel_table *k) {
 static void add_avx512(ly_kernel_table *k) {
     k->attend_group_f16 = ly_attend_group_f16_avx512;
     k->conv_row = ly_conv_row_avx512;
-    k->delta_step = ly_delta_step_avx512;
+    k->delta_pass1 = ly_delta_pass1_avx512;
+    k->delta_pass2 = ly_delta_pass2_avx512;
     put_tiles(k, ly_tiles_q32_avx512);
     put_tiles(k, ly_tiles_float_avx512);
     put_tiles(k, ly_tiles_qk_avx512);

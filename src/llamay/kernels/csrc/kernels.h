@@ -17,12 +17,13 @@ typedef struct {
     float (*kv_dot)(int type, const float *a, const uint8_t *k, int64_t d);         /* kvtypes.h */
     void (*kv_acc)(int type, float *o, float p, const uint8_t *v, int64_t d);       /* o += p * v */
     void (*attend_group_f16)(const ly_att *at, float *s); /* NULL: attention.c's per-head loop */
-    /* one token of the gated delta rule on one head's state (deltanet.c); dv <= LY_DELTA_MAX_DIM */
     /* one token's causal depthwise convolution over channels [lo, hi) (conv.c) */
     void (*conv_row)(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo, int64_t hi,
                      int64_t C, int64_t K);
-    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay,
-                       float *out, int64_t dk, int64_t dv);
+    /* the gated delta rule's passes over one head's state (deltanet.c); dv <= LY_DELTA_MAX_DIM */
+    void (*delta_pass1)(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+    void (*delta_pass2)(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
+                        float decay_n, float *kv_n, int64_t dk, int64_t dv);
     ly_tile_fn tile[LY_N_TYPES];                           /* by GGML type id; NULL: unsupported */
 } ly_kernel_table;
 
@@ -42,8 +43,9 @@ float ly_kv_dot_portable(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_conv_row_portable(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                           int64_t hi, int64_t C, int64_t K);
-void ly_delta_step_portable(float *S, const float *q, const float *k, const float *v, float beta, float decay,
-                            float *out, int64_t dk, int64_t dv);
+void ly_delta_pass1_portable(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass2_portable(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
+                          float decay_n, float *kv_n, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_portable(int type);   /* q32.c: Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 */
 ly_tile_fn ly_tiles_float_portable(int type); /* qfloat.c: F32, F16, BF16 */
 ly_tile_fn ly_tiles_qk_portable(int type);    /* qk.c: Q2_K .. Q6_K */
@@ -59,8 +61,9 @@ void ly_kv_acc_avx2(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_attend_group_f16_avx2(const ly_att *at, float *s);
 void ly_conv_row_avx2(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                       int64_t hi, int64_t C, int64_t K);
-void ly_delta_step_avx2(float *S, const float *q, const float *k, const float *v, float beta, float decay,
-                        float *out, int64_t dk, int64_t dv);
+void ly_delta_pass1_avx2(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass2_avx2(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
+                          float decay_n, float *kv_n, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_avx2(int type);   /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
 ly_tile_fn ly_tiles_float_avx2(int type);
 ly_tile_fn ly_tiles_qk_avx2(int type);
@@ -71,8 +74,9 @@ ly_tile_fn ly_tiles_qk_avxvnni(int type);
 void ly_attend_group_f16_avx512(const ly_att *at, float *s);
 void ly_conv_row_avx512(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                         int64_t hi, int64_t C, int64_t K);
-void ly_delta_step_avx512(float *S, const float *q, const float *k, const float *v, float beta, float decay,
-                          float *out, int64_t dk, int64_t dv);
+void ly_delta_pass1_avx512(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass2_avx512(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
+                          float decay_n, float *kv_n, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
 ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
