@@ -90,6 +90,23 @@ def test_fork_shares_the_state_until_a_branch_runs(case):
     llm.scheduler.do(lambda store: store.check())
 
 
+def test_a_branch_point_is_a_checkpoint(case):
+    """The parent goes on past its fork and is freed: a prompt that shares the prefix up to the fork and
+    then differs resumes at the fork, to the same bits."""
+    name, _, ids, _, llm, _ = case
+    llm.reset()
+    half = len(ids) // 2
+    parent = llm.create_context(ids[:half])
+    kid = parent.fork(1)[0]
+    parent.extend(ids[half:])
+    parent.delete()
+    kid.delete(cache=False)
+    other = ids[:half] + ids[half:][::-1]
+    ctx = llm.create_context(other)
+    assert ctx.n_cached == half
+    assert np.array_equal(ctx.logits, llm.logits(other)[-1]), name
+
+
 def test_a_cut_back_context_recomputes_to_the_same_bits(case):
     name, _, ids, _, llm, want = case
     llm.reset()

@@ -374,8 +374,10 @@ class ContextStore:
         return ids[keep:], keep
 
     def fork(self, ctx: int, n: int) -> list[int]:
-        """n contexts sharing ctx's pages (pending tokens computed first): zero pages allocated."""
+        """n contexts sharing ctx's pages (pending tokens computed first): zero pages allocated. A hybrid's
+        state at the branch point is checkpointed (another request over that prefix resumes there)."""
         self.extend(ctx, [])
+        self.checkpoint(ctx)
         kids, rec = self._kv.fork(ctx, n), self._ctxs[ctx]
         for k in kids:
             self._ctxs[k] = rec.child(self.states.share(rec.slot) if rec.slot is not None else None)
