@@ -408,3 +408,18 @@ def test_sampled_calls_parse_and_validate(name):
             jsonschema.validate(args, schema)
         seen.add(text)
     assert len(seen) == 4
+
+
+@pytest.mark.parametrize("choice", ["required", {"name": "get_weather"}])
+def test_forced_calls_follow_the_reasoning_the_prompt_opened(choice):
+    """Qwen3.5's template ends the prompt with <think>: under a forced call the output reasons first, up to
+    </think>, then calls; a prompt that did not open it keeps the optional <think> block."""
+    tok = ByteTokenizer(False)
+    lark = plan(source("Qwen3.5-4B"), [{"role": "user", "content": "hi"}], TOOLS, tok, choice, opened=True).lark
+    g = Grammar.compile(tok, "lark", lark)
+    call = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>")
+    assert accepts(g, tok, "hm, the weather\n</think>\n\n" + call)
+    assert not accepts(g, tok, call)  # it must close the reasoning first
+    assert accepts(compiled("Qwen3.5-4B", choice, tok), tok, call)
+    assert accepts(compiled("Qwen3.5-4B", choice, tok), tok, "<think>\nhm\n</think>\n\n" + call)

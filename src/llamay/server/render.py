@@ -7,6 +7,7 @@ import threading
 from ..chat import ChatTemplate, ChatTemplateError, template_for
 from ..chat.gotemplate import GoTemplateError, render_go
 from ..chat.prompt import text_ids
+from ..chat.reasoning import opened
 from ..engine import ContextOverflow
 from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
@@ -39,20 +40,26 @@ def render_plan(loaded: Loaded, req: GenRequest,
     if req.system is not None:
         messages = [{"role": "system", "content": req.system}] + [m for m in messages if m["role"] != "system"]
     template, tools = chat_plan(loaded, req, messages)
-    ids = text_ids(template, llm.tokenizer, render_text(template, tools, req, cancel=cancel))
+    text = render_text(template, tools, req, cancel=cancel)
+    if tools is not None and tools.lark and opened(text):  # forced calls come after the reasoning it opened
+        template, tools = chat_plan(loaded, req, messages, opened=True)
+    ids = text_ids(template, llm.tokenizer, text)
     if req.context:
         bos = llm.tokenizer.bos_id
         ids = list(req.context) + (ids[1:] if ids and ids[0] == bos else ids)
     return ids, tools
 
 
-def chat_plan(loaded: Loaded, req: GenRequest, messages: list[dict]) -> tuple[ChatTemplate, ToolPlan]:
-    """The chat template (the server's --chat-template, else the model's) and the tool plan for messages."""
+def chat_plan(loaded: Loaded, req: GenRequest, messages: list[dict],
+              opened: bool = False) -> tuple[ChatTemplate, ToolPlan]:
+    """The chat template (the server's --chat-template, else the model's) and the tool plan for messages
+    (opened: their render ends inside <think>)."""
     llm = loaded.llm
     try:
         template = template_for(llm.metadata, llm.tokenizer, req.chat.template)
         tools = req.tool_options
-        return template, plan_tools(template.source, messages, req.tools, llm.tokenizer, tools.choice, tools.parallel)
+        return template, plan_tools(template.source, messages, req.tools, llm.tokenizer, tools.choice, tools.parallel,
+                                    opened)
     except ChatTemplateError as e:
         raise bad_request(f"the model's chat template cannot be used: {e}", "messages") from None
     except ValueError as e:

@@ -24,10 +24,11 @@ _LOCK = threading.Lock()
 
 
 def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tokenizer,
-                 think: bool = False) -> str:
+                 think: bool | str = False) -> str:
     """Lark text. tools: chat-template shape; choice: "auto" | "required" | {"name": function}, or "none"
     for the generic form (its answer wrapper only).
-    think: the model may reason in <think>...</think> before forced calls.
+    think: the model may reason in <think>...</think> before forced calls; "opened": the prompt opened the
+    reasoning (Qwen3.5's, Nemotron 3's templates end it with <think>), so the output reasons up to </think> first.
 
     A JSON call (or a JSON array of calls) is one %json value, so a token may span its inner boundaries
     (`}}`, `"},`): llguidance refuses a token that crosses from a %json value into the text after it."""
@@ -81,8 +82,9 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
             rules.append(f"tag: trig {after_trigger}")
         start = f"tag{{0,{MAX_CALLS}}} TEXT" if parallel else "TEXT | tag"
     if think and (choice != "auto" or fmt is GENERIC):
-        start = f"think? ({start})"
-        rules += [f'think: {seq("<think>")} think_body WS?', f'think_body[lazy]: TEXT {seq("</think>")}',
+        start = f"think_body WS? ({start})" if think == "opened" else f"think? ({start})"
+        rules += [] if think == "opened" else [f'think: {seq("<think>")} think_body WS?']
+        rules += [f'think_body[lazy]: TEXT {seq("</think>")}',
                   "WS: /[ \\t\\r\\n]+/"]
     return "\n".join(["%llguidance {}", f"start: {start}", *rules, TEXT]) + "\n"
 

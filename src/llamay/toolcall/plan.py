@@ -27,9 +27,10 @@ def check_choice(choice) -> None:
 
 
 def plan(source: str, messages: list[dict], tools: list[dict] | None, tokenizer, choice: str | dict = "auto",
-         parallel: bool = True) -> ToolPlan:
+         parallel: bool = True, opened: bool = False) -> ToolPlan:
     """source: the chat template; tools in the chat-template shape; choice: "auto", "none", "required" or
-    {"name": function}; parallel: several calls allowed. ValueError for a named function that is not offered."""
+    {"name": function}; parallel: several calls allowed; opened: the rendered prompt ends inside <think>
+    (chat/reasoning.opened). ValueError for a named function that is not offered."""
     check_choice(choice)
     found = caps(source)
     if not tools:
@@ -52,7 +53,7 @@ def plan(source: str, messages: list[dict], tools: list[dict] | None, tokenizer,
     messages = adapt(found, messages, tools, partial(calls_text, fmt) if fmt.args == "python" else None)
     if choice == "none" and fmt is not GENERIC:
         return ToolPlan(messages, tools if found.supports_tools else None, None, None)
-    lark = tool_grammar(fmt, tools, choice, parallel, tokenizer, think=THINK in source)
+    lark = tool_grammar(fmt, tools, choice, parallel, tokenizer, think="opened" if opened else THINK in source)
     return ToolPlan(messages, tools if found.supports_tools else None, fmt, lark)
 
 
