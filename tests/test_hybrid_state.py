@@ -232,3 +232,16 @@ def test_speculation_rolls_a_rejected_draft_back_and_changes_no_token(case):
     drafted, accepted = s.drafted_tokens - before[0], s.accepted_tokens - before[1]
     assert drafted > accepted >= 4  # the draft was cut after the tokens it shares with the answer
     llm.scheduler.do(lambda store: store.check())
+
+
+def test_state_record_keys_hashed_in_one_pass_equal_each_prefix_alone():
+    """find_state keys every candidate prefix in one pass over the tokens: the same keys as hashing each
+    prefix alone, so a record written under one key is found under the other."""
+    from llamay.engine.cache_tiers import CacheTiers
+    tiers = CacheTiers({}, lambda lora: b"root" + repr(lora).encode(), 32, 64)
+    tokens = list(range(100, 400))
+    ns = [1, 31, 32, 33, 200, 300]
+    assert tiers.state_keys((), tokens, ns) == [tiers.state_keys((), tokens, [n])[0] for n in ns]
+    assert len(set(tiers.state_keys((), tokens, ns))) == len(ns)
+    assert tiers.state_keys((("a", 1.0),), tokens, [5]) != tiers.state_keys((), tokens, [5])
+    tiers.close()

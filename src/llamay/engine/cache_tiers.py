@@ -127,30 +127,39 @@ class CacheTiers:
                 at += n
         return Found(start, at, keys, tuple(runs)) if at else None
 
-    def state_key(self, lora: tuple, tokens: list[int], n: int) -> bytes:
-        return hashlib.blake2b(np.asarray(tokens[:n], "<u4").tobytes(), digest_size=16,
-                               key=hashlib.blake2b(self.root_of(lora) + b"state").digest()).digest()
+    def state_keys(self, lora: tuple, tokens: list[int], ns: list[int]) -> list[bytes]:
+        """The record keys of the prefixes tokens[:n], n in ascending ns: one pass over the tokens."""
+        h = hashlib.blake2b(digest_size=16, key=hashlib.blake2b(self.root_of(lora) + b"state").digest())
+        raw, at, out = np.asarray(tokens[:ns[-1]], "<u4").tobytes(), 0, []
+        for n in ns:
+            h.update(raw[4 * at:4 * n])
+            at = n
+            out.append(h.copy().digest())
+        return out
 
     def save_state(self, lora: tuple, tokens: list[int], n: int, record: bytes):
         """Queue the state record after tokens[:n] for every state tier (record: a copy, the writer's)."""
         if self.states:
             with self._busy:
                 self._in_flight += 1
-            self._jobs.put(("state", self.state_key(lora, tokens, n), record))
+            self._jobs.put(("state", self.state_keys(lora, tokens, [n])[0], record))
 
     def find_state(self, lora: tuple, tokens: list[int], lo: int, hi: int) -> tuple[int, str] | None:
         """(n, tier) of the deepest state record the tiers hold after tokens[:n], lo < n <= hi."""
-        ns = list(range(hi, lo, -1))
-        keys = [self.state_key(lora, tokens, n) for n in ns]
+        ns = list(range(lo + 1, hi + 1))
+        if not ns:
+            return None
+        keys = self.state_keys(lora, tokens, ns)
         for name, tier in self.states.items():
             held = tier.has(keys)
             if any(held):
-                return ns[held.index(True)], name
+                deepest = len(held) - 1 - held[::-1].index(True)
+                return ns[deepest], name
         return None
 
     def read_state(self, lora: tuple, tokens: list[int], n: int, name: str, record: memoryview) -> bool:
         """The state record after tokens[:n] from tier name into record (verified) -> whether it was read."""
-        return self.states[name].read([self.state_key(lora, tokens, n)], [[record]]) == 1
+        return self.states[name].read(self.state_keys(lora, tokens, [n]), [[record]]) == 1
 
     def read(self, found: Found, buffers: list[list[memoryview]]) -> tuple[int, dict[str, int]]:
         """Read found's runs into buffers (PagePool.page_buffers of each of its pages, in order) -> (pages read

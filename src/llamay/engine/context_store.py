@@ -44,7 +44,8 @@ class ContextState:
     # next generation, cloned by fork, saved in snapshots
     matcher: Any = None
     slot: int | None = None  # its recurrent state slot; None: no computed token (or no recurrent layer)
-    stash: tuple | None = None  # (tokens, state) kept before a pass that may be cut back (stash, trim)
+    stash: tuple | None = None  # (tokens, state) kept before a pass that may be cut back (stash, trim); its
+    # buffer stays for the next stash
 
     def child(self, slot: int | None) -> ContextState:
         """A fork's record (pending tokens are computed before a fork), on the state slot it shares."""
@@ -194,7 +195,7 @@ class ContextStore:
             self._kv.truncate(ctx, c)
         if state is not None:
             rec = self._ctxs[ctx]
-            rec.slot = self.states.alloc()
+            rec.slot = self.states.alloc(zero=False)
             self.states.write(rec.slot, state)
         return c
 
@@ -224,7 +225,7 @@ class ContextStore:
                 at += len(buf)
         kv.commit(ctx, list(tokens[base:p]))
         rec = self._ctxs[ctx]
-        rec.slot = self.states.alloc()
+        rec.slot = self.states.alloc(zero=False)
         self.states.write(rec.slot, record[:self.states.bytes_per_slot // 4])
         self.tier_tokens[tier] = self.tier_tokens.get(tier, 0) + p - base  # the record's partial page
         return p
@@ -327,7 +328,8 @@ class ContextStore:
         """Before a pass that computes a draft: keep a hybrid context's state, which trim rolls back to."""
         rec = self._get(ctx)
         if self.states is not None and rec.slot is not None:
-            rec.stash = (self._kv.n_tokens(ctx), self.states.read(rec.slot))
+            buf = rec.stash[1] if rec.stash is not None else None  # its buffer, reused step to step
+            rec.stash = (self._kv.n_tokens(ctx), self.states.read(rec.slot, buf))
 
     def trim(self, ctx: int, n: int) -> int:
         """Cut computed K/V past the first n tokens (draft tokens a pass computed and sampling rejected):
@@ -337,13 +339,14 @@ class ContextStore:
         kv, rec = self._kv, self._get(ctx)
         if kv.n_tokens(ctx) > n:
             if self.states is not None:
-                if rec.stash is None or rec.stash[0] > n:
+                if rec.stash is None or rec.stash[0] is None or rec.stash[0] > n:
                     raise InvariantError(f"context {ctx}: a recurrent state cut back to {n} tokens without a stash")
                 n, state = rec.stash
                 rec.slot = self.states.writable(rec.slot)
                 self.states.write(rec.slot, state)
             kv.truncate(ctx, n)
-        rec.stash = None
+        if rec.stash is not None:
+            rec.stash = (None, rec.stash[1])  # used up; the buffer is kept
         return kv.n_tokens(ctx)
 
     def truncate(self, ctx: int, n: int):
@@ -455,7 +458,7 @@ class ContextStore:
                              else "it holds a recurrent state, and this model has no recurrent layer")
         if share is not None:
             self.check_share(share, len(tokens))
-        slot = self.states.alloc() if state is not None else None
+        slot = self.states.alloc(zero=False) if state is not None else None
         try:
             ctx, pages = self._kv.restore(tokens, self.namespace(lora))
         except BaseException:

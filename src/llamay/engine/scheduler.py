@@ -250,14 +250,13 @@ class Scheduler:
         prompt chunks in the budget left -> (items, the sequences given logits: decoding ones, then prompts
         done; the logits in that order). A failure changes nothing (the chunks are put back)."""
         store, marks = self.store_of(), []
-        items, rows = [], []
+        items, rows, n = [], [], 0
         for s, d in zip(decode, drafts):  # rows: the next token's and the draft's (not a redone token's)
-            at = sum(len(tokens) for _, tokens in items) + len(s.redo)
             items.append((s.ctx, s.redo + [s.next_tok] + d))
-            rows += range(at, at + 1 + len(d))
+            rows += range(n + len(s.redo), n + len(s.redo) + 1 + len(d))
+            n += len(s.redo) + 1 + len(d)
             if d:
                 store.stash(s.ctx)  # a hybrid's state, to roll back to if the draft is cut
-        n = sum(len(tokens) for _, tokens in items)
         wants, budget = list(decode), self.batch - n
         for seq in self.running:
             if not seq.todo or budget <= 0:

@@ -58,7 +58,7 @@ def ssm_scan(xbc: np.ndarray, dt: np.ndarray, a: np.ndarray, d: np.ndarray, dt_b
              state: np.ndarray, n_group: int) -> np.ndarray:
     """One sequence's Mamba2 selective scan: xbc [n, H P + 2 G N] (x, B, C), dt [n, H] raw, a, d, dt_bias
     [H], state [H, P, N] (updated in place) -> y [n, H P]. float32 throughout; numpy's exp and log1p may
-    differ from C's expf and log1pf in the last bit."""
+    differ from C's exp (mathfn.h ly_exp) and log1pf in the last bit."""
     H, P, N = state.shape
     rep = H // n_group
     y = np.zeros((len(xbc), H * P), np.float32)

@@ -30,12 +30,13 @@ class StatePool:
     def n_free(self) -> int:
         return len(self._free)
 
-    def alloc(self) -> int:
-        """A slot of zeros (the state before any token), held once."""
+    def alloc(self, zero: bool = True) -> int:
+        """A slot held once: of zeros (the state before any token), or (zero=False) of whatever it held, for
+        a caller that overwrites it whole."""
         if not self._free:
             raise OutOfStates(f"all {self.n_slots} recurrent state slots are held")
         slot = self._free.pop()
-        for arrays in self.layers.values():
+        for arrays in self.layers.values() if zero else ():
             for a in arrays:
                 a[slot] = 0
         self._refs[slot] = 1
@@ -54,7 +55,7 @@ class StatePool:
         """The slot itself when held once, else a copy of it that is (the share given up): copy on write."""
         if self._refs[slot] == 1:
             return slot
-        new = self.alloc()
+        new = self.alloc(zero=False)
         self.copy(slot, new)
         self.release(slot)
         return new
@@ -64,9 +65,11 @@ class StatePool:
             for a in arrays:
                 a[dst] = a[src]
 
-    def read(self, slot: int) -> np.ndarray:
-        """The slot's state as one float32 vector (a checkpoint's or a snapshot's bytes)."""
-        return np.concatenate([a[slot].ravel() for arrays in self.layers.values() for a in arrays])
+    def read(self, slot: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The slot's state as one float32 vector (a checkpoint's or a snapshot's bytes), into out when given
+        (float32, bytes_per_slot of them)."""
+        parts = [a[slot].ravel() for arrays in self.layers.values() for a in arrays]
+        return np.concatenate(parts, out=out)
 
     def write(self, slot: int, state: np.ndarray):
         """Sets the slot from a vector read() gave (ValueError when its size is not this pool's)."""

@@ -4,10 +4,12 @@
  * batch is made. The operation order below is the one kernels/reference_recurrent.py ssm_scan follows;
  * no FMA (-ffp-contract=off). */
 #include "graph.h"
+#include "mathfn.h"
 #include <math.h>
 
-/* softplus as torch's (threshold 20): v above 20 is returned as is. */
-static float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+/* softplus as torch's (threshold 20): v above 20 is returned as is. exp is the project's own (mathfn.h),
+ * as in every other op, not the platform's libm. */
+static float softplus(float v) { return v > 20.0f ? v : log1pf(ly_exp(v)); }
 
 void ly_ssm_scan_slice(const ly_node *nd, int ith, int nth) {
     const float *xbc = nd->p[0], *dt = nd->p[1], *prm = nd->p[2];
@@ -25,7 +27,7 @@ void ly_ssm_scan_slice(const ly_node *nd, int ith, int nth) {
             int64_t h = r / P;
             if (r == lo || r % P == 0) {
                 sp = softplus(dtt[h] + dt_bias[h]);
-                dA = expf(sp * A[h]);
+                dA = ly_exp(sp * A[h]);
             }
             const float *B = x + H * P + (h / per_group) * N, *C = B + G * N;
             float *s = st + r * N, xdt = x[r] * sp, acc = 0.0f;
