@@ -7,18 +7,19 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from .. import __version__
 from .http import CLIENT_GONE, api, off_loop, read_json
 from .prepare import with_server_defaults
 from .protocol import openai
 from .protocol import sglang as proto
 from .protocol.base import bad_request
+from .protocol.timings import BUILD_INFO
 from .registry import Loaded
 from .render import render
 from .responder import RunOptions
 from .sessions import settle
 
 router = APIRouter()
+VERSION = BUILD_INFO.removeprefix("llamay-")
 SSE = "text/event-stream"
 
 
@@ -52,7 +53,7 @@ for _path in ("/server_info", "/get_server_info"):
         return JSONResponse({**_model_info(loaded), "tp_size": 1, "dp_size": 1, "pp_size": 1,
                              "max_running_requests": settings.concurrency, "max_queued_requests": settings.max_queue,
                              "context_length": loaded.llm.n_ctx, "page_size": loaded.llm.kv_view().page_size,
-                             "skip_tokenizer_init": False, "version": __version__, "backend": "llamay",
+                             "skip_tokenizer_init": False, "version": VERSION, "backend": "llamay",
                              "internal_states": [{"load": load["num_reqs"], **load}]})
 
 
@@ -96,7 +97,7 @@ async def health_generate(request: Request):
 
 @router.get("/version")
 async def version():
-    return JSONResponse({"version": __version__})
+    return JSONResponse({"version": VERSION})
 
 
 @router.post("/generate")
