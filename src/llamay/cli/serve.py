@@ -82,6 +82,9 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("--api-key", default=None,
                    help="require this key on every route but /health, as Authorization: Bearer KEY or "
                         "x-api-key: KEY (env LLAMAY_API_KEY)")
+    p.add_argument("--peers", type=env.comma_list, default=(),
+                   help="the other workers behind the same gateway, comma-separated URLs: a named context's "
+                        "request that reaches this worker is passed to the one holding it")
     serve_llamacpp.add_args(p)
 
 
@@ -121,7 +124,7 @@ def build_app(args, log=None):
         raise CLIError(str(e)) from None
     if not registry.paths:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
-    return create_app(registry, guard_settings(args), log)
+    return create_app(registry, guard_settings(args), log, tuple(args.peers))
 
 
 def _read(path: str | None) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..events import Usage
+from . import metrics_vllm
 
 
 @dataclass
@@ -71,4 +72,5 @@ class Metrics:
         for name, value in gauges.items():
             lines += [f"# HELP llamay_{name} {name.replace('_', ' ')}", f"# TYPE llamay_{name} gauge",
                       f"llamay_{name} {value}"]
+        lines += metrics_vllm.render(registry, self.prompt_tokens, self.cached_tokens)
         return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from . import routes_gateway
 from .http import api, read_json
 from .protocol import openai as proto
 from .protocol.base import bad_request
@@ -37,6 +38,8 @@ def _model(body: dict) -> str | None:
 async def tokenize(request: Request):
     body = await read_json(request)
     content = body.get("content")
+    if content is None and isinstance(body, dict) and ("prompt" in body or "messages" in body):
+        return await routes_gateway.vllm_tokenize(request, body)  # vLLM's body (vllm-router sends it)
     if not isinstance(content, str):
         raise bad_request("content must be a string", "content")
     loaded = await request.app.state.registry.get(_model(body))
@@ -67,7 +70,8 @@ async def detokenize(request: Request):
         loaded.llm.check_vocab(ids)
     except ValueError as e:
         raise bad_request(str(e), "tokens") from None
-    return JSONResponse({"content": loaded.llm.detokenize(ids)})
+    text = loaded.llm.detokenize(ids)
+    return JSONResponse({"content": text, "prompt": text} if "model" in body else {"content": text})  # vLLM's: prompt
 
 
 @router.get("/lora-adapters")
