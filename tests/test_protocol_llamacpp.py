@@ -276,8 +276,10 @@ def test_error_bodies():
 def test_timings():
     assert timings_body(USAGE) == {"cache_n": 2, "prompt_n": 4, "prompt_ms": 8.0, "prompt_per_token_ms": 2.0,
                                    "prompt_per_second": 500.0, "predicted_n": 3, "predicted_ms": 6.0,
-                                   "predicted_per_token_ms": 2.0, "predicted_per_second": 500.0}
+                                   "predicted_per_token_ms": 3.0, "predicted_per_second": 2e3 / 6.0}  # 2 steps
     assert timings_body(Usage(prompt_tokens=1))["predicted_per_second"] == 0.0
+    one = timings_body(Usage(prompt_tokens=1, completion_tokens=1, eval_ns=5))  # from the prompt's logits
+    assert (one["predicted_per_second"], one["predicted_per_token_ms"]) == (0.0, 0.0)
 
 
 def _view() -> proto.ModelView:
