@@ -24,12 +24,57 @@ FILES = ("basic", "chat_completion", "compat_anthropic", "compat_oai_responses",
          "embedding", "ignore_eos", "infill", "metrics", "rerank", "security", "slot_save", "stream",
          "template", "tokenize", "tool_call", "lora")
 
+_U = "unit/test_"
+_NO_MODEL = "needs a model of the suite's with no stand-in here"
+
 # nodeid prefix -> why the test cannot pass on another model: it expects stories260K's own text, token counts
-# or vocabulary (the suite's model is a 260K-parameter toy; llamay runs SmolLM2-135M in its place)
-EXCLUDED: dict[str, str] = {}
+# or vocabulary (the suite's model is a 260K-parameter toy; llamay runs SmolLM2-135M in its place), or it needs
+# a model file of the suite's this machine has no stand-in for (Hugging Face is not reachable)
+EXCLUDED: dict[str, str] = {
+    f"{_U}basic.py::test_load_split_model": f"{_NO_MODEL} (stories15M split in 3 files) and expects its text",
+    f"{_U}tokenize.py::test_tokenize_with_bos": "expects a BOS token first: SmolLM2 adds none",
+    f"{_U}rerank.py::": f"{_NO_MODEL} (jina-reranker-v1-tiny: a rank-pooling model)",
+    f"{_U}lora.py::": f"{_NO_MODEL} (stories15M MoE and its LoRA adapter) and expects their text",
+    f"{_U}slot_save.py::test_slot_save_restore_with_image": f"{_NO_MODEL} (tinygemma3 with its projector)",
+    f"{_U}slot_save.py::test_slot_save_restore_text_only_on_multimodal": f"{_NO_MODEL} (tinygemma3)",
+    f"{_U}slot_save.py::test_slot_save_restore_image_payload": f"{_NO_MODEL} (tinygemma3)",
+    f"{_U}slot_save.py::test_slot_restore_media_file_without_mmproj": f"{_NO_MODEL} (tinygemma3)",
+    f"{_U}slot_save.py::test_slot_save_restore_with_two_images": f"{_NO_MODEL} (tinygemma3)",
+    f"{_U}slot_save.py::test_slot_save_restore": "expects stories260K's text and token counts (prompt_n 21, "
+                                                 "n_saved 84)",
+    f"{_U}slot_save.py::test_slot_erase": "expects stories260K's text and token counts (prompt_n 21)",
+    f"{_U}ctx_shift.py::test_ctx_shift_disabled": "expects stories260K's token counts (an 8-token prompt, 64 and 248 "
+                                                  "tokens generated before its end of text, LONG_TEXT over 256 tokens)",
+    f"{_U}infill.py::test_infill_with": f"{_NO_MODEL} (stories260K-infill: SmolLM2-135M has no FIM tokens)",
+    f"{_U}compat_oai_responses.py::test_responses_with_openai_library": "expects stories260K's text ('Suddenly')",
+}
 
 # nodeid prefix -> why llamay answers differently on purpose (each is a row of docs/LLAMA_SERVER.md)
-KEPT: dict[str, str] = {}
+KEPT: dict[str, str] = {
+    f"{_U}basic.py::test_no_ui": "/ answers Ollama's 'Ollama is running' (Ollama clients probe it); the web UI is "
+                                 "the Studio at /studio, which --no-ui turns off",
+    f"{_U}metrics.py::test_metrics_disabled": "/metrics is on by default (the Studio plots it); --no-metrics: 501",
+    f"{_U}security.py::test_access_static_assets_without_api_key": "llama.cpp's web UI files are not served",
+    f"{_U}security.py::test_cors_options": "a foreign web page's Origin is refused unless --cors-origins/--origins "
+                                           "allows it (llama-server lets every origin in by default)",
+    f"{_U}security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": "no built-in tools (--tools)",
+    f"{_U}security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": "no MCP CORS proxy (--ui-mcp-proxy)",
+    f"{_U}security.py::test_local_media_file": "no images (--media-path): llamay serves text models",
+    f"{_U}stream.py::": "no router mode nor resumable streams (/v1/stream): one server, the models of its store",
+    f"{_U}slot_save.py::test_slot_restore_legacy_token_list": "slot files are llamay's context snapshots (K/V and "
+                                                              "tokens); llama.cpp's state files are not read",
+    f"{_U}ctx_shift.py::test_ctx_shift_enabled": "no context shift: a prompt over the context is refused and "
+                                                 "generation stops at its end (see docs/LLAMA_SERVER.md)",
+}
+
+# nodeid prefix -> a difference not fixed yet, and not on purpose (to do)
+OPEN: dict[str, str] = {
+    f"{_U}metrics.py::test_metrics_timings_on_prompt_progress": "timings_per_token and return_progress are refused",
+    f"{_U}compat_oai_responses.py::test_responses_stream_with_llama_telemetry": "no prompt_progress nor timings "
+                                                                                "in Responses stream events",
+    f"{_U}metrics.py::test_metrics_embedding_prompt_is_counted": "embedding prompts are not in the llamacpp: "
+                                                                 "counters",
+}
 
 
 def suite_dir(cache: Path) -> Path:
@@ -73,9 +118,9 @@ def reason(nodeid: str, table: dict[str, str]) -> str | None:
 
 
 def classify(outcomes: dict[str, str]) -> dict[str, list[str]]:
-    """-> {"pass", "excluded", "kept", "fail", "skipped"}: node ids. A test that passes though listed
-    counts as passing (its listing is then stale: see stale())."""
-    out = {"pass": [], "excluded": [], "kept": [], "fail": [], "skipped": []}
+    """-> {"pass", "excluded", "kept", "open", "fail", "skipped"}: node ids; "fail": failed and not listed. A
+    test that passes though listed counts as passing."""
+    out = {"pass": [], "excluded": [], "kept": [], "open": [], "fail": [], "skipped": []}
     for nodeid, outcome in sorted(outcomes.items()):
         if outcome == "passed":
             out["pass"].append(nodeid)
@@ -85,6 +130,8 @@ def classify(outcomes: dict[str, str]) -> dict[str, list[str]]:
             out["excluded"].append(nodeid)
         elif reason(nodeid, KEPT):
             out["kept"].append(nodeid)
+        elif reason(nodeid, OPEN):
+            out["open"].append(nodeid)
         else:
             out["fail"].append(nodeid)
     return out

@@ -265,7 +265,8 @@ def test_slot_actions():
 
 def test_error_bodies():
     err = ProtocolError(400, "too long", "context_length", "messages", {"n_prompt_tokens": 9, "n_ctx": 8})
-    assert proto.error_body(err) == {"error": {"code": 400, "message": "too long", "type": "exceed_context_size_error",
+    message = "the request exceeds the available context size, try increasing it: too long"  # llama-server's start
+    assert proto.error_body(err) == {"error": {"code": 400, "message": message, "type": "exceed_context_size_error",
                                                "n_prompt_tokens": 9, "n_ctx": 8}}
     assert openai_error_body(err) == {"error": {"message": "too long", "type": "exceed_context_size_error",
                                                 "param": "messages", "code": "context_length_exceeded",

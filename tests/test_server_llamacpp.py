@@ -390,7 +390,7 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
     gated = parsed("--no-slots", "--no-metrics", "--no-ui", "--tags", "chat, fim,", "--no-jinja")
     assert (gated["routes"], gated["tags"]) == (Routes(slots=False, metrics=False, ui=False), ("chat", "fim"))
     assert parsed()["sampling"] == {} and parsed("--chat-template", "{{ 'x' }}")["chat_template"] == "{{ 'x' }}"
-    for argv in (["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
+    for argv in (["--context-shift"], ["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
                  ["--chat-template", "chatml", "--chat-template-file", str(template)], ["--chat-template", "{% if %}"]):
         with pytest.raises(CLIError):
             parsed(*argv)

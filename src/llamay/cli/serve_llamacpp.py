@@ -63,6 +63,7 @@ def _add_routes_args(p: argparse.ArgumentParser):
                    help="no Studio: /studio is a 404 and a browser opening / is not sent there")
     p.add_argument("--tags", metavar="TAG,...", default=None,
                    help="tags /models lists for the first -m model (comma-separated)")
+    p.add_argument("--context-shift", action="store_true", help="refused: llamay never shifts a context")
     p.add_argument("--cors-origins", dest="origins", metavar="ORIGIN,...", type=env.comma_list, default=None,
                    help="llama-server's name of --origins")
 
@@ -77,7 +78,8 @@ ACCEPTED = ((("-ub", "--ubatch-size"), True, "one forward pass takes the whole b
             (("--cache-ram", "-cram"), True, "the prefix cache lives in the KV pages (--kv-budget)"),
             (("--no-cache-idle-slots",), False, "idle slots hold no K/V of their own"),
             (("--no-mmproj",), False, "no multimodal projector is loaded"),
-            (("--verbose", "-v"), False, "the request log is on unless -q"))
+            (("--verbose", "-v"), False, "the request log is on unless -q"),
+            (("--no-context-shift",), False, "llamay never shifts a context (--context-shift is refused)"))
 
 
 def _add_accepted_args(p: argparse.ArgumentParser):
@@ -94,6 +96,10 @@ def settings(args) -> dict:
                "no other renderer")
     sampling = {k: v for k, v in (("temperature", args.temp), ("top_k", args.top_k), ("top_p", args.top_p),
                                   ("min_p", args.min_p), ("seed", args.seed)) if v is not None and v != -1}
+    if args.context_shift:
+        raise CLIError("--context-shift: llamay does not shift contexts (dropping old tokens would make the "
+                       "output a new computation, not the prompt's); a prompt over -c is refused and generation "
+                       "stops at the context's end, as llama-server does without the flag")
     save_dir = args.slot_save_path
     if save_dir is not None and not os.path.isdir(save_dir):
         raise CLIError(f"--slot-save-path {save_dir}: not a directory")

@@ -204,7 +204,9 @@ class _Check:
             headers["access-control-allow-headers"] = asked  # any header: the origin is already trusted
         if self.headers.get("access-control-request-private-network") == "true":
             headers["access-control-allow-private-network"] = "true"  # Chrome's Private Network Access
-        return Response(status_code=200, headers=headers)
+        response = Response(status_code=200)
+        response.raw_headers += [(k.title().encode(), v.encode("latin-1")) for k, v in headers.items()]
+        return response  # names spelled as llama-server's (clients that keep headers in a plain dict)
 
     def _key_ok(self) -> bool:
         want = self.settings.api_key.encode()

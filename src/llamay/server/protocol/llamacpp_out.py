@@ -39,9 +39,13 @@ class ModelView:
 
 
 def error_object(err: ProtocolError) -> dict:
-    """llama-server's {code, message, type} (plus n_prompt_tokens and n_ctx for a prompt over the context)."""
-    return {"code": err.status, "message": err.message, "type": ERROR_TYPES.get(err.kind, "server_error"),
-            **err.detail}
+    """llama-server's {code, message, type} (plus n_prompt_tokens and n_ctx for a prompt over the context, whose
+    message starts as llama-server's, which clients match)."""
+    message = f"{CONTEXT_MESSAGE}: {err.message}" if err.kind == "context_length" else err.message
+    return {"code": err.status, "message": message, "type": ERROR_TYPES.get(err.kind, "server_error"), **err.detail}
+
+
+CONTEXT_MESSAGE = "the request exceeds the available context size, try increasing it"
 
 
 ERROR_TYPES = {"invalid_request": "invalid_request_error", "not_found": "not_found_error",
