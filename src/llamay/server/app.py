@@ -52,7 +52,8 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
     app.state.contexts = ContextTable(registry.settings.max_contexts, registry.settings.context_ttl)
     for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed,
                    routes_llamacpp, routes_studio, routes_gateway):
-        app.include_router(module.router)
+        if module is not routes_studio or registry.settings.routes.ui:  # --no-ui: the Studio's paths are 404s
+            app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):

@@ -53,7 +53,11 @@ for _path in _both("/v1/models"):
     @router.get(_path)
     @api(proto)
     async def models(request: Request):
-        return JSONResponse(proto.models_body(request.app.state.registry.infos()))
+        registry = request.app.state.registry
+        body = proto.models_body(registry.infos())
+        for entry in body["data"]:
+            entry.update(registry.listing(entry["id"]))
+        return JSONResponse(body)
 
 for _path in _both("/v1/models/{model:path}"):
     @router.get(_path)
