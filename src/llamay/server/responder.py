@@ -91,7 +91,7 @@ class Responder:
         its ResponseMeta names."""
         found = self.registry.upstreams.find(req.model, self.registry.has) if opts.loaded is None else None
         if found is not None:
-            return self._start_upstream(request, req, make_output, id_prefix, opts, found)
+            return await self._start_upstream(request, req, make_output, id_prefix, opts, found)
         slot = None
 
         def close():
@@ -138,7 +138,7 @@ class Responder:
 
         return out, events(), gen, req
 
-    def _start_upstream(self, request: Request, req: GenRequest, make_output: Callable[..., Output], id_prefix: str,
+    async def _start_upstream(self, request: Request, req: GenRequest, make_output: Callable[..., Output], id_prefix: str,
                         opts: RunOptions, found) -> tuple[Output, AsyncIterator, UpstreamGeneration, GenRequest]:
         """start() for a model an upstream answers (serve --upstream): no slot, no local defaults; the prompt's
         usage is filled in once the upstream tells it."""
@@ -150,6 +150,7 @@ class Responder:
             if opts.on_close:
                 opts.on_close()
             raise
+        await gen.open()  # the upstream's error before its first event is this request's status (it closes)
         meta = new_meta(id_prefix, req.model)
         out = make_output(req, meta, prompt) if opts.prompt_usage else make_output(req, meta)
         self.metrics.requests += 1

@@ -81,8 +81,9 @@ def _describe(e: Exception) -> str:
 class UpstreamGeneration:
     """One request answered by an upstream, in the shape of server/stream.Generation: events() yields Delta /
     Finish; cancel() (or closing events() early) stops it and closes the upstream connection. Making one
-    checks the request can be sent (ProtocolError 400); nothing is sent before events() is first read.
-    prompt: filled with the prompt's usage once the upstream tells it."""
+    checks the request can be sent (ProtocolError 400); open() sends it and waits for the first event, so an
+    upstream's refusal or silence is the client's HTTP status, streamed or not. prompt: filled with the
+    prompt's usage once the upstream tells it."""
 
     def __init__(self, upstream: Upstream, model: str, req: GenRequest, prompt: Usage,
                  on_close: Callable[[], None] | None = None):
@@ -92,6 +93,7 @@ class UpstreamGeneration:
         self.reader = reader_for(self.api, upstream.spec.name, req.n, chat=self.path != "/completions")
         self.queue: asyncio.Queue = asyncio.Queue()
         self.task: asyncio.Task | None = None
+        self._first: list = []  # the event open() waited for
         self._open = True
 
     def cancel(self) -> None:
@@ -102,10 +104,23 @@ class UpstreamGeneration:
             if self.on_close:
                 self.on_close()
 
-    async def events(self) -> AsyncIterator[Delta | Finish]:
+    async def open(self) -> None:
+        """Sends the request and waits for the upstream's first event; its error raises here."""
         self.task = asyncio.ensure_future(self._run())
         try:
-            while (item := await self.queue.get()) is not _END:
+            self._first.append(await self.queue.get())
+        except BaseException:
+            self.cancel()
+            raise
+        if isinstance(self._first[0], ProtocolError):
+            self.cancel()
+            raise self._first[0]
+
+    async def events(self) -> AsyncIterator[Delta | Finish]:
+        if self.task is None:
+            await self.open()
+        try:
+            while (item := self._first.pop() if self._first else await self.queue.get()) is not _END:
                 if isinstance(item, ProtocolError):
                     raise item
                 yield item
