@@ -77,6 +77,12 @@ def api_key() -> str | None:
     return os.environ.get("LLAMAY_API_KEY") or None
 
 
+def named(variable: str) -> str | None:
+    """A variable the user named on the command line (serve --upstream NAME=URL,key-env=VAR: the upstream's
+    key); unset or empty: None."""
+    return os.environ.get(variable) or None
+
+
 def debug() -> bool:
     """LLAMAY_DEBUG=1: the CLI shows the traceback of an internal error (default: one line)."""
     return os.environ.get("LLAMAY_DEBUG", "").strip() == "1"

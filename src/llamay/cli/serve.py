@@ -9,7 +9,7 @@ import socket
 from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
-from ..settings import LOAD, SCHEDULER, SERVER
+from ..settings import LOAD, SCHEDULER, SERVER, UPSTREAM
 from . import serve_llamacpp
 from .common import (
     CTX_HELP,
@@ -91,7 +91,30 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("--peers", type=env.comma_list, default=(),
                    help="the other workers behind the same gateway, comma-separated URLs: a named context's "
                         "request that reaches this worker is passed to the one holding it")
+    p.add_argument("--upstream", action="append", default=[], metavar="NAME=URL[,OPTION=VALUE...]",
+                   help="serve the models of an OpenAI-, Anthropic- or Ollama-compatible server as NAME/model through "
+                        "every API (repeatable); options: api=openai|anthropic|ollama (default openai), key-env=VAR "
+                        "(the environment variable holding its key), timeout=SECONDS (default "
+                        f"{UPSTREAM.timeout:g}: how long it may stay silent before 504)")
     serve_llamacpp.add_args(p)
+
+
+def upstreams(specs: list[str]):
+    """--upstream flags -> server.upstream.Upstreams, each key read from the variable it names."""
+    from ..server.upstream import Upstream, Upstreams, parse_spec
+    out = []
+    for text in specs:
+        try:
+            spec = parse_spec(text)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        key = env.named(spec.key_env) if spec.key_env else None
+        if spec.key_env and key is None:
+            raise CLIError(f"--upstream {spec.name}: key-env={spec.key_env}, but that environment variable is not set")
+        if spec.name in {u.spec.name for u in out}:
+            raise CLIError(f"--upstream {spec.name}: that name is given twice")
+        out.append(Upstream(spec, key))
+    return Upstreams(out)
 
 
 def guard_settings(args):
@@ -139,7 +162,8 @@ def build_app(args, log=None):
         registry = Registry(args.model or [], settings, fallback=str(default) if default else None)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    if not registry.paths:
+    registry.upstreams = upstreams(args.upstream)
+    if not registry.paths and not registry.upstreams:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
     return create_app(registry, guard_settings(args), log, tuple(args.peers))
 
@@ -236,6 +260,8 @@ def run(args):
     names = ", ".join(app.state.registry.paths)
     host = addresses(args.host)[0]
     url = f"http://{f'[{host}]' if ':' in host else host}:{args.port}"
-    eprint(f"llamay: serving {names} on {url} ({len(BUILDERS)} decoder architectures)")
+    eprint(f"llamay: serving {names or 'no local model'} on {url} ({len(BUILDERS)} decoder architectures)")
+    for up in app.state.registry.upstreams.by_name.values():
+        eprint(f"llamay: upstream {up.spec.name}: {up.spec.url} ({up.spec.api} API): its models as {up.spec.name}/MODEL")
     eprint(f"llamay: Studio: {url}/studio")
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=socks)

@@ -34,10 +34,14 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         reaper = asyncio.create_task(_reap(registry, app.state.contexts))
+        lister = asyncio.create_task(registry.upstreams.keep_listed()) if registry.upstreams else None
         try:
             yield
         finally:
             reaper.cancel()
+            if lister is not None:
+                lister.cancel()
+            await registry.upstreams.aclose()
             await asyncio.to_thread(registry.close)
 
     app = FastAPI(title="llamay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

@@ -144,6 +144,8 @@ class Registry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._infos: dict[tuple[str, str], ModelInfo] = {}
         self._mutex = threading.Lock()
+        from .upstream import Upstreams  # it reads requests through prepare.py, which imports this module
+        self.upstreams = Upstreams()  # serve --upstream: models answered elsewhere (none by default)
         self.refresh()
         if fallback is not None and not self.paths:
             self.pinned[DEFAULT_NAME] = fallback
@@ -193,6 +195,9 @@ class Registry:
         choice after '@' (split_adapters) names the same model. A name nobody has goes to the default
         model where _any_name allows, unless exact (routes that show, copy, delete or unload a model)."""
         name = split_adapters(name)[0]
+        if self.upstreams.find(name, self.has) is not None:
+            raise ProtocolError(400, f"model '{name}' is answered by an upstream (serve --upstream): this route "
+                                "serves local models only", param="model")
         for attempt in range(2):
             found = self._lookup(name)
             if found is not None:
@@ -225,6 +230,10 @@ class Registry:
         if requested and self._lookup(split_adapters(requested)[0]) is not None:
             return requested
         return name
+
+    def has(self, name: str) -> bool:
+        """A local model (pinned or stored) answers to this name."""
+        return self._lookup(split_adapters(name)[0]) is not None
 
     def _lookup(self, name: str | None) -> str | None:
         paths = self.paths

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from . import routes_contexts
+from . import routes_contexts, upstream
 from .http import api, read_json
 from .protocol import openai as proto
-from .protocol.base import bad_request
+from .protocol.base import ProtocolError, bad_request
 
 router = APIRouter()
 SSE = "text/event-stream"
@@ -54,7 +54,7 @@ for _path in _both("/v1/models"):
     @api(proto)
     async def models(request: Request):
         registry = request.app.state.registry
-        body = proto.models_body(registry.infos())
+        body = proto.models_body(registry.infos() + await registry.upstreams.infos())
         for entry in body["data"]:
             entry.update(registry.listing(entry["id"]))
         return JSONResponse(body)
@@ -64,4 +64,10 @@ for _path in _both("/v1/models/{model:path}"):
     @api(proto)
     async def model(request: Request, model: str):
         registry = request.app.state.registry
+        found = registry.upstreams.find(model, registry.has)
+        if found is not None:
+            await registry.upstreams.infos()  # the lists read once
+            if found[1] not in found[0].models:
+                raise ProtocolError(404, f"model '{model}' is not in its upstream's model list", "not_found", "model")
+            return JSONResponse(proto.model_body(upstream.info(*found)))
         return JSONResponse(proto.model_body(registry.info(registry.resolve(model, exact=True))))
