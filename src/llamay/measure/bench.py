@@ -51,6 +51,19 @@ def time_decode(llm, n: int, prompt: list[int]) -> float:
     return dt
 
 
+def time_decode_at(ctx, n: int) -> float:
+    """n greedy single-token steps on a fork of ctx (a context holding a long prompt, computed once):
+    decode at that depth, the prompt not recomputed between runs."""
+    fork = ctx.fork()[0]
+    logits = fork.logits
+    t = time.perf_counter()
+    for _ in range(n):
+        logits = fork.extend([int(np.argmax(logits))])
+    dt = time.perf_counter() - t
+    fork.delete(cache=False)
+    return dt
+
+
 def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: int = 128,
               reps: int = 3, kv: str = "f16", progress=None) -> BenchResult:
     """progress(runs done, runs in all): the first token, then each timed prefill and decode."""
