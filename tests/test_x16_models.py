@@ -32,3 +32,16 @@ def test_gemma_same_bits_with_and_without_regrouping(gemma_path, forced):
         assert np.array_equal(got, want), path
     step = [llm.eval_last(ids[:i]) for i in (1, 2, 3)]  # decode steps reuse the cached prefix
     assert all(np.array_equal(s, want[i - 1]) for s, i in zip(step, (1, 2, 3)))
+
+
+def test_regrouped_file_pages_leave_resident_memory(gemma_path):
+    """the copied matrices' mapped pages are given back (the copy is what runs); the others stay mapped"""
+    llm = llamay.load(gemma_path, n_ctx=256)
+    if not regrouped(llm):
+        pytest.skip("this CPU's path has no x16 tiles: nothing was copied")
+    reader = llamay.gguf.GGUFReader(gemma_path)
+    kept = [w for layer in llm.decoder.layers for w in vars(layer).values() if isinstance(w, QWeight) and not w.x16]
+    assert kept and not any(w.x16 for w in kept)
+    ids = list(range(2, 20))
+    assert np.array_equal(llm.logits(ids), llamay.load(gemma_path, repack=False, n_ctx=256).logits(ids))
+    del reader
