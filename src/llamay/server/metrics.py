@@ -1,9 +1,12 @@
 """Counters for /metrics (Prometheus text exposition format 0.0.4)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from ..events import Usage
+
+RECENT = 32  # generations the recent prompt gauges sum over
 
 
 @dataclass
@@ -14,6 +17,7 @@ class Metrics:
     disk_tokens: int = 0  # of them, read from its disk tier
     shared_tokens: int = 0  # of them, read from its shared tier
     completion_tokens: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (prompt_tokens, cached_tokens)
 
     def count(self, usage: Usage):
         self.prompt_tokens += usage.prompt_tokens
@@ -21,6 +25,7 @@ class Metrics:
         self.disk_tokens += usage.disk_tokens
         self.shared_tokens += usage.shared_tokens
         self.completion_tokens += usage.completion_tokens
+        self.recent.append((usage.prompt_tokens, usage.cached_tokens))
 
     def render(self, registry) -> str:
         gauges = {"queue_depth": 0, "running_sequences": 0, "kv_pages_used": 0, "kv_pages_total": 0,
@@ -68,6 +73,13 @@ class Metrics:
         for name, help_ in (("cache_disk_pages_written_total", "pages written to the disk tier (loaded models)"),
                             ("cache_disk_dropped_total", "disk tier segments dropped as torn or corrupt")):
             lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {disk[name]}"]
+        recent = list(self.recent)
+        for name, value, help_ in (("recent_prompt_tokens", sum(p for p, _ in recent),
+                                    f"prompt tokens of the last {RECENT} generations"),
+                                   ("recent_prompt_cache_hit_tokens", sum(c for _, c in recent),
+                                    ("of them, found in the prefix cache (their ratio: the cached share of "
+                                     "recent prompts)"))):
+            lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} gauge", f"llamay_{name} {value}"]
         for name, value in gauges.items():
             lines += [f"# HELP llamay_{name} {name.replace('_', ' ')}", f"# TYPE llamay_{name} gauge",
                       f"llamay_{name} {value}"]
