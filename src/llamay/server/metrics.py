@@ -2,10 +2,13 @@
 `llamacpp:` names beside them (ref: llama.cpp tools/server/server-context.cpp, handle_metrics)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from ..events import Usage
 from . import metrics_vllm
+
+RECENT = 32  # generations the recent prompt gauges sum over
 
 
 @dataclass
@@ -19,6 +22,7 @@ class Metrics:
     prompt_ns: int = 0  # time spent evaluating prompts
     eval_ns: int = 0  # time spent generating
     n_tokens_max: int = 0  # the most tokens (prompt and output) one request held
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (prompt_tokens, cached_tokens)
 
     def count(self, usage: Usage):
         self.prompt_ns += usage.prompt_eval_ns
@@ -29,6 +33,7 @@ class Metrics:
         self.disk_tokens += usage.disk_tokens
         self.shared_tokens += usage.shared_tokens
         self.completion_tokens += usage.completion_tokens
+        self.recent.append((usage.prompt_tokens, usage.cached_tokens))
 
     def render(self, registry) -> str:
         gauges = {"queue_depth": 0, "running_sequences": 0, "kv_pages_used": 0, "kv_pages_total": 0,
@@ -76,6 +81,13 @@ class Metrics:
         for name, help_ in (("cache_disk_pages_written_total", "pages written to the disk tier (loaded models)"),
                             ("cache_disk_dropped_total", "disk tier segments dropped as torn or corrupt")):
             lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {disk[name]}"]
+        recent = list(self.recent)
+        for name, value, help_ in (("recent_prompt_tokens", sum(p for p, _ in recent),
+                                    f"prompt tokens of the last {RECENT} generations"),
+                                   ("recent_prompt_cache_hit_tokens", sum(c for _, c in recent),
+                                    ("of them, found in the prefix cache (their ratio: the cached share of "
+                                     "recent prompts)"))):
+            lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} gauge", f"llamay_{name} {value}"]
         for name, value in gauges.items():
             lines += [f"# HELP llamay_{name} {name.replace('_', ' ')}", f"# TYPE llamay_{name} gauge",
                       f"llamay_{name} {value}"]
