@@ -80,4 +80,19 @@ void ly_delta_pass2_avx512(float *S, const float *k, const float *delta, const f
 ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
 ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
+
+float ly_sum_neon(const float *x, int64_t d);
+float ly_sumsq_neon(const float *x, int64_t d);
+float ly_kv_dot_neon(int type, const float *a, const uint8_t *k, int64_t d);
+void ly_kv_acc_neon(int type, float *o, float p, const uint8_t *v, int64_t d);
+void ly_attend_group_f16_neon(const ly_att *at, float *s);
+ly_tile_fn ly_tiles_q32_neon(int type);    /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
+ly_tile_fn ly_tiles_float_neon(int type);  /* F32, F16, BF16 */
+ly_tile_fn ly_tiles_qk_neon(int type);     /* Q2_K .. Q6_K */
+
+ly_tile_fn ly_tiles_q32_dotprod(int type); /* as NEON's, sdot for the integer dots */
+ly_tile_fn ly_tiles_qk_dotprod(int type);
+
+ly_tile_fn ly_tiles_q32_i8mm(int type);    /* as dotprod's, smmla for two tokens at once */
+ly_tile_fn ly_tiles_qk_i8mm(int type);
 #endif
