@@ -189,6 +189,8 @@ static void check_reductions(const ly_kernel_table *own, const ly_kernel_table *
 static void check_elementwise(const ly_kernel_table *own, const ly_kernel_table *base) {
     const int64_t n = 300;
     float *g = rnd_floats(n, 12.0f), *up = rnd_floats(n, 12.0f), *x = malloc(n * 4), *y = malloc(n * 4);
+    static const float edges[] = {100.0f, -100.0f, 0.0f, -0.0f, 1e-30f, -1e-30f, 7.0f, -7.0f, 0.1f, -0.6f, 3e4f};
+    memcpy(g + 10, edges, sizeof edges); /* exp's clamps, signed zeros, the clamps at 7 and 10 */
     for (int act = 0; act <= 5 && own->gated != base->gated; act++)
         for (int with_up = 0; with_up < 2; with_up++) {
             if (act == 2 && !with_up) continue; /* gpt-oss's is gated only */

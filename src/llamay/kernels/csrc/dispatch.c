@@ -148,6 +148,12 @@ static void add_avx512(ly_kernel_table *k) {
 static void add_neon(ly_kernel_table *k) {
     k->sum = ly_sum_neon;
     k->sumsq = ly_sumsq_neon;
+    k->gated = ly_gated_neon;
+    k->softcap = ly_softcap_neon;
+    k->quant_row = ly_quant_row_neon;
+    k->conv_row = ly_conv_row_neon;
+    k->delta_pass1 = ly_delta_pass1_neon;
+    k->delta_pass2 = ly_delta_pass2_neon;
     k->kv_dot = ly_kv_dot_neon;
     k->kv_acc = ly_kv_acc_neon;
     k->attend_group_f16 = ly_attend_group_f16_neon;

@@ -83,6 +83,14 @@ ly_tile_fn ly_tiles_qk_avx512(int type);
 
 float ly_sum_neon(const float *x, int64_t d);
 float ly_sumsq_neon(const float *x, int64_t d);
+void ly_gated_neon(float *gate, const float *up, int64_t lo, int64_t hi, int act);
+void ly_softcap_neon(float *x, int64_t lo, int64_t hi, float cap);
+void ly_quant_row_neon(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
+void ly_conv_row_neon(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
+                      int64_t hi, int64_t C, int64_t K);
+void ly_delta_pass1_neon(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass2_neon(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
+                         float decay_n, float *kv_n, int64_t dk, int64_t dv);
 float ly_kv_dot_neon(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_neon(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_attend_group_f16_neon(const ly_att *at, float *s);
