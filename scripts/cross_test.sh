@@ -1,40 +1,64 @@
 #!/usr/bin/env bash
-# The C core's self-test (tests/csrc/selftest.c): every kernel path against the portable one, byte for byte.
-#   scripts/cross_test.sh native [LIB]  build with ${CC:-cc}, check every path this CPU runs; with LIB (a
-#                                       built _kernels library) link the test to it instead of the sources
-#   scripts/cross_test.sh aarch64       cross-build with aarch64-linux-gnu-gcc (or CC=clang-16: --target),
-#                                       static, run under qemu-aarch64: CPU detection on three CPU models,
-#                                       then -cpu max with each path forced
-# Flags as setup.py's. Prints the kernels and paths compared; exits non-zero on any difference (3: a tool
-# is missing).
+# The C core's checks without Python: tests/csrc/selftest.c (every kernel path against the portable one, byte
+# for byte) and tests/csrc/tiny_logits.c (a tiny two-layer decoder's logits, one digest per path).
+#   scripts/cross_test.sh native [LIB]   build with ${CC:-cc} (with LIB, a built _kernels library: link to it
+#                                        instead of the sources); every path this CPU runs
+#   scripts/cross_test.sh aarch64        cross-build with aarch64-linux-gnu-gcc (or CC=clang-16: --target),
+#                                        static, run under qemu-aarch64: CPU detection on three CPU models,
+#                                        then -cpu max with each path forced
+#   scripts/cross_test.sh logits [LIB]   both of the above, then: the logits' digest is the same on every
+#                                        path of both architectures
+# Flags as setup.py's. Prints what it compared; exits non-zero on any difference (3: a tool is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-native}
+
+if [ "$target" = logits ]; then
+    native=$("$0" native ${2:+"$2"}) || { echo "$native"; exit 1; }
+    arm=$("$0" aarch64) || { echo "$arm"; exit 1; }
+    echo "$native" | grep "thread(s):" | sed 's/^/x86-64 /'
+    echo "$arm" | grep "thread(s):" | sed 's/^/arm64 (qemu) /'
+    n=$( (echo "$native"; echo "$arm") | grep "thread(s):" | awk '{print $NF}' | sort -u | wc -l)
+    [ "$n" = 1 ] && echo "logits: identical on every path of both architectures" && exit 0
+    echo "logits: DIFFERENT across paths or architectures"; exit 1
+fi
+
 FLAGS=(-O3 -std=gnu11 -ffp-contract=off -fno-fast-math -pthread -Wall)
 case "$target" in
-native) CC_=${CC:-cc}; LINK=() ;;
-aarch64) CC_=${CC:-aarch64-linux-gnu-gcc}; LINK=(-static)
+native) CC_=${CC:-cc}; LINK=(); RUN=() ;;
+aarch64) CC_=${CC:-aarch64-linux-gnu-gcc}; LINK=(-static); RUN=(qemu-aarch64 -cpu max)
          [[ "$CC_" != *clang* ]] || FLAGS+=(--target=aarch64-linux-gnu) ;;
-*) echo "usage: $0 native|aarch64" >&2; exit 2 ;;
+*) echo "usage: $0 native [LIB] | aarch64 | logits [LIB]" >&2; exit 2 ;;
 esac
 command -v "$CC_" >/dev/null || { echo "$CC_ not found" >&2; exit 3; }
 [ "$target" = native ] || command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 not found" >&2; exit 3; }
 
 out=build/selftest-$target
-rm -rf "$out" && mkdir -p "$out"
+rm -rf "$out" && mkdir -p "$out/core"
 if [ "$target" = native ] && [ -n "${2:-}" ]; then
     lib=$(realpath "$2")
-    "$CC_" "${FLAGS[@]}" -o "$out/selftest" tests/csrc/selftest.c "$lib" -Wl,-rpath,"$(dirname "$lib")" -lm
-    echo "self-test linked to $lib"
-    exec "$out/selftest"
+    core=("$lib" -Wl,-rpath,"$(dirname "$lib")")
+    echo "linked to $lib"
+else # one compiler per source, two at a time
+    ls src/llamay/kernels/csrc/*.c | xargs -P 2 -I{} sh -c "$CC_ ${FLAGS[*]} -c {} -o $out/core/\$(basename {} .c).o"
+    core=("$out"/core/*.o)
 fi
-# one compiler per source, two at a time
-ls src/llamay/kernels/csrc/*.c tests/csrc/selftest.c |
-    xargs -P 2 -I{} sh -c "$CC_ ${FLAGS[*]} -c {} -o $out/\$(basename {} .c).o"
-"$CC_" "${FLAGS[@]}" "${LINK[@]}" -o "$out/selftest" "$out"/*.o -lm
+for prog in selftest tiny_logits; do
+    "$CC_" "${FLAGS[@]}" "${LINK[@]}" -o "$out/$prog" "tests/csrc/$prog.c" "${core[@]}" -lm
+done
+
+# the logits' digest: one value over every path and thread count of this build
+logits() {
+    "${RUN[@]}" "$out/tiny_logits" | tee "$out/logits.txt"
+    [ "$(grep "thread(s):" "$out/logits.txt" | awk '{print $NF}' | sort -u | wc -l)" = 1 ] \
+        || { echo "logits: DIFFERENT across paths"; return 1; }
+}
 
 if [ "$target" = native ]; then
-    exec "$out/selftest"
+    status=0
+    "$out/selftest" || status=1
+    logits || status=1
+    exit $status
 fi
 
 # detection: what each CPU model offers (cortex-a53: Armv8.0; neoverse-n1: dotprod; max: dotprod and i8mm)
@@ -53,4 +77,5 @@ for path in $(qemu-aarch64 -cpu max "$out/selftest" --paths | cut -d: -f2); do
     echo "== qemu -cpu max, $path forced"
     qemu-aarch64 -cpu max "$out/selftest" "$path" | tail -n +2 || status=1
 done
+logits || status=1
 exit $status

@@ -1,7 +1,9 @@
-"""The C core's Python-free self-test (tests/csrc/selftest.c through scripts/cross_test.sh): every kernel path
-against the portable one byte for byte, natively on the library the package loaded, and cross-built for arm64
-under qemu-aarch64 -cpu max with each arm64 path forced (skipped, saying why, without the cross compiler or
-qemu: `apt-get install gcc-aarch64-linux-gnu qemu-user`)."""
+"""The C core's Python-free checks (scripts/cross_test.sh): tests/csrc/selftest.c compares every kernel path
+with the portable one byte for byte, natively on the library the package loaded and cross-built for arm64 under
+qemu-aarch64 (each arm64 path forced); tests/csrc/tiny_logits.c's logits digest must be one value on every
+path of both architectures. The arm64 runs skip, saying why, without the cross compiler or qemu
+(`apt-get install gcc-aarch64-linux-gnu qemu-user`)."""
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,23 +22,44 @@ def run(*args: str) -> str:
     return done.stdout
 
 
-def test_every_native_path_gives_the_portable_bytes():
+def digests(out: str) -> dict[str, str]:
+    """{'<path>, <n> thread(s)': the logits' digest}"""
+    return dict(re.findall(r"^(\w+, \d thread\(s\)): ([0-9a-f]{16})$", out, flags=re.M))
+
+
+@pytest.fixture(scope="module")
+def native() -> str:
     if not shutil.which("cc"):
         pytest.skip("no C compiler (cc) to build the self-test")
-    out = run("native", _lib._find_library())
-    for path in _lib.available()[1:]:
-        assert f"{path}: identical" in out, out
-    assert "DIFFERENT" not in out
+    return run("native", _lib._find_library())
 
 
-def test_every_arm64_path_under_qemu_gives_the_portable_bytes():
+@pytest.fixture(scope="module")
+def arm64() -> str:
     missing = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64") if not shutil.which(tool)]
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed (apt-get install gcc-aarch64-linux-gnu qemu-user)")
-    out = run("aarch64")
-    assert "qemu -cpu max: paths this CPU runs: portable neon dotprod i8mm" in out, out
+    return run("aarch64")
+
+
+def test_every_native_path_gives_the_portable_bytes(native):
+    for path in _lib.available()[1:]:
+        assert f"{path}: identical" in native, native
+    assert "DIFFERENT" not in native
+    assert {key.split(",")[0] for key in digests(native)} == set(_lib.available())
+    assert len(set(digests(native).values())) == 1, native
+
+
+def test_every_arm64_path_under_qemu_gives_the_portable_bytes(arm64):
+    assert "qemu -cpu max: paths this CPU runs: portable neon dotprod i8mm" in arm64, arm64
     for path in ("neon", "dotprod", "i8mm"):
-        assert f"{path}: identical" in out, out
-    for kernel in ("tile:Q4_0", "tile:Q8_0", "tile:Q4_K", "tile:Q6_K", "attention:f16/f16"):
-        assert kernel in out, out
-    assert "DIFFERENT" not in out
+        assert f"{path}: identical" in arm64, arm64
+    for kernel in ("tile:Q4_0", "tile:Q8_0", "tile:Q4_K", "tile:Q6_K", "quant_row", "attention:f16/f16"):
+        assert kernel in arm64, arm64
+    assert "DIFFERENT" not in arm64
+
+
+def test_tiny_model_logits_are_the_same_bits_on_x86_64_and_arm64(native, arm64):
+    both = {**{f"native {k}": v for k, v in digests(native).items()},
+            **{f"arm64 {k}": v for k, v in digests(arm64).items()}}
+    assert len(both) == 2 * len(_lib.available()) + 8 and len(set(both.values())) == 1, both
