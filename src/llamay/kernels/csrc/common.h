@@ -45,6 +45,11 @@
 enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVXVNNI = 2, LY_PATH_AVX512 = 3, LY_PATH_NEON = 4,
        LY_PATH_DOTPROD = 5, LY_PATH_I8MM = 6, LY_N_PATHS = 7 };
 
+/* Memory aligned to align (a power of two), freed only by ly_aligned_free: C11's aligned_alloc is not in
+ * Windows' C runtime (thread_posix.c and thread_win32.c define these). */
+void *ly_aligned_alloc(size_t align, size_t size);
+void ly_aligned_free(void *p);
+
 static inline float ly_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
     if (exp == 0) {
