@@ -6,7 +6,9 @@
 #   scripts/cross_test.sh aarch64        cross-build with aarch64-linux-gnu-gcc (or CC=clang-16: --target),
 #                                        static, run under qemu-aarch64: CPU detection on three CPU models,
 #                                        then -cpu max with each path forced
-#   scripts/cross_test.sh logits [LIB]   both of the above, then: the logits' digest is the same on every
+#   scripts/cross_test.sh windows        cross-build with x86_64-w64-mingw32-gcc (static), run under Wine
+#                                        (WINE, else wine64 or Debian's /usr/lib/wine/wine64) if present
+#   scripts/cross_test.sh logits [LIB]   native and aarch64, then: the logits' digest is the same on every
 #                                        path of both architectures
 # Flags as setup.py's. Prints what it compared; exits non-zero on any difference (3: a tool is missing).
 set -euo pipefail
@@ -23,15 +25,20 @@ if [ "$target" = logits ]; then
     echo "logits: DIFFERENT across paths or architectures"; exit 1
 fi
 
-FLAGS=(-O3 -std=gnu11 -ffp-contract=off -fno-fast-math -pthread -Wall)
+FLAGS=(-O3 -std=gnu11 -ffp-contract=off -fno-fast-math -Wall)
+[ "$target" = windows ] || FLAGS+=(-pthread)
+exe=""; [ "$target" != windows ] || exe=.exe
 case "$target" in
 native) CC_=${CC:-cc}; LINK=(); RUN=() ;;
 aarch64) CC_=${CC:-aarch64-linux-gnu-gcc}; LINK=(-static); RUN=(qemu-aarch64 -cpu max)
          [[ "$CC_" != *clang* ]] || FLAGS+=(--target=aarch64-linux-gnu) ;;
-*) echo "usage: $0 native [LIB] | aarch64 | logits [LIB]" >&2; exit 2 ;;
+windows) CC_=x86_64-w64-mingw32-gcc; LINK=(-static -lsynchronization)
+         wine=${WINE:-$(command -v wine64 || ls /usr/lib/wine/wine64 2>/dev/null || true)}
+         RUN=(env WINEDEBUG=-all WINEPREFIX="$PWD/build/wineprefix" "$wine") ;;
+*) echo "usage: $0 native [LIB] | aarch64 | windows | logits [LIB]" >&2; exit 2 ;;
 esac
 command -v "$CC_" >/dev/null || { echo "$CC_ not found" >&2; exit 3; }
-[ "$target" = native ] || command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 not found" >&2; exit 3; }
+[ "$target" != aarch64 ] || command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 not found" >&2; exit 3; }
 
 out=build/selftest-$target
 rm -rf "$out" && mkdir -p "$out/core"
@@ -44,19 +51,23 @@ else # one compiler per source, two at a time
     core=("$out"/core/*.o)
 fi
 for prog in selftest tiny_logits; do
-    "$CC_" "${FLAGS[@]}" "${LINK[@]}" -o "$out/$prog" "tests/csrc/$prog.c" "${core[@]}" -lm
+    "$CC_" "${FLAGS[@]}" -o "$out/$prog$exe" "tests/csrc/$prog.c" "${core[@]}" "${LINK[@]}" -lm
 done
 
 # the logits' digest: one value over every path and thread count of this build
 logits() {
-    "${RUN[@]}" "$out/tiny_logits" | tee "$out/logits.txt"
+    "${RUN[@]}" "$out/tiny_logits$exe" | tee "$out/logits.txt"
     [ "$(grep "thread(s):" "$out/logits.txt" | awk '{print $NF}' | sort -u | wc -l)" = 1 ] \
         || { echo "logits: DIFFERENT across paths"; return 1; }
 }
 
-if [ "$target" = native ]; then
+if [ "$target" = windows ] && [ -z "$wine" ]; then
+    echo "built $out/selftest.exe and tiny_logits.exe; no Wine to run them"
+    exit 0
+fi
+if [ "$target" != aarch64 ]; then
     status=0
-    "$out/selftest" || status=1
+    "${RUN[@]}" "$out/selftest$exe" || status=1
     logits || status=1
     exit $status
 fi

@@ -2,7 +2,8 @@
 with the portable one byte for byte, natively on the library the package loaded and cross-built for arm64 under
 qemu-aarch64 (each arm64 path forced); tests/csrc/tiny_logits.c's logits digest must be one value on every
 path of both architectures. The arm64 runs skip, saying why, without the cross compiler or qemu
-(`apt-get install gcc-aarch64-linux-gnu qemu-user`)."""
+(`apt-get install gcc-aarch64-linux-gnu qemu-user`); the Windows build (MinGW-w64, run under Wine) without
+those (`apt-get install gcc-mingw-w64-x86-64 wine64`; .ci/run does not install them: a minute more)."""
 import re
 import shutil
 import subprocess
@@ -42,6 +43,14 @@ def arm64() -> str:
     return run("aarch64")
 
 
+@pytest.fixture(scope="module")
+def windows() -> str:
+    wine = shutil.which("wine64") or next((p for p in ["/usr/lib/wine/wine64"] if Path(p).exists()), None)
+    if not (shutil.which("x86_64-w64-mingw32-gcc") and wine):
+        pytest.skip("no MinGW-w64 cross compiler or Wine (apt-get install gcc-mingw-w64-x86-64 wine64)")
+    return run("windows")
+
+
 def test_every_native_path_gives_the_portable_bytes(native):
     for path in _lib.available()[1:]:
         assert f"{path}: identical" in native, native
@@ -63,3 +72,8 @@ def test_tiny_model_logits_are_the_same_bits_on_x86_64_and_arm64(native, arm64):
     both = {**{f"native {k}": v for k, v in digests(native).items()},
             **{f"arm64 {k}": v for k, v in digests(arm64).items()}}
     assert len(both) == 2 * len(_lib.available()) + 8 and len(set(both.values())) == 1, both
+
+
+def test_the_windows_build_gives_the_same_bytes_under_wine(native, windows):
+    assert "avx2: identical" in windows and "DIFFERENT" not in windows, windows
+    assert set(digests(windows).values()) == set(digests(native).values()), (windows, native)
