@@ -1,8 +1,8 @@
 /* arm64 K-quant tiles (Q2_K .. Q6_K; qk.h's canonical sequence, bit-identical to the portable path), built
  * three times like q32_a4.h: NEON, dotprod, i8mm (the includer defines A4_TARGET, A4_DOT, A4_ENTRY).
- * Rows go in groups of 4, one row per float lane: a group's super-blocks are decoded once per tile (by
- * qk.c's unpackers: q bytes <= 63, held as int8) into [super-block][row][256] and [block][row] scale
- * tables, then every token runs over them (i8mm: two at a time). */
+ * Rows go in groups of 4, one row per float lane: a group's super-blocks are decoded once per tile (the
+ * q bytes of qk.c's unpackers, <= 63, held as int8; scales by qk.c's) into [super-block][row][256] and
+ * [block][row] scale tables, then every token runs over them (i8mm: two at a time). */
 #include "kernels.h"
 #include "qk.h"
 #include "a4_dot.h"
@@ -13,15 +13,54 @@ typedef struct {               /* one super-block of a row group, [block][row] *
     float d[4], dmin[4];
 } group_tab;
 
+/* bits shift .. shift + width - 1 of each byte */
+A4_INLINE uint8x16_t bits(uint8x16_t v, int shift, int mask) {
+    return vandq_u8(vshlq_u8(v, vdupq_n_s8((int8_t)-shift)), vdupq_n_u8((uint8_t)mask));
+}
+
+/* value where bit `bit` of h is set, else 0 */
+A4_INLINE uint8x16_t bit_as(uint8x16_t h, int bit, int value) {
+    return vandq_u8(vtstq_u8(h, vdupq_n_u8((uint8_t)(1 << bit))), vdupq_n_u8((uint8_t)value));
+}
+
+/* One super-block -> its 256 q bytes, as qk.c's unpacker of the type (layouts there); 16 bytes at a time */
+A4_INLINE void unpack(int type, const uint8_t *blk, uint8_t *q) {
+    for (int l = 0; l < 32; l += 16) {
+        if (type == QK_Q2_K || type == QK_Q3_K) {
+            const uint8_t *qs = blk + (type == QK_Q2_K ? 16 : 32);
+            uint8x16_t hm = vld1q_u8(blk + l);
+            for (int n = 0; n < 8; n++) { /* block n: bits 2 (n % 4) of qs[32 (n / 4) + l] (Q3_K: hmask bit n as 4) */
+                uint8x16_t v = bits(vld1q_u8(qs + 32 * (n / 4) + l), 2 * (n % 4), 3);
+                vst1q_u8(q + 32 * n + l, type == QK_Q3_K ? vorrq_u8(v, bit_as(hm, n, 4)) : v);
+            }
+        } else if (type == QK_Q4_K || type == QK_Q5_K) {
+            const uint8_t *qs = blk + (type == QK_Q4_K ? 16 : 48);
+            uint8x16_t qh = vld1q_u8(blk + 16 + l);
+            for (int n = 0; n < 8; n++) { /* block n: nibble n % 2 of qs[32 (n / 2) + l] (Q5_K: qh bit n as 16) */
+                uint8x16_t v = bits(vld1q_u8(qs + 32 * (n / 2) + l), 4 * (n % 2), 15);
+                vst1q_u8(q + 32 * n + l, type == QK_Q5_K ? vorrq_u8(v, bit_as(qh, n, 16)) : v);
+            }
+        } else { /* Q6_K: block n = 4 half + j: nibble j / 2 of ql[64 half + 32 (j % 2) + l], qh bits 2j as 16, 32 */
+            for (int half = 0; half < 2; half++) {
+                uint8x16_t qh = vld1q_u8(blk + 128 + 32 * half + l);
+                for (int j = 0; j < 4; j++) {
+                    uint8x16_t lo = bits(vld1q_u8(blk + 64 * half + 32 * (j % 2) + l), 4 * (j / 2), 15);
+                    vst1q_u8(q + 128 * half + 32 * j + l, vorrq_u8(lo, vshlq_n_u8(bits(qh, 2 * j, 3), 4)));
+                }
+            }
+        }
+    }
+}
+
 /* Rows r .. r + 3 (missing rows repeat the last one) -> q [nsb][4][256] and tab [nsb] */
-static void decode_group(const qk_format *f, const uint8_t *w, size_t row_bytes, int64_t r, int nrows,
-                         int64_t nsb, int8_t *q, group_tab *tab) {
+A4_INLINE void decode_group(int type, const qk_format *f, const uint8_t *w, size_t row_bytes, int64_t r,
+                            int nrows, int64_t nsb, int8_t *q, group_tab *tab) {
     for (int i = 0; i < 4; i++) {
         const uint8_t *row = w + (size_t)(r + (i < nrows ? i : nrows - 1)) * row_bytes;
         for (int64_t s = 0; s < nsb; s++) {
             const uint8_t *blk = row + s * f->type_size;
             qk_scales c;
-            f->unpack(blk, (uint8_t *)q + (s * 4 + i) * 256);
+            unpack(type, blk, (uint8_t *)q + (s * 4 + i) * 256);
             f->scales(blk, &c);
             for (int b = 0; b < 8; b++) {
                 tab[s].sca[b][i] = c.sc[2 * b];
@@ -98,14 +137,14 @@ A4_INLINE void kernel2(int has_min, const int8_t *q, const group_tab *tab, int64
 
 A4_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
-    const qk_format *f = qk_format_of(type);
+    const qk_format *f = qk_format_of(type); /* type a literal: unpack's branches fold */
     const int has_min = f->has_min;
     int64_t nsb = a->k / 256;
     int8_t *q = malloc((size_t)nsb * 1024);
     group_tab *tab = malloc((size_t)nsb * sizeof *tab);
     for (int64_t r = r0; r < r1; r += 4) {
         int nrows = r1 - r < 4 ? (int)(r1 - r) : 4;
-        decode_group(f, w, row_bytes, r, nrows, nsb, q, tab);
+        decode_group(type, f, w, row_bytes, r, nrows, nsb, q, tab);
         int64_t t = t0;
 #if A4_DOT == 2
         for (; t + 2 <= t1; t += 2) /* has_min a literal in each call: its branch folds */
