@@ -2,7 +2,7 @@
 
 Decode (n=1): every layer's tensor of a kind in turn (weights stream from memory as in a real token),
 reported as GB/s of weight bytes read. Prefill (n=512): one tensor per kind, reported as GOP/s (2*n*m*k).
-Usage: python bench/matmul.py [--threads N] [--paths avx2,avx512] [--model smollm|gemma] [--quick]
+Usage: python bench/matmul.py [--threads N] [--paths avx2,avx512] [--model smollm|gemma] [--file X.gguf] [--quick]
 Each row is measured under every path given, in turn, so the paths are compared in one run."""
 import argparse
 import collections
@@ -88,6 +88,7 @@ def main():
     p.add_argument("--paths", default=",".join(_lib.available()[1:] or _lib.available()),
                    help="kernel paths to compare, comma-separated (default: every SIMD path this CPU runs)")
     p.add_argument("--model", choices=("smollm", "gemma", "both"), default="both")
+    p.add_argument("--file", type=Path, action="append", help="a GGUF file instead of --model (e.g. bench/dense_files.py's)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = p.parse_args()
     paths = [x for x in args.paths.split(",") if x]
@@ -95,6 +96,10 @@ def main():
         if x not in _lib.available():
             raise SystemExit(f"this CPU has no {x} path (it runs: {', '.join(_lib.available())})")
     print(f"machine: {_machine()}")
+    for path in args.file or []:
+        bench_model(path.stem, path, args.threads, args.quick, paths)
+    if args.file:
+        return
     if args.model in ("smollm", "both"):
         bench_model("SmolLM2-135M Q4_1", smollm_file(), args.threads, args.quick, paths)
     if args.model in ("gemma", "both"):

@@ -141,7 +141,7 @@ def test_output_config_schema_is_kept_as_format():
     ({"temperature": 1.5}, "temperature"),
     ({"temperature": "hot"}, "temperature"),
     ({"top_p": -0.1}, "top_p"),
-    ({"top_k": -1}, "top_k"),
+    ({"top_k": -2}, "top_k"),
     ({"stop_sequences": "END"}, "stop_sequences"),
     ({"stream": "yes"}, "stream"),
     ({"model": 3}, "model"),

@@ -265,7 +265,8 @@ def test_slot_actions():
 
 def test_error_bodies():
     err = ProtocolError(400, "too long", "context_length", "messages", {"n_prompt_tokens": 9, "n_ctx": 8})
-    assert proto.error_body(err) == {"error": {"code": 400, "message": "too long", "type": "exceed_context_size_error",
+    message = "the request exceeds the available context size, try increasing it: too long"  # llama-server's start
+    assert proto.error_body(err) == {"error": {"code": 400, "message": message, "type": "exceed_context_size_error",
                                                "n_prompt_tokens": 9, "n_ctx": 8}}
     assert openai_error_body(err) == {"error": {"message": "too long", "type": "exceed_context_size_error",
                                                 "param": "messages", "code": "context_length_exceeded",
@@ -276,8 +277,10 @@ def test_error_bodies():
 def test_timings():
     assert timings_body(USAGE) == {"cache_n": 2, "prompt_n": 4, "prompt_ms": 8.0, "prompt_per_token_ms": 2.0,
                                    "prompt_per_second": 500.0, "predicted_n": 3, "predicted_ms": 6.0,
-                                   "predicted_per_token_ms": 2.0, "predicted_per_second": 500.0}
+                                   "predicted_per_token_ms": 3.0, "predicted_per_second": 2e3 / 6.0}  # 2 steps
     assert timings_body(Usage(prompt_tokens=1))["predicted_per_second"] == 0.0
+    one = timings_body(Usage(prompt_tokens=1, completion_tokens=1, eval_ns=5))  # from the prompt's logits
+    assert (one["predicted_per_second"], one["predicted_per_token_ms"]) == (0.0, 0.0)
 
 
 def _view() -> proto.ModelView:

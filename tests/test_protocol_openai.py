@@ -157,7 +157,7 @@ def test_parse_chat_defaults_follow_openai_and_leave_llamacpp_extras_unset():
     ({"response_format": {"type": "xml"}}, "response_format.type"),
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"tool_choice": "sometimes"}, "tool_choice"), ({"seed": 1.5}, "seed"),
-    ({"top_k": -1}, "top_k"), ({"min_p": 1.5}, "min_p"), ({"repeat_penalty": 0}, "repeat_penalty"),
+    ({"top_k": -2}, "top_k"), ({"min_p": 1.5}, "min_p"), ({"repeat_penalty": 0}, "repeat_penalty"),
 ])
 def test_parse_chat_rejects_naming_the_field(patch, param):
     err = bad(parse_chat, {**CHAT, **patch})

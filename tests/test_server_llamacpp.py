@@ -19,6 +19,7 @@ from llamay.cli import serve_llamacpp
 from llamay.cli.common import CLIError
 from llamay.cli.main import build_parser
 from llamay.gguf import GGUFReader, GGUFWriter
+from llamay.server.routes_gate import Routes
 
 pytestmark = pytest.mark.model
 HTTP = httpx.Client(timeout=120)
@@ -385,9 +386,11 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
                  "--slot-save-path", str(tmp_path))
     assert got == {"sampling": {"temperature": 0.3, "top_k": 5, "top_p": 0.9, "min_p": 0.1}, "n_predict": None,
                    "chat_template": template.read_text(), "reasoning_format": "deepseek", "pooling": "mean",
-                   "slot_save_path": str(tmp_path)}
+                   "slot_save_path": str(tmp_path), "routes": Routes(), "tags": ()}
+    gated = parsed("--no-slots", "--no-metrics", "--no-ui", "--tags", "chat, fim,", "--no-jinja")
+    assert (gated["routes"], gated["tags"]) == (Routes(slots=False, metrics=False, ui=False), ("chat", "fim"))
     assert parsed()["sampling"] == {} and parsed("--chat-template", "{{ 'x' }}")["chat_template"] == "{{ 'x' }}"
-    for argv in (["--no-jinja"], ["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
+    for argv in (["--context-shift"], ["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
                  ["--chat-template", "chatml", "--chat-template-file", str(template)], ["--chat-template", "{% if %}"]):
         with pytest.raises(CLIError):
             parsed(*argv)

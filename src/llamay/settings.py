@@ -21,6 +21,9 @@ class LoadSettings:
     # state, allocated lazily), and bytes of state checkpoints kept for its prefix cache
     state_slots: int = 96
     state_checkpoints: int = 512 << 20
+    # matrices the kernel path has x16 tiles for are regrouped 16 rows at a time at load (a copy in memory,
+    # built once; the same bits): decode then streams each matrix at the memory's speed
+    repack: bool = True
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class LoadOptions:
     cache_disk: int = CACHE.api_disk  # bytes of the prefix cache's disk tier; 0: none (the CLI's default: CACHE.disk)
     cache_dir: str | None = None  # the disk tier's folder; None: $LLAMAY_HOME/cache/kv
     cache_redis: str | None = None  # redis://host:port/db of a Redis or Valkey shared tier; None: none
+    repack: bool = LOAD.repack  # False: matmuls read the mapped file's rows as they are
 
     @classmethod
     def of(cls, base: LoadOptions | None = None, **overrides) -> LoadOptions:

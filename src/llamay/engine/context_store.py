@@ -419,6 +419,10 @@ class ContextStore:
         rec = self._get(ctx)
         rec.pending, rec.matcher = list(pending), matcher
 
+    def flush_cache(self) -> int:
+        """The prefix cache's pages in memory that no context holds, freed -> how many."""
+        return self._kv.evict_unused()
+
     def free(self, ctx: int, cache: bool = True):
         """Drop a context; with cache, its tokens stay findable in the radix tree (until evicted) and its
         full pages go to the tiers below memory."""

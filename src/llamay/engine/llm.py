@@ -53,7 +53,7 @@ class LLM:
         if len(set(names)) != len(names):
             raise ValueError(f"two LoRA adapters named alike: {sorted(names)}")
         self.loras = [load_lora(n, os.fspath(p), s, self.spec, reader, weights_digest(p)) for n, p, s in lora or ()]
-        self.decoder = Decoder(reader, self.spec, self.threads, self.n_ctx, loras=self.loras)
+        self.decoder = Decoder(reader, self.spec, self.threads, self.n_ctx, loras=self.loras, repack=opts.repack)
         self._default_lora = self.lora_choice({a.name: a.scale for a in self.loras})
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()

@@ -80,6 +80,10 @@ class Session:
             return out
         return self._call(run)
 
+    def flush_cache(self) -> Future[int]:
+        """The prefix cache's unheld pages in memory freed -> how many."""
+        return self._call(lambda store: store.flush_cache())
+
     def exclusive(self, fn: Callable[[], T]) -> Future[T]:
         """fn() on the scheduler thread between steps, with no access to the store: work that must not run
         beside a forward pass (embeddings through the same decoder)."""

@@ -174,7 +174,7 @@ class Builder:
         act = self._act(x, w)
         fused = residual if self.fuse else None
         writes = (out,) if fused is None else (out, fused)
-        self._op("matmul", (w.raw, act.struct, out, bias, fused), (w.row_bytes, w.qtype.id, w.m, n),
+        self._op("matmul", (w.raw, act.struct, out, bias, fused), (w.row_bytes, w.type_code, w.m, n),
                  writes=writes, keep=(act,), reads=tuple(a for a in (x, act, bias, fused) if a is not None))
         if residual is not None and fused is None:
             self.add(residual, out)

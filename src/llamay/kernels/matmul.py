@@ -15,6 +15,11 @@ from .threads import default_threads
 _lib.declare("ly_quantize_act", _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.P, _lib.I32)
 _lib.declare("ly_matmul", _lib.P, ctypes.c_size_t, _lib.I32, _lib.I64, _lib.P, _lib.I64, _lib.P, _lib.I32,
              restype=_lib.I32)
+_lib.declare("ly_x16_repack", _lib.I32, _lib.P, ctypes.c_size_t, _lib.I64, _lib.P, _lib.I32, restype=_lib.I32)
+_lib.declare("ly_x16_unpack", _lib.I32, _lib.P, ctypes.c_size_t, _lib.I64, _lib.P, restype=_lib.I32)
+_lib.declare("ly_x16_native", _lib.I32, restype=_lib.I32)
+X16 = 0x100  # csrc/x16.h LY_X16: a type id | X16 names its blocks in the x16 layout
+X16_ROWS = 16
 _FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
@@ -81,10 +86,11 @@ def quantize_act(x: np.ndarray, n_threads: int | None = None) -> QAct:
 
 
 class QWeight:
-    """A weight matrix of m rows of k values in one GGML type, as raw block bytes (a view, no copy).
+    """A weight matrix of m rows of k values in one GGML type, as raw block bytes (a view, no copy), or,
+    when x16, the same bytes regrouped 16 rows at a time (csrc/x16.h; made by repacked()).
     ctypes arguments are prepared here once so that a matmul costs two foreign calls."""
 
-    def __init__(self, raw: np.ndarray, qtype: QuantType | int | str, m: int, k: int):
+    def __init__(self, raw: np.ndarray, qtype: QuantType | int | str, m: int, k: int, x16: bool = False):
         if isinstance(qtype, (str, int)):
             qtype = BY_NAME[qtype] if isinstance(qtype, str) else QUANT_TYPES[qtype]
         self.qtype = qtype
@@ -94,15 +100,17 @@ class QWeight:
         self.row_bytes = self.qtype.row_bytes(self.k)
         if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or not raw.flags.c_contiguous:
             raise ValueError("raw must be a C-contiguous uint8 array of block bytes")
-        if raw.size != self.m * self.row_bytes:
-            raise ValueError(f"raw has {raw.size} bytes, {self.qtype.name} [{m}, {k}] needs "
-                             f"{m * self.row_bytes}")
+        self.x16 = bool(x16)
+        need = self.row_bytes * (-(-self.m // X16_ROWS) * X16_ROWS if x16 else self.m)
+        if raw.size != need:
+            raise ValueError(f"raw has {raw.size} bytes, {self.qtype.name} [{m}, {k}] needs {need}")
         if not supported(self.qtype):
             raise ValueError(f"no matmul kernel for {self.qtype.name}")
         self.raw = raw
         self.is_float = self.qtype.name in _FLOAT_TYPES
+        self.type_code = self.qtype.id | (X16 if x16 else 0)  # what the C matmul is told
         self._args = (ctypes.c_void_p(addr(raw)), ctypes.c_size_t(self.row_bytes),
-                      ctypes.c_int(self.qtype.id), ctypes.c_int64(self.m))
+                      ctypes.c_int(self.type_code), ctypes.c_int64(self.m))
 
     @classmethod
     def from_gguf(cls, reader, name: str) -> "QWeight":
@@ -113,13 +121,48 @@ class QWeight:
         return cls(reader.data(name), t.qtype, t.shape[1] if len(t.shape) == 2 else 1, t.shape[0])
 
     def rows(self, lo: int, hi: int) -> "QWeight":
-        """Rows [lo, hi) as a weight of their own (a view of the same bytes)."""
+        """Rows [lo, hi) as a weight of their own: a view of the same bytes, or for an x16 matrix cut
+        inside a group, those rows copied out and regrouped."""
         if not 0 <= lo < hi <= self.m:
             raise ValueError(f"rows [{lo}, {hi}) of {self!r}")
-        return QWeight(self.raw[lo * self.row_bytes:hi * self.row_bytes], self.qtype, hi - lo, self.k)
+        rb = self.row_bytes
+        if not self.x16:
+            return QWeight(self.raw[lo * rb:hi * rb], self.qtype, hi - lo, self.k)
+        if lo % X16_ROWS == 0:  # whole groups; rows of the last one past hi are computed, never stored
+            end = -(-hi // X16_ROWS) * X16_ROWS
+            return QWeight(self.raw[lo * rb:end * rb], self.qtype, hi - lo, self.k, x16=True)
+        return QWeight(self.ggml_rows()[lo * rb:hi * rb].copy(), self.qtype, hi - lo, self.k).repacked()
+
+    def repacked(self, n_threads: int | None = None, force: bool = False) -> "QWeight":
+        """This matrix in the x16 layout, when the kernel path in use has x16 tiles of its own for the type
+        (each load feeds 16 rows: decode streams at the memory's speed), or when forced and the type has
+        the layout; else itself. Same results, bit for bit, on every path (a path without x16 tiles runs
+        its GGML tile on each group's rows rebuilt). A new buffer: the mapped file's pages are left alone."""
+        if self.x16 or self.m < X16_ROWS or not (force or _lib.lib.ly_x16_native(self.qtype.id)):
+            return self
+        out = _aligned(self.row_bytes * -(-self.m // X16_ROWS) * X16_ROWS)
+        if _lib.lib.ly_x16_repack(self.qtype.id, addr(self.raw), self.row_bytes, self.m, addr(out),
+                                  n_threads or default_threads()):
+            return self  # a row length the layout does not take
+        return QWeight(out, self.qtype, self.m, self.k, x16=True)
+
+    def ggml_rows(self) -> np.ndarray:
+        """The m GGML rows' bytes (a copy back out of the x16 layout, or raw itself)."""
+        if not self.x16:
+            return self.raw
+        out = np.empty(self.m * self.row_bytes, np.uint8)
+        _lib.lib.ly_x16_unpack(self.qtype.id, addr(self.raw), self.row_bytes, self.m, addr(out))
+        return out
 
     def __repr__(self):
-        return f"QWeight({self.qtype.name}, m={self.m}, k={self.k})"
+        return f"QWeight({self.qtype.name}{' x16' if self.x16 else ''}, m={self.m}, k={self.k})"
+
+
+def _aligned(n: int, align: int = 64) -> np.ndarray:
+    """n bytes starting on an `align`-byte boundary"""
+    buf = np.empty(n + align, np.uint8)
+    off = -buf.ctypes.data % align
+    return buf[off:off + n]
 
 
 class QExperts:
@@ -195,5 +238,5 @@ def matmul(x: np.ndarray | QAct, w: QWeight, out: np.ndarray | None = None,
         raise ValueError(f"out must be a writable C-contiguous float32 array {(x.n, w.m)}")
     rc = _lib.lib.ly_matmul(*w._args, ctypes.byref(x.struct), x.n, addr(out), n_threads or default_threads())
     if rc:
-        raise ValueError(f"no matmul kernel for {w.qtype.name}")
+        raise ValueError(f"no matmul kernel for {w!r}")
     return out

@@ -290,6 +290,13 @@ class KVState:
         ctx.n_pending = 0
         self._release_past(ctx, len(ctx.tokens))
 
+    def evict_unused(self) -> int:
+        """Every prefix-cache page no context holds, evicted (SGLang's /flush_cache) -> pages freed."""
+        self._mutating()
+        evict = self.tree.eviction_order(len(self.alloc.refcount), lambda p: self.alloc.refcount[p] > 1)
+        self._take(evict, 0)
+        return len(evict)
+
     def _plan_pages(self, n: int) -> tuple[list[int], list[int]]:
         """Pure -> (tree pages to evict, the n page ids alloc will then hand out), or OutOfPages."""
         short = n - self.alloc.n_free

@@ -22,19 +22,24 @@ from .forward import ForwardGraph, Head
 from .lora import layer_terms
 from .recurrent import MIXERS
 from .arch import ArchSpec
-from .weights import Embedding, load_weights
+from .weights import Embedding, load_weights, repacked
 
 MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, prefill chunks
 
 
 class Decoder:
-    def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int, n_ctx: int, loras=()):
+    def __init__(self, reader: GGUFReader, spec: ArchSpec, nthreads: int, n_ctx: int, loras=(),
+                 repack: bool = LOAD.repack):
         """n_ctx: the longest context it will run (picks LongRoPE's factors; at most a learned position
-        table's length). loras: LoRA adapters (models/lora.py) added to every projection they adapt."""
+        table's length). loras: LoRA adapters (models/lora.py) added to every projection they adapt.
+        repack: matrices regrouped for the kernel path (QWeight.repacked)."""
         self.spec, self.nthreads = spec, nthreads  # the full count; the governor may run fewer
         self.governor = Governor()
         (self.layers, self.embed, self.output_norm, self.output, self.rope_factors,
          self.ple) = load_weights(reader, spec, n_ctx)
+        if repack:
+            self.layers = [repacked(layer, nthreads) for layer in self.layers]
+            self.output = (self.output[0].repacked(nthreads), self.output[1])
         self.positions = Embedding(reader, "position_embd.weight") if spec.learned_pos else None
         self.lora = layer_terms(list(loras)) if loras else None
         # which LongRoPE factors rotated the cached keys: a snapshot must be restored under the same

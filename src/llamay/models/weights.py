@@ -3,7 +3,7 @@ present, every tensor in the file expected, each of the shape and type its entry
 any kernel sees it. Matrices stay as block bytes mapped from the file."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -250,6 +250,14 @@ class Layer:
     ple_proj: QWeight | None = None
     ple_norm: np.ndarray | None = None
     out_scale: np.ndarray | None = None  # [1]: the layer's output times it
+
+
+def repacked(layer: Layer, n_threads: int) -> Layer:
+    """The layer with each of its matrices (its mixer's too) as QWeight.repacked makes them."""
+    def one(w):
+        return w.repacked(n_threads) if isinstance(w, QWeight) else w
+    new = {f.name: one(getattr(layer, f.name)) for f in fields(layer) if isinstance(getattr(layer, f.name), QWeight)}
+    return replace(layer, **new, mix={k: one(w) for k, w in layer.mix.items()})
 
 
 class Embedding:

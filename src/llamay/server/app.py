@@ -12,12 +12,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import (routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_llamacpp, routes_ollama,
-               routes_openai, routes_studio)
+from . import (routes_anthropic, routes_contexts, routes_embed, routes_extras, routes_gateway, routes_llamacpp,
+               routes_ollama, routes_openai, routes_studio)
 from .contexts import ContextTable, expire
 from .guard import Guard, GuardSettings, proto_for
 from .http import error_response
 from .metrics import Metrics
+from .peers import ContextPeers
 from .registry import Registry
 from .protocol.base import ProtocolError
 from .requestlog import RequestLog
@@ -27,8 +28,9 @@ REAP_EVERY_S = 5.0
 
 
 def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
-               log: Callable[[str], None] | None = None) -> FastAPI:
-    """log: where each request's line goes (RequestLog); None: no request log."""
+               log: Callable[[str], None] | None = None, peers: tuple[str, ...] = ()) -> FastAPI:
+    """log: where each request's line goes (RequestLog); None: no request log. peers: the other workers
+    behind the same gateway, asked for named contexts this one does not hold (peers.py)."""
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         reaper = asyncio.create_task(_reap(registry, app.state.contexts))
@@ -39,6 +41,8 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
             await asyncio.to_thread(registry.close)
 
     app = FastAPI(title="llamay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    if peers:
+        app.add_middleware(ContextPeers, peers=peers)  # inside the guard: a refused request goes nowhere
     app.add_middleware(Guard, settings=guard)  # Host, Origin, API key and body type: every route
     if log is not None:
         app.add_middleware(RequestLog, write=log)  # outermost: refused requests are logged too
@@ -47,8 +51,9 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
     app.state.responder = Responder(registry, Metrics())
     app.state.contexts = ContextTable(registry.settings.max_contexts, registry.settings.context_ttl)
     for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed,
-                   routes_llamacpp, routes_studio):
-        app.include_router(module.router)
+                   routes_llamacpp, routes_studio, routes_gateway):
+        if module is not routes_studio or registry.settings.routes.ui:  # --no-ui: the Studio's paths are 404s
+            app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):

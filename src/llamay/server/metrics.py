@@ -1,9 +1,11 @@
-"""Counters for /metrics (Prometheus text exposition format 0.0.4)."""
+"""Counters for /metrics (Prometheus text exposition format 0.0.4): llamay's names, and llama-server's
+`llamacpp:` names beside them (ref: llama.cpp tools/server/server-context.cpp, handle_metrics)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..events import Usage
+from . import metrics_vllm
 
 
 @dataclass
@@ -14,8 +16,14 @@ class Metrics:
     disk_tokens: int = 0  # of them, read from its disk tier
     shared_tokens: int = 0  # of them, read from its shared tier
     completion_tokens: int = 0
+    prompt_ns: int = 0  # time spent evaluating prompts
+    eval_ns: int = 0  # time spent generating
+    n_tokens_max: int = 0  # the most tokens (prompt and output) one request held
 
     def count(self, usage: Usage):
+        self.prompt_ns += usage.prompt_eval_ns
+        self.eval_ns += usage.eval_ns
+        self.n_tokens_max = max(self.n_tokens_max, usage.prompt_tokens + usage.completion_tokens)
         self.prompt_tokens += usage.prompt_tokens
         self.cached_tokens += usage.cached_tokens
         self.disk_tokens += usage.disk_tokens
@@ -71,4 +79,37 @@ class Metrics:
         for name, value in gauges.items():
             lines += [f"# HELP llamay_{name} {name.replace('_', ' ')}", f"# TYPE llamay_{name} gauge",
                       f"llamay_{name} {value}"]
-        return "\n".join(lines) + "\n"
+        lines += metrics_vllm.render(registry, self.prompt_tokens, self.cached_tokens)
+        steps = sum(loaded.scheduler.steps for loaded in list(registry.loaded.values()))
+        return "\n".join(lines + self._llamacpp(gauges, spec, steps)) + "\n"
+
+    def _llamacpp(self, gauges: dict, spec: dict, steps: int) -> list[str]:
+        """llama-server's metrics: prompt tokens evaluated (the cached ones apart), tokens predicted, their
+        seconds and rates, forward passes (n_decode_total), requests running and queued."""
+        prompt_s, eval_s = self.prompt_ns / 1e9, self.eval_ns / 1e9
+        evaluated = self.prompt_tokens - self.cached_tokens
+        rows = (("prompt_tokens_total", "counter", evaluated, "Number of prompt tokens processed."),
+                ("prompt_tokens_cached_total", "counter", self.cached_tokens,
+                 "Number of prompt tokens taken from the prefix cache."),
+                ("prompt_seconds_total", "counter", prompt_s, "Prompt process time"),
+                ("tokens_predicted_total", "counter", self.completion_tokens, "Number of generation tokens processed."),
+                ("tokens_predicted_seconds_total", "counter", eval_s, "Predict process time"),
+                ("n_decode_total", "counter", steps, "Total number of forward passes."),
+                ("n_tokens_max", "counter", self.n_tokens_max, "Largest observed n_tokens."),
+                ("spec_decode_num_draft_tokens_total", "counter", spec["spec_drafted_tokens_total"],
+                 "Draft tokens verified."),
+                ("spec_decode_num_accepted_tokens_total", "counter", spec["spec_accepted_tokens_total"],
+                 "Draft tokens accepted."),
+                ("spec_decode_num_drafts_total", "counter", spec["spec_draft_steps_total"], "Drafts verified."),
+                ("prompt_tokens_seconds", "gauge", evaluated / prompt_s if prompt_s else 0.0,
+                 "Average prompt throughput in tokens/s."),
+                ("predicted_tokens_seconds", "gauge", self.completion_tokens / eval_s if eval_s else 0.0,
+                 "Average generation throughput in tokens/s."),
+                ("requests_processing", "gauge", gauges["running_sequences"], "Number of requests processing."),
+                ("requests_deferred", "gauge", gauges["queue_depth"], "Number of requests deferred."),
+                ("n_busy_slots_per_decode", "gauge", gauges["running_sequences"] / steps if steps else 0.0,
+                 "Average number of busy slots per forward pass."))
+        out = []
+        for name, kind, value, help_ in rows:
+            out += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value}"]
+        return out

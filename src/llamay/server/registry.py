@@ -19,6 +19,7 @@ from ..engine.draft_model import DraftMismatch
 from ..settings import SCHEDULER, SERVER, LoadOptions
 from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
+from .routes_gate import Routes
 
 if TYPE_CHECKING:
     from ..engine import LLM
@@ -45,6 +46,8 @@ class Settings:
     reasoning_format: str = SERVER.reasoning_format
     pooling: str | None = None  # None: each model's own
     slot_save_path: str | None = None  # None: no slot save / restore
+    routes: Routes = Routes()  # the optional routes that are on
+    tags: tuple[str, ...] = ()  # --tags: listed by /models for the default model
 
 
 @dataclass
@@ -127,10 +130,14 @@ class Registry:
         model in llamay's store and Ollama's is served by name too (the first stored one is the default
         when nothing is pinned). fallback: a file served as DEFAULT_NAME when nothing is pinned or stored."""
         self.settings, self.use_store = settings, use_store
+        # --alias a,b,c (llama-server's): the model is listed as the first in sorted order, answers to each
+        aliases = sorted({a.strip() for a in (settings.alias or "").split(",") if a.strip()})
+        alias = aliases[0] if aliases else None
+        self.aliases: dict[str, str] = {a: alias for a in aliases[1:]}  # another alias -> the listed one
         self.pinned: dict[str, str] = {}
         for i, spec in enumerate(pinned):
             name, path = self._pin(spec)
-            self.pinned.setdefault(settings.alias if i == 0 and settings.alias else name, path)
+            self.pinned.setdefault(alias if i == 0 and alias else name, path)
         self.stored: dict[str, object] = {}  # name -> store.StoredModel
         self.hidden: set[str] = set()  # pinned names taken off by /api/delete
         self.loaded: dict[str, Loaded] = {}
@@ -140,8 +147,8 @@ class Registry:
         self.refresh()
         if fallback is not None and not self.paths:
             self.pinned[DEFAULT_NAME] = fallback
-        if settings.alias and settings.alias not in self.pinned and self.paths:  # no -m: the default's alias
-            self.pinned = {settings.alias: next(iter(self.paths.values())), **self.pinned}
+        if alias and alias not in self.pinned and self.paths:  # no -m: the default's alias
+            self.pinned = {alias: next(iter(self.paths.values())), **self.pinned}
 
     def _pin(self, spec: str) -> tuple[str, str]:
         from ..store import StoreError, find, looks_like_path
@@ -223,6 +230,7 @@ class Registry:
         paths = self.paths
         if not name:
             return next(iter(paths), None)
+        name = self.aliases.get(name, name)
         for key in (name, name.removesuffix(":latest"), name.lower(), name.lower().removesuffix(":latest")):
             if key in paths:
                 return key
@@ -249,6 +257,13 @@ class Registry:
     def infos(self) -> list[ModelInfo]:
         self.refresh()
         return [self.info(name) for name in self.paths]
+
+    def listing(self, name: str) -> dict:
+        """llama-server's /models fields of a model beside OpenAI's: the default model's aliases and tags."""
+        if name != next(iter(self.pinned), None):
+            return {}
+        out = {"aliases": sorted([name, *self.aliases])} if self.settings.alias else {}
+        return {**out, "tags": list(self.settings.tags)} if self.settings.tags else out
 
     def defaults(self, name: str):
         """The stored model's system / params layers (None for a pinned file)."""

@@ -218,8 +218,12 @@ async def snapshot(request: Request, cid: str):
 @api(proto)
 async def generate(request: Request, cid: str):
     """Continues the context with optional text (appended as is, special tokens parsed, no BOS)."""
+    return await generate_on(request, cid, await read_json(request))
+
+
+async def generate_on(request: Request, cid: str, body: dict):
+    """/generate's work for a body already read (also POST /v1/completions with "context": cid)."""
     nc = _get(request, cid)
-    body = await read_json(request)
     req = proto.parse_completion({**body, "model": nc.model, "prompt": body.get("prompt", "")})
     loaded = await _loaded(request, nc)
     text = req.prompt if isinstance(req.prompt, str) else None

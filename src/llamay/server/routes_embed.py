@@ -27,6 +27,7 @@ from .render import context_error
 router = APIRouter()
 log = logging.getLogger("llamay.server")
 
+TOO_LARGE = "input is too large to process"  # how llama-server's message starts; clients match it
 
 def embed_inputs(emb, req: conv.EmbedRequest, pooling: str | None = None) -> tuple[list, int]:
     """(vectors, prompt tokens) for req on emb (called on the embedder's thread), pooled as `pooling` says
@@ -57,7 +58,7 @@ def embed_inputs(emb, req: conv.EmbedRequest, pooling: str | None = None) -> tup
     try:
         vectors = emb.embed(inputs, normalize=req.normalize, pooling=pooling) if inputs else []
     except ValueError as e:
-        raise ProtocolError(400, str(e), "context_length", "input") from None
+        raise ProtocolError(400, f"{TOO_LARGE}: {e}", "context_length", "input") from None
     return vectors, sum(counts)
 
 
@@ -69,7 +70,7 @@ def rank_documents(emb, req: conv.RerankRequest) -> tuple[list[float], int]:
     try:
         return list(emb.rank(req.query, req.documents)), total
     except ValueError as e:
-        raise ProtocolError(400, str(e), "context_length", "documents") from None
+        raise ProtocolError(400, f"{TOO_LARGE}: {e}", "context_length", "documents") from None
 
 
 async def _embed(request: Request, req: conv.EmbedRequest):

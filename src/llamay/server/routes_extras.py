@@ -2,14 +2,19 @@
 as it does)."""
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from . import routes_gateway
 from .http import api, read_json
-from .protocol import openai as proto
+from .protocol import llamacpp, openai as proto
+from .routes_gate import require
 from .protocol.base import bad_request
 
 router = APIRouter()
+START_TIME = time.time()  # llama-server's Process-Start-Time-Unix header on /metrics
 
 
 @router.get("/health")
@@ -19,9 +24,14 @@ async def health():
 
 
 @router.get("/metrics")
+@api(llamacpp)
 async def metrics(request: Request):
+    require(request.app.state.registry.settings.routes, "metrics")
     text = request.app.state.responder.metrics.render(request.app.state.registry)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    response = PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    # spelled as llama-server sends it (clients that read headers into a plain dict look it up so)
+    response.raw_headers.append((b"Process-Start-Time-Unix", str(int(START_TIME)).encode()))
+    return response
 
 
 def _model(body: dict) -> str | None:
@@ -37,6 +47,8 @@ def _model(body: dict) -> str | None:
 async def tokenize(request: Request):
     body = await read_json(request)
     content = body.get("content")
+    if content is None and isinstance(body, dict) and ("prompt" in body or "messages" in body):
+        return await routes_gateway.vllm_tokenize(request, body)  # vLLM's body (vllm-router sends it)
     if not isinstance(content, str):
         raise bad_request("content must be a string", "content")
     loaded = await request.app.state.registry.get(_model(body))
@@ -67,7 +79,8 @@ async def detokenize(request: Request):
         loaded.llm.check_vocab(ids)
     except ValueError as e:
         raise bad_request(str(e), "tokens") from None
-    return JSONResponse({"content": loaded.llm.detokenize(ids)})
+    text = loaded.llm.detokenize(ids)
+    return JSONResponse({"content": text, "prompt": text} if "model" in body else {"content": text})  # vLLM's: prompt
 
 
 @router.get("/lora-adapters")

@@ -21,6 +21,7 @@ from .protocol.llamacpp_infill import FimVocab, infill_ids, missing
 from .protocol.request import GenRequest
 from .render import chat_plan, render_text
 from .responder import RunOptions
+from .routes_gate import require
 
 router = APIRouter()
 SSE = "text/event-stream"
@@ -30,7 +31,7 @@ def _view(loaded: Loaded, settings) -> proto.ModelView:
     llm, tok = loaded.llm, loaded.llm.tokenizer
     template = template_for(llm.metadata, tok, settings.chat_template)
     return proto.ModelView(loaded.info.name, loaded.info.path, llm.n_ctx, template.source, template.bos_token,
-                           template.eos_token, llm.detokenize)
+                           template.eos_token, llm.detokenize, tuple(tok.eog_ids))
 
 
 async def _complete(request: Request, reqs: list[GenRequest], loaded: Loaded):
@@ -99,7 +100,9 @@ async def props(request: Request):
     loaded = await registry.get(request.query_params.get("model"))
     settings = registry.settings
     defaults = with_server_defaults(GenRequest(model=None), settings)
-    return JSONResponse(proto.props_body(_view(loaded, settings), defaults, settings.concurrency))
+    body = proto.props_body(_view(loaded, settings), defaults, settings.concurrency)
+    body.update(endpoint_slots=settings.routes.slots, endpoint_metrics=settings.routes.metrics)
+    return JSONResponse(body)
 
 
 @router.post("/props")
@@ -111,6 +114,7 @@ async def set_props(request: Request):
 @router.get("/slots")
 @api(proto)
 async def list_slots(request: Request):
+    require(request.app.state.registry.settings.routes, "slots")
     loaded = await request.app.state.registry.get(request.query_params.get("model"))
     table = request.app.state.responder.slots.slots(loaded.info.name)
     if request.query_params.get("fail_on_no_slot") and all(s.busy for s in table):

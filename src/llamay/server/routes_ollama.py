@@ -20,7 +20,7 @@ OLLAMA_VERSION = "0.33.0"  # what Ollama-aware clients gate features on (ollama.
 
 @router.api_route("/", methods=["GET", "HEAD"])
 async def root(request: Request):
-    if routes_studio.wants_page(request):  # a browser: the Studio; Ollama's clients still get its text
+    if request.app.state.registry.settings.routes.ui and routes_studio.wants_page(request):  # a browser: the Studio; Ollama's clients still get its text
         return routes_studio.redirect_to_studio()
     return PlainTextResponse("Ollama is running")
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from . import routes_contexts
 from .http import api, read_json
 from .protocol import openai as proto
+from .protocol.base import bad_request
 
 router = APIRouter()
 SSE = "text/event-stream"
@@ -31,6 +33,13 @@ for _path in _both("/v1/chat/completions"):
 @router.post("/v1/completions")  # /completions is llama-server's native one (routes_llamacpp.py)
 @api(proto)
 async def completions(request: Request):
+    """With "context": ID (llamay's field) it continues that named context as /v1/contexts/ID/generate does:
+    the way to reach a context through a gateway that carries only the OpenAI routes (SGLang's)."""
+    body = await read_json(request)
+    if isinstance(body, dict) and body.get("context") is not None:
+        if not isinstance(body["context"], str):
+            raise bad_request("'context' must be a context id", "context")
+        return await routes_contexts.generate_on(request, body["context"], body)
     return await _generate(request, proto.parse_completion, proto.CompletionOutput, "cmpl-")
 
 
@@ -44,7 +53,11 @@ for _path in _both("/v1/models"):
     @router.get(_path)
     @api(proto)
     async def models(request: Request):
-        return JSONResponse(proto.models_body(request.app.state.registry.infos()))
+        registry = request.app.state.registry
+        body = proto.models_body(registry.infos())
+        for entry in body["data"]:
+            entry.update(registry.listing(entry["id"]))
+        return JSONResponse(body)
 
 for _path in _both("/v1/models/{model:path}"):
     @router.get(_path)

@@ -90,11 +90,11 @@ LY_API int ly_best_path(void) {
 static ly_kernel_table tables[LY_N_PATHS]; /* by LY_PATH_* */
 const ly_kernel_table *ly_kernels = &tables[LY_PATH_PORTABLE];
 
-/* The tiles a getter has replace the table's. */
-static void put_tiles(ly_kernel_table *k, ly_tile_fn (*get)(int type)) {
+/* The tiles a getter has replace a table's (slots: its tile or tile_x16). */
+static void put_tiles(ly_tile_fn slots[LY_N_TYPES], ly_tile_fn (*get)(int type)) {
     for (int t = 0; t < LY_N_TYPES; t++) {
         ly_tile_fn fn = get(t);
-        if (fn) k->tile[t] = fn;
+        if (fn) slots[t] = fn;
     }
 }
 
@@ -104,10 +104,11 @@ static void fill_portable(ly_kernel_table *k) {
                            .kv_dot = ly_kv_dot_portable, .kv_acc = ly_kv_acc_portable,
                            .conv_row = ly_conv_row_portable, .delta_pass1 = ly_delta_pass1_portable,
                            .delta_pass2 = ly_delta_pass2_portable};
-    put_tiles(k, ly_tiles_q32_portable);
-    put_tiles(k, ly_tiles_float_portable);
-    put_tiles(k, ly_tiles_qk_portable);
-    put_tiles(k, ly_tiles_iq_portable);
+    put_tiles(k->tile, ly_tiles_q32_portable);
+    put_tiles(k->tile, ly_tiles_float_portable);
+    put_tiles(k->tile, ly_tiles_qk_portable);
+    put_tiles(k->tile, ly_tiles_iq_portable);
+    put_tiles(k->tile_x16, ly_tiles_x16_portable);
 }
 
 #if LY_X86
@@ -123,14 +124,14 @@ static void add_avx2(ly_kernel_table *k) {
     k->conv_row = ly_conv_row_avx2;
     k->delta_pass1 = ly_delta_pass1_avx2;
     k->delta_pass2 = ly_delta_pass2_avx2;
-    put_tiles(k, ly_tiles_q32_avx2);
-    put_tiles(k, ly_tiles_float_avx2);
-    put_tiles(k, ly_tiles_qk_avx2);
+    put_tiles(k->tile, ly_tiles_q32_avx2);
+    put_tiles(k->tile, ly_tiles_float_avx2);
+    put_tiles(k->tile, ly_tiles_qk_avx2);
 }
 
 static void add_avxvnni(ly_kernel_table *k) {
-    put_tiles(k, ly_tiles_q32_avxvnni);
-    put_tiles(k, ly_tiles_qk_avxvnni);
+    put_tiles(k->tile, ly_tiles_q32_avxvnni);
+    put_tiles(k->tile, ly_tiles_qk_avxvnni);
 }
 
 static void add_avx512(ly_kernel_table *k) {
@@ -138,9 +139,10 @@ static void add_avx512(ly_kernel_table *k) {
     k->conv_row = ly_conv_row_avx512;
     k->delta_pass1 = ly_delta_pass1_avx512;
     k->delta_pass2 = ly_delta_pass2_avx512;
-    put_tiles(k, ly_tiles_q32_avx512);
-    put_tiles(k, ly_tiles_float_avx512);
-    put_tiles(k, ly_tiles_qk_avx512);
+    put_tiles(k->tile, ly_tiles_q32_avx512);
+    put_tiles(k->tile, ly_tiles_float_avx512);
+    put_tiles(k->tile, ly_tiles_qk_avx512);
+    put_tiles(k->tile_x16, ly_tiles_x16_avx512);
 }
 #endif
 
@@ -157,22 +159,22 @@ static void add_neon(ly_kernel_table *k) {
     k->kv_dot = ly_kv_dot_neon;
     k->kv_acc = ly_kv_acc_neon;
     k->attend_group_f16 = ly_attend_group_f16_neon;
-    put_tiles(k, ly_tiles_q32_neon);
-    put_tiles(k, ly_tiles_float_neon);
-    put_tiles(k, ly_tiles_qk_neon);
+    put_tiles(k->tile, ly_tiles_q32_neon);
+    put_tiles(k->tile, ly_tiles_float_neon);
+    put_tiles(k->tile, ly_tiles_qk_neon);
 }
 
 #if LY_ARM_DOTPROD
 static void add_dotprod(ly_kernel_table *k) {
-    put_tiles(k, ly_tiles_q32_dotprod);
-    put_tiles(k, ly_tiles_qk_dotprod);
+    put_tiles(k->tile, ly_tiles_q32_dotprod);
+    put_tiles(k->tile, ly_tiles_qk_dotprod);
 }
 #endif
 
 #if LY_ARM_I8MM
 static void add_i8mm(ly_kernel_table *k) {
-    put_tiles(k, ly_tiles_q32_i8mm);
-    put_tiles(k, ly_tiles_qk_i8mm);
+    put_tiles(k->tile, ly_tiles_q32_i8mm);
+    put_tiles(k->tile, ly_tiles_qk_i8mm);
 }
 #endif
 #endif
@@ -210,4 +212,11 @@ LY_API int ly_init(int path) {
     if (path >= LY_N_PATHS || !ly_can_run(path)) return -1;
     ly_kernels = &tables[path];
     return path;
+}
+
+/* 1 when the current path has its own x16 tile for `type` (not the portable one through GGML rows): the
+ * loader repacks a weight only then. */
+LY_API int ly_x16_native(int type) {
+    if (type < 0 || type >= LY_N_TYPES || !ly_kernels->tile_x16[type]) return 0;
+    return ly_kernels->tile_x16[type] != tables[LY_PATH_PORTABLE].tile_x16[type];
 }

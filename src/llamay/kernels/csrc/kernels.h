@@ -5,6 +5,7 @@
 #define LLAMAY_KERNELS_H
 #include "attention.h"
 #include "matmul.h"
+#include "x16.h"
 
 #define LY_N_TYPES 40 /* GGML type ids below this index the tiles */
 
@@ -25,11 +26,17 @@ typedef struct {
     void (*delta_pass2)(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
                         float decay_n, float *kv_n, int64_t dk, int64_t dv);
     ly_tile_fn tile[LY_N_TYPES];                           /* by GGML type id; NULL: unsupported */
+    ly_tile_fn tile_x16[LY_N_TYPES];                       /* the same for weights in the x16 layout */
 } ly_kernel_table;
 
 extern const ly_kernel_table *ly_kernels;
 
+/* type: a GGML type id, or one | LY_X16 for a weight in the x16 layout (x16.h) */
 static inline ly_tile_fn ly_tile(int type) {
+    if (type & LY_X16) {
+        type &= ~LY_X16;
+        return type >= 0 && type < LY_N_TYPES ? ly_kernels->tile_x16[type] : NULL;
+    }
     return type >= 0 && type < LY_N_TYPES ? ly_kernels->tile[type] : NULL;
 }
 
@@ -50,6 +57,7 @@ ly_tile_fn ly_tiles_q32_portable(int type);   /* q32.c: Q4_0 .. Q8_0, IQ4_NL, IQ
 ly_tile_fn ly_tiles_float_portable(int type); /* qfloat.c: F32, F16, BF16 */
 ly_tile_fn ly_tiles_qk_portable(int type);    /* qk.c: Q2_K .. Q6_K */
 ly_tile_fn ly_tiles_iq_portable(int type);    /* iq.c: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M */
+ly_tile_fn ly_tiles_x16_portable(int type);   /* x16.c: Q4_0, Q8_0, Q4_K, Q6_K, through the path's GGML tile */
 
 float ly_sum_avx2(const float *x, int64_t d);
 float ly_sumsq_avx2(const float *x, int64_t d);
@@ -80,6 +88,7 @@ void ly_delta_pass2_avx512(float *S, const float *k, const float *delta, const f
 ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
 ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
+ly_tile_fn ly_tiles_x16_avx512(int type);  /* Q4_0, Q8_0, Q4_K, Q6_K in the x16 layout */
 
 float ly_sum_neon(const float *x, int64_t d);
 float ly_sumsq_neon(const float *x, int64_t d);

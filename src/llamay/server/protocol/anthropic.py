@@ -13,6 +13,7 @@ from .anthropic_out import (
     stream_error,
 )
 from .base import ProtocolError, bad_request
+from .openai_common import TOP_K_OFF
 from .request import ChatOptions, GenRequest, Sampling, ToolOptions
 
 __all__ = [
@@ -65,7 +66,11 @@ ANTHROPIC_DEFAULTS = Sampling(temperature=1.0)
 
 def _sampling(body: dict) -> Sampling:
     return Sampling(temperature=_number(body, "temperature", 0.0, 1.0), top_p=_number(body, "top_p", 0.0, 1.0),
-                    top_k=_int(body, "top_k", minimum=0))
+                    top_k=_top_k(_int(body, "top_k", minimum=TOP_K_OFF)))
+
+
+def _top_k(value: int | None) -> int | None:
+    return None if value is None else max(value, 0)
 
 
 def _system(system: Any) -> list[dict]:

@@ -21,7 +21,7 @@ from .ollama_out import (
     tags_body,
     version_body,
 )
-from .openai_common import check_function_tool
+from .openai_common import TOP_K_OFF, check_function_tool
 from .request import FRESH_SEED, GenRequest, OllamaOptions, Sampling
 
 __all__ = [
@@ -195,6 +195,8 @@ def _apply_options(req: GenRequest, opts: dict[str, Any]) -> None:
     sampling = Sampling.of(opts)
     if sampling.seed is not None and sampling.seed < 0:
         sampling = dataclasses.replace(sampling, seed=FRESH_SEED)  # -1: a random seed
+    if sampling.top_k == TOP_K_OFF:
+        sampling = dataclasses.replace(sampling, top_k=0)  # vLLM's and SGLang's "off", as gateways send it
     req.sampling, req.sampling_defaults = sampling, OLLAMA_DEFAULTS
     n_predict = opts.get("num_predict")
     req.max_tokens = n_predict if n_predict is not None and n_predict > 0 else None

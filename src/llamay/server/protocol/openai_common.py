@@ -74,6 +74,7 @@ def optional_model(body: dict) -> str | None:
 # OpenAI's documented defaults (1.0 each); top_k and min_p are llama-server's extras, left to llama.cpp's
 # defaults (top_k 40, min_p 0.05) as a local-server user expects, which keeps temperature 1.0 sane
 OPENAI_DEFAULTS = Sampling(temperature=1.0, top_p=1.0)
+TOP_K_OFF = -1  # vLLM's and SGLang's "no top-k" (gateways add it to every body): llamay's 0
 
 
 def parse_sampling(body: dict) -> dict[str, Any]:
@@ -86,9 +87,9 @@ def parse_sampling(body: dict) -> dict[str, Any]:
             sampling[name] = value
     if sampling.get("repeat_penalty") == 0:  # it divides positive logits
         raise bad_request("'repeat_penalty' must be > 0", "repeat_penalty")
-    top_k, seed = get_int(body, "top_k", 0), get_int(body, "seed")
+    top_k, seed = get_int(body, "top_k", TOP_K_OFF), get_int(body, "seed")
     if top_k is not None:
-        sampling["top_k"] = top_k
+        sampling["top_k"] = max(top_k, 0)
     if seed is not None:
         sampling["seed"] = seed if seed >= 0 else FRESH_SEED
     bias = parse_logit_bias(body)
