@@ -1,6 +1,7 @@
 /* The C core's self-test, without Python: every kernel-table path this CPU runs (or those named on the
  * command line) against the portable path, byte for byte, on seeded random inputs. Tiles run as graph
- * MATMUL nodes at 1, 2 and 3 threads; the other entries are called straight from the table. Built with
+ * MATMUL nodes at 1, 2 and 3 threads (a path's x16 tiles on the weights repacked, against the portable
+ * GGML tile); the other entries are called straight from the table. Built with
  * the core's sources by scripts/cross_test.sh (natively, and cross-built for arm64 to run under qemu).
  * Prints what it compared per path; exits 1 on any difference, 2 on a path this CPU cannot run. */
 #include "../../src/llamay/kernels/csrc/graph.h"
@@ -16,6 +17,7 @@ LY_API int64_t ly_quantize_rows(int type, const void *src, int src_type, void *d
 LY_API void ly_quantize_act(const float *x, int64_t n, int64_t k, int8_t *q, float *d, int32_t *s16,
                             int nthreads);
 LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads);
+LY_API int ly_x16_repack(int type, const uint8_t *w, size_t row_bytes, int64_t m, uint8_t *out, int nthreads);
 
 static const char *PATH_NAMES[LY_N_PATHS] = {"portable", "avx2", "avxvnni", "avx512", "neon", "dotprod", "i8mm"};
 static const char *TYPE_NAMES[LY_N_TYPES] = {
@@ -98,24 +100,31 @@ static void check_tiles(int path, const ly_kernel_table *own, const ly_kernel_ta
     ly_quantize_act(x, nmax, K, q, d, s16, 1);
     ly_act a = {q, d, s16, x, K};
     for (int type = 0; type < LY_N_TYPES; type++) {
-        if (!base->tile[type] || own->tile[type] == base->tile[type]) continue; /* the path has no own tile */
+        int own_tile = base->tile[type] && own->tile[type] != base->tile[type];
+        int own_x16 = own->tile_x16[type] && own->tile_x16[type] != base->tile_x16[type];
+        if (!own_tile && !own_x16) continue; /* the path has no tile of its own for the type */
         size_t rb;
-        uint8_t *w = weights(type, &rb);
+        uint8_t *w = weights(type, &rb), *w16 = NULL;
         if (!w) { printf("  (no quantizer for %s: not compared)\n", TYPE_NAMES[type]); continue; }
+        if (own_x16) { /* the same rows in the x16 layout: its tiles must give the GGML tile's bits */
+            w16 = malloc((M + 15) / 16 * 16 * rb);
+            ly_x16_repack(type, w, rb, M, w16, 1);
+        }
         for (size_t i = 0; i < sizeof N_TOKENS / sizeof N_TOKENS[0]; i++) {
             int64_t n = N_TOKENS[i];
             ly_init(LY_PATH_PORTABLE);
             matmul(w, rb, type, &a, n, want, 1);
             ly_init(path);
-            for (int nth = 1; nth <= 3; nth++) {
-                memset(got, 0xff, n * M * 4);
-                matmul(w, rb, type, &a, n, got, nth);
-                char what[64];
-                snprintf(what, sizeof what, "tile:%s", TYPE_NAMES[type] ? TYPE_NAMES[type] : "?");
-                note(what, memcmp(want, got, n * M * 4) == 0);
-            }
+            for (int nth = 1; nth <= 3; nth++)
+                for (int x16 = !own_tile; x16 <= own_x16; x16++) {
+                    memset(got, 0xff, n * M * 4);
+                    matmul(x16 ? w16 : w, rb, x16 ? type | LY_X16 : type, &a, n, got, nth);
+                    char what[64];
+                    snprintf(what, sizeof what, "%s:%s", x16 ? "x16" : "tile", TYPE_NAMES[type] ? TYPE_NAMES[type] : "?");
+                    note(what, memcmp(want, got, n * M * 4) == 0);
+                }
         }
-        free(w);
+        free(w), free(w16);
     }
     free(x), free(want), free(got), free(q), free(d), free(s16);
 }
