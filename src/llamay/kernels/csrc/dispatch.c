@@ -35,6 +35,9 @@ static int sysctl_flag(const char *name) {
 }
 #elif LY_ARM64 && defined(_WIN32)
 #include <windows.h>
+#ifndef PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE /* older SDKs' headers */
+#define PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE 43
+#endif
 #endif
 
 #if LY_ARM64
