@@ -6,10 +6,12 @@ from pathlib import Path
 
 def kernels_path() -> str:
     """LLAMAY_KERNELS: 'auto' (default: the best path the CPU runs), or force 'portable' (plain C), 'avx2',
-    'avxvnni' (AVX2 with AVX-VNNI) or 'avx512' (F/BW/VL + VNNI). Every path gives bit-identical results."""
+    'avxvnni' (AVX2 with AVX-VNNI) or 'avx512' (F/BW/VL + VNNI) on x86-64; 'neon', 'dotprod' (sdot) or 'i8mm'
+    (smmla) on arm64. Every path gives bit-identical results."""
     value = os.environ.get("LLAMAY_KERNELS", "auto").strip().lower()
-    if value not in ("auto", "portable", "avx2", "avxvnni", "avx512"):
-        raise ValueError(f"LLAMAY_KERNELS must be auto, portable, avx2, avxvnni or avx512, not {value!r}")
+    paths = ("auto", "portable", "avx2", "avxvnni", "avx512", "neon", "dotprod", "i8mm")
+    if value not in paths:
+        raise ValueError(f"LLAMAY_KERNELS must be one of {', '.join(paths)}, not {value!r}")
     return value
 
 

@@ -229,7 +229,7 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
     group_buf buf = {NULL, NULL};
     int32_t *sx = NULL;
     if (t1 - t0 >= FEW) {
-        buf.V = aligned_alloc(64, (size_t)nb * (8 * sizeof(__m512i) + sizeof(terms_t)) + (t1 - t0) * nb * 4 + 64);
+        buf.V = ly_aligned_alloc(64, (size_t)nb * (8 * sizeof(__m512i) + sizeof(terms_t)) + (t1 - t0) * nb * 4 + 64);
         buf.tm = (terms_t *)(buf.V + nb * 8);
         sx = (int32_t *)(buf.tm + nb);
         for (int64_t t = t0; t < t1; t++)
@@ -262,7 +262,7 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
             }
         }
     }
-    free(buf.V);
+    ly_aligned_free(buf.V);
 }
 
 #define TILE_X16(name, TYPE)                                                                                \
