@@ -385,15 +385,18 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
                  "--chat-template-file", str(template), "--reasoning-format", "deepseek", "--pooling", "mean",
                  "--slot-save-path", str(tmp_path))
     assert got == {"sampling": {"temperature": 0.3, "top_k": 5, "top_p": 0.9, "min_p": 0.1}, "n_predict": None,
-                   "chat_template": template.read_text(), "reasoning_format": "deepseek", "pooling": "mean",
+                   "chat_template": template.read_text(), "reasoning_format": "deepseek", "enable_thinking": None,
+                   "pooling": "mean",
                    "slot_save_path": str(tmp_path), "routes": Routes(), "tags": ()}
     gated = parsed("--no-slots", "--no-metrics", "--no-ui", "--tags", "chat, fim,", "--no-jinja")
     assert (gated["routes"], gated["tags"]) == (Routes(slots=False, metrics=False, ui=False), ("chat", "fim"))
+    assert [parsed(*a)["enable_thinking"] for a in (["-rea", "on"], ["--reasoning", "auto"], ["--reasoning", "off"])] \
+        == [True, True, False]
     assert parsed()["sampling"] == {} and parsed("--chat-template", "{{ 'x' }}")["chat_template"] == "{{ 'x' }}"
     for argv in (["--context-shift"], ["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
                  ["--chat-template", "chatml", "--chat-template-file", str(template)], ["--chat-template", "{% if %}"]):
         with pytest.raises(CLIError):
             parsed(*argv)
-    for argv in (["--top-p", "2"], ["--temp", "-1"], ["-n", "-2"], ["--pooling", "max"]):
+    for argv in (["--top-p", "2"], ["--temp", "-1"], ["-n", "-2"], ["--pooling", "max"], ["--reasoning", "yes"]):
         with pytest.raises(SystemExit):
             parsed(*argv)

@@ -44,6 +44,9 @@ def add_args(p: argparse.ArgumentParser):
     p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default=SERVER.reasoning_format,
                    help="<think>...</think> as reasoning: auto (when the chat template uses the tags; default), "
                         "deepseek (always), none (left in the content)")
+    p.add_argument("-rea", "--reasoning", choices=("on", "off", "auto"), default=None,
+                   help="the chat template's enable_thinking: true (on, auto) or false (off); requests' "
+                        "chat_template_kwargs override it (default: none passed, each template's own default)")
     p.add_argument("--pooling", choices=sorted(POOLING.values()), default=None,
                    help="embedding pooling instead of each model's own (none: per-token vectors, on /embeddings)")
     p.add_argument("--slot-save-path", metavar="DIR", default=None,
@@ -105,6 +108,7 @@ def settings(args) -> dict:
         raise CLIError(f"--slot-save-path {save_dir}: not a directory")
     return {"sampling": sampling, "n_predict": None if args.n_predict in (None, -1) else args.n_predict,
             "chat_template": _chat_template(args), "reasoning_format": args.reasoning_format,
+            "enable_thinking": None if args.reasoning is None else args.reasoning != "off",
             "pooling": args.pooling, "slot_save_path": save_dir,
             "routes": Routes(slots=args.slots, metrics=args.metrics, ui=args.ui), "tags": _tags(args.tags)}
 
