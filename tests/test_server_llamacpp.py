@@ -247,6 +247,8 @@ def test_apply_template_is_what_chat_generates_from(url, model):
     assert complete(url, prompt=text, n_predict=8, temperature=0)["content"] == chat["choices"][0]["message"]["content"]
     bare = post(url, "/apply-template", messages=HI, add_generation_prompt=False)["prompt"]
     assert bare + "<|im_start|>assistant\n" == text  # SmolLM2's template opens the assistant's turn so
+    for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):  # llama-server's count
+        assert post(url, path, messages=HI) == {"input_tokens": len(tokens(url, text))}
 
 
 def test_props_and_slots(url, smollm_path):
@@ -320,6 +322,7 @@ def test_server_defaults_template_and_pooling_flags(flagged, url):
     assert mine["generation_settings"]["seed"] == 5
     text = post(flagged, "/apply-template", messages=HI)["prompt"]
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert post(flagged, "/v1/chat/completions/input_tokens", messages=HI)["input_tokens"] == len(tokens(url, text))
     chat = post(flagged, "/v1/chat/completions", messages=HI)
     assert chat["choices"][0]["message"]["content"] == complete(url, prompt=text, n_predict=8, temperature=0)["content"]
     rows = post(flagged, "/embeddings", content="Hello world")[0]["embedding"]
