@@ -17,6 +17,7 @@ import llamay
 from llamay.chat.template import CHATML_SOURCE
 from llamay.cli import serve_llamacpp
 from llamay.cli.common import CLIError
+from llamay.chat import ChatTemplate
 from llamay.cli.main import build_parser
 from llamay.gguf import GGUFReader, GGUFWriter
 from llamay.server.routes_gate import Routes
@@ -395,8 +396,13 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
     assert (gated["routes"], gated["tags"]) == (Routes(slots=False, metrics=False, ui=False), ("chat", "fim"))
     assert [parsed(*a)["enable_thinking"] for a in (["-rea", "on"], ["--reasoning", "auto"], ["--reasoning", "off"])] \
         == [True, True, False]
+    command_r = ChatTemplate(parsed("--chat-template", "command-r")["chat_template"])  # llama.cpp's built-in names
+    assert command_r.render([{"role": "user", "content": " Hi "}]) \
+        == "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+    assert ChatTemplate(parsed("--chat-template", "llama3")["chat_template"]).render(HI, add_generation_prompt=False) \
+        == "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
     assert parsed()["sampling"] == {} and parsed("--chat-template", "{{ 'x' }}")["chat_template"] == "{{ 'x' }}"
-    for argv in (["--context-shift"], ["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
+    for argv in (["--context-shift"], ["--chat-template", "llama9"], ["--slot-save-path", str(tmp_path / "no")],
                  ["--chat-template", "chatml", "--chat-template-file", str(template)], ["--chat-template", "{% if %}"]):
         with pytest.raises(CLIError):
             parsed(*argv)

@@ -16,7 +16,18 @@ from ..server.routes_gate import Routes
 from ..settings import SERVER
 from .common import PROBABILITY, SEED, TEMPERATURE, TOP_K, CLIError, eprint, n_predict
 
-BUILTIN_TEMPLATES = {"chatml": CHATML_SOURCE}  # --chat-template NAME; any other value must be Jinja source
+# --chat-template NAME: llama.cpp's built-in formats (ref: llama.cpp src/llama-chat.cpp) as Jinja; any other
+# value must be Jinja source
+BUILTIN_TEMPLATES = {
+    "chatml": CHATML_SOURCE,
+    "llama3": "{%- for m in messages -%}{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
+              "m['content'] | trim + '<|eot_id|>' -}}{%- endfor -%}"
+              "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}",
+    "command-r": "{%- for m in messages -%}{{- '<|START_OF_TURN_TOKEN|><|' + {'system': 'SYSTEM', 'user': 'USER', "
+                 "'assistant': 'CHATBOT'}.get(m['role'], m['role'] | upper) + '_TOKEN|>' + m['content'] | trim + "
+                 "'<|END_OF_TURN_TOKEN|>' -}}{%- endfor -%}"
+                 "{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}",
+}
 
 
 def add_args(p: argparse.ArgumentParser):
