@@ -107,7 +107,17 @@ OFF = [("mirostat", 0), ("typical_p", 1.0), ("top_n_sigma", -1.0), ("dynatemp_ra
        ("post_sampling_probs", False), ("timings_per_token", False), ("return_progress", False)]
 ON = [("mirostat", 2), ("typical_p", 0.9), ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("xtc_probability", 0.5),
       ("dry_multiplier", 0.8), ("min_keep", 5), ("n_indent", 4), ("t_max_predict_ms", 100), ("adaptive_target", 0.5),
-      ("post_sampling_probs", True), ("timings_per_token", True), ("return_progress", True)]
+      ("post_sampling_probs", True), ("return_progress", True)]
+
+
+def test_timings_per_token_is_accepted_and_typed():
+    """llama-server's timings_per_token: taken either way (the last chunk carries `timings`); not a boolean: 400."""
+    for value in (True, False):
+        assert proto.parse_completion({"prompt": "a", "timings_per_token": value})[0].prompt == "a"
+        assert parse_chat({"messages": [{"role": "user", "content": "a"}], "timings_per_token": value}).messages
+    with pytest.raises(ProtocolError) as e:
+        proto.parse_completion({"prompt": "a", "timings_per_token": "yes"})
+    assert e.value.status == 400 and e.value.param == "timings_per_token"
 
 
 def test_per_request_lora_ids_and_scales():
@@ -447,6 +457,30 @@ def test_server_defaults_fill_only_what_the_request_left_to_its_api():
                                              sampling_defaults=Sampling(temperature=0.8), ollama=OllamaOptions()),
                                   settings)
     assert ollama.run_sampling() == Sampling(temperature=0.1, top_k=40, seed=9)
+
+
+def test_reasoning_flag_is_enable_thinking_unless_the_request_sets_it():
+    """serve --reasoning on|auto|off: the templates' enable_thinking true/false; chat_template_kwargs win."""
+    for flag in (True, False):
+        req = with_server_defaults(parse_chat({"messages": ASK}), Settings(enable_thinking=flag))
+        assert req.chat.template_kwargs == {"enable_thinking": flag}
+    kwargs = {"chat_template_kwargs": {"enable_thinking": True, "x": 1}}
+    req = with_server_defaults(parse_chat({"messages": ASK, **kwargs}), Settings(enable_thinking=False))
+    assert req.chat.template_kwargs == {"enable_thinking": True, "x": 1}
+    assert with_server_defaults(parse_chat({"messages": ASK}), Settings()).chat.template_kwargs == {}
+
+
+def test_templates_get_todays_date_and_firefunction_its_functions():
+    """As llama.cpp: date_string (Llama 3.x's templates) always; datetime and the tools' JSON for a template
+    that calls with functools[ (firefunction v2)."""
+    from datetime import datetime
+    from llamay.server.render import dated_context
+    now = datetime(2025, 3, 4, 5, 6, 7)
+    assert dated_context("{{ date_string }}", None, now) == {"date_string": "04 Mar 2025"}
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    fire = dated_context("functools[", tools, now)
+    assert fire["datetime"] == "Mar 04 2025 05:06:07 GMT" and json.loads(fire["functions"]) == tools
+    assert dated_context("functools[", None, now)["functions"] == ""
 
 
 def test_slots_are_chosen_by_the_longest_shared_prefix():

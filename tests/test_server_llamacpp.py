@@ -17,6 +17,7 @@ import llamay
 from llamay.chat.template import CHATML_SOURCE
 from llamay.cli import serve_llamacpp
 from llamay.cli.common import CLIError
+from llamay.chat import ChatTemplate
 from llamay.cli.main import build_parser
 from llamay.gguf import GGUFReader, GGUFWriter
 from llamay.server.routes_gate import Routes
@@ -247,6 +248,8 @@ def test_apply_template_is_what_chat_generates_from(url, model):
     assert complete(url, prompt=text, n_predict=8, temperature=0)["content"] == chat["choices"][0]["message"]["content"]
     bare = post(url, "/apply-template", messages=HI, add_generation_prompt=False)["prompt"]
     assert bare + "<|im_start|>assistant\n" == text  # SmolLM2's template opens the assistant's turn so
+    for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):  # llama-server's count
+        assert post(url, path, messages=HI) == {"input_tokens": len(tokens(url, text))}
 
 
 def test_props_and_slots(url, smollm_path):
@@ -320,6 +323,7 @@ def test_server_defaults_template_and_pooling_flags(flagged, url):
     assert mine["generation_settings"]["seed"] == 5
     text = post(flagged, "/apply-template", messages=HI)["prompt"]
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert post(flagged, "/v1/chat/completions/input_tokens", messages=HI)["input_tokens"] == len(tokens(url, text))
     chat = post(flagged, "/v1/chat/completions", messages=HI)
     assert chat["choices"][0]["message"]["content"] == complete(url, prompt=text, n_predict=8, temperature=0)["content"]
     rows = post(flagged, "/embeddings", content="Hello world")[0]["embedding"]
@@ -385,15 +389,23 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
                  "--chat-template-file", str(template), "--reasoning-format", "deepseek", "--pooling", "mean",
                  "--slot-save-path", str(tmp_path))
     assert got == {"sampling": {"temperature": 0.3, "top_k": 5, "top_p": 0.9, "min_p": 0.1}, "n_predict": None,
-                   "chat_template": template.read_text(), "reasoning_format": "deepseek", "pooling": "mean",
+                   "chat_template": template.read_text(), "reasoning_format": "deepseek", "enable_thinking": None,
+                   "pooling": "mean",
                    "slot_save_path": str(tmp_path), "routes": Routes(), "tags": ()}
     gated = parsed("--no-slots", "--no-metrics", "--no-ui", "--tags", "chat, fim,", "--no-jinja")
     assert (gated["routes"], gated["tags"]) == (Routes(slots=False, metrics=False, ui=False), ("chat", "fim"))
+    assert [parsed(*a)["enable_thinking"] for a in (["-rea", "on"], ["--reasoning", "auto"], ["--reasoning", "off"])] \
+        == [True, True, False]
+    command_r = ChatTemplate(parsed("--chat-template", "command-r")["chat_template"])  # llama.cpp's built-in names
+    assert command_r.render([{"role": "user", "content": " Hi "}]) \
+        == "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+    assert ChatTemplate(parsed("--chat-template", "llama3")["chat_template"]).render(HI, add_generation_prompt=False) \
+        == "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
     assert parsed()["sampling"] == {} and parsed("--chat-template", "{{ 'x' }}")["chat_template"] == "{{ 'x' }}"
-    for argv in (["--context-shift"], ["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
+    for argv in (["--context-shift"], ["--chat-template", "llama9"], ["--slot-save-path", str(tmp_path / "no")],
                  ["--chat-template", "chatml", "--chat-template-file", str(template)], ["--chat-template", "{% if %}"]):
         with pytest.raises(CLIError):
             parsed(*argv)
-    for argv in (["--top-p", "2"], ["--temp", "-1"], ["-n", "-2"], ["--pooling", "max"]):
+    for argv in (["--top-p", "2"], ["--temp", "-1"], ["-n", "-2"], ["--pooling", "max"], ["--reasoning", "yes"]):
         with pytest.raises(SystemExit):
             parsed(*argv)

@@ -16,7 +16,18 @@ from ..server.routes_gate import Routes
 from ..settings import SERVER
 from .common import PROBABILITY, SEED, TEMPERATURE, TOP_K, CLIError, eprint, n_predict
 
-BUILTIN_TEMPLATES = {"chatml": CHATML_SOURCE}  # --chat-template NAME; any other value must be Jinja source
+# --chat-template NAME: llama.cpp's built-in formats (ref: llama.cpp src/llama-chat.cpp) as Jinja; any other
+# value must be Jinja source
+BUILTIN_TEMPLATES = {
+    "chatml": CHATML_SOURCE,
+    "llama3": "{%- for m in messages -%}{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
+              "m['content'] | trim + '<|eot_id|>' -}}{%- endfor -%}"
+              "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}",
+    "command-r": "{%- for m in messages -%}{{- '<|START_OF_TURN_TOKEN|><|' + {'system': 'SYSTEM', 'user': 'USER', "
+                 "'assistant': 'CHATBOT'}.get(m['role'], m['role'] | upper) + '_TOKEN|>' + m['content'] | trim + "
+                 "'<|END_OF_TURN_TOKEN|>' -}}{%- endfor -%}"
+                 "{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}",
+}
 
 
 def add_args(p: argparse.ArgumentParser):
@@ -44,6 +55,9 @@ def add_args(p: argparse.ArgumentParser):
     p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default=SERVER.reasoning_format,
                    help="<think>...</think> as reasoning: auto (when the chat template uses the tags; default), "
                         "deepseek (always), none (left in the content)")
+    p.add_argument("-rea", "--reasoning", choices=("on", "off", "auto"), default=None,
+                   help="the chat template's enable_thinking: true (on, auto) or false (off); requests' "
+                        "chat_template_kwargs override it (default: none passed, each template's own default)")
     p.add_argument("--pooling", choices=sorted(POOLING.values()), default=None,
                    help="embedding pooling instead of each model's own (none: per-token vectors, on /embeddings)")
     p.add_argument("--slot-save-path", metavar="DIR", default=None,
@@ -105,6 +119,7 @@ def settings(args) -> dict:
         raise CLIError(f"--slot-save-path {save_dir}: not a directory")
     return {"sampling": sampling, "n_predict": None if args.n_predict in (None, -1) else args.n_predict,
             "chat_template": _chat_template(args), "reasoning_format": args.reasoning_format,
+            "enable_thinking": None if args.reasoning is None else args.reasoning != "off",
             "pooling": args.pooling, "slot_save_path": save_dir,
             "routes": Routes(slots=args.slots, metrics=args.metrics, ui=args.ui), "tags": _tags(args.tags)}
 

@@ -44,6 +44,7 @@ class Settings:
     n_predict: int | None = None
     chat_template: str | None = None
     reasoning_format: str = SERVER.reasoning_format
+    enable_thinking: bool | None = None  # --reasoning: the templates' enable_thinking; None: not passed
     pooling: str | None = None  # None: each model's own
     slot_save_path: str | None = None  # None: no slot save / restore
     routes: Routes = Routes()  # the optional routes that are on

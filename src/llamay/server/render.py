@@ -2,7 +2,9 @@
 model's) rendered with the request's messages and the tool plan; the checks that it fits the context."""
 from __future__ import annotations
 
+import json
 import threading
+from datetime import datetime
 
 from ..chat import ChatTemplate, ChatTemplateError, template_for
 from ..chat.gotemplate import GoTemplateError, render_go
@@ -77,9 +79,22 @@ def render_text(template: ChatTemplate, tools: ToolPlan, req: GenRequest, add_ge
     if taken:
         raise bad_request(f"'chat_template_kwargs' may not set {', '.join(taken)}", "chat_template_kwargs")
     try:
-        return template.render(tools.messages, add_generation_prompt, tools.tools, cancel, **kwargs)
+        return template.render(tools.messages, add_generation_prompt, tools.tools, cancel,
+                               **{**dated_context(template.source, tools.tools), **kwargs})
     except ChatTemplateError as e:
         raise bad_request(f"the model's chat template refused the messages: {e}", "messages") from None
+
+
+def dated_context(source: str, tools: list[dict] | None, now: datetime | None = None) -> dict:
+    """What llama.cpp gives a template beside the messages (ref: llama.cpp common/chat.cpp): today's date as
+    `date_string` (Llama 3.x's templates; without it they print 26 Jul 2024), and to firefunction v2's
+    (`functools[` calls) `datetime` and the tools as JSON `functions`."""
+    now = now or datetime.now()  # local time, as llama.cpp's
+    context = {"date_string": now.strftime("%d %b %Y")}
+    if "functools[" in source:
+        context |= {"datetime": now.strftime("%b %d %Y %H:%M:%S GMT"),
+                    "functions": json.dumps(tools, indent=2) if tools else ""}
+    return context
 
 
 def check_prompt(llm, ids: list[int], extra: int, param: str) -> None:

@@ -6,9 +6,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from . import routes_contexts, upstream
-from .http import api, read_json
+from .http import api, off_loop, read_json
+from .prepare import with_server_defaults
 from .protocol import openai as proto
 from .protocol.base import ProtocolError, bad_request
+from .render import render
 
 router = APIRouter()
 SSE = "text/event-stream"
@@ -28,6 +30,17 @@ for _path in _both("/v1/chat/completions"):
     @api(proto)
     async def chat_completions(request: Request):
         return await _generate(request, proto.parse_chat, proto.ChatOutput, "chatcmpl-")
+
+
+for _path in _both("/v1/chat/completions/input_tokens"):
+    @router.post(_path)
+    @api(proto)
+    async def chat_input_tokens(request: Request):
+        """llama-server's: the chat body's prompt tokens, as the server's template renders them, not run."""
+        registry = request.app.state.registry
+        req = with_server_defaults(proto.parse_chat(await read_json(request)), registry.settings)
+        loaded = await registry.get(req.model, req.keep_alive)
+        return JSONResponse({"input_tokens": len(await off_loop(request, render, loaded, req))})
 
 
 @router.post("/v1/completions")  # /completions is llama-server's native one (routes_llamacpp.py)

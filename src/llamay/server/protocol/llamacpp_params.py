@@ -31,7 +31,7 @@ _OFF: dict[str, tuple[Callable[[Any, dict], bool], str]] = {
     "t_max_predict_ms": (lambda v, b: v <= 0, "0"),
     "reasoning_budget_tokens": (lambda v, b: v < 0, "-1"),
 }
-_OFF_FLAGS = ("post_sampling_probs", "timings_per_token", "return_progress", "grammar_lazy", "reasoning_control",
+_OFF_FLAGS = ("post_sampling_probs", "return_progress", "grammar_lazy", "reasoning_control",
               "verbose")
 
 # `samplers`: llama.cpp's names (and its aliases) -> canonical; the chars form by llama.cpp's letters
@@ -81,10 +81,12 @@ def parse_samplers(body: dict) -> dict[str, Any]:
 
 def parse_extras(body: dict) -> tuple[dict[str, Any], LlamaOptions]:
     """The llama-server fields its routes take beside OpenAI's -> (Sampling fields, LlamaOptions):
-    repeat_last_n, samplers, ignore_eos, id_slot, lora, spec and cache_prompt (accepted; the prefix cache is
-    always on, and a hit gives the same tokens as a miss), after check_off."""
+    repeat_last_n, samplers, ignore_eos, id_slot, lora, spec; cache_prompt (accepted; the prefix cache is
+    always on, and a hit gives the same tokens as a miss) and timings_per_token (accepted; the last chunk of
+    a stream carries `timings`, as without it), after check_off."""
     check_off(body)
     get_bool(body, "cache_prompt")
+    get_bool(body, "timings_per_token")
     sampling = parse_samplers(body)
     repeat_last_n = get_int(body, "repeat_last_n", -1)  # -1: the whole history
     if repeat_last_n is not None:
