@@ -477,3 +477,6 @@ def test_embeddings_of_empty_text_and_in_the_llamacpp_metrics(fixtures_dir, url)
         srv.stop()
     error = llama_error(HTTP.post(url + "/embedding", json={"content": ""}), 400, "invalid_request_error")
     assert "no tokens" in error["message"]
+    error = llama_error(HTTP.post(url + "/embedding", json={"content": "hello " * 2100}), 400,
+                        "exceed_context_size_error")
+    assert "input is too large to process" in error["message"]  # what llama-server's says, which clients match

@@ -55,8 +55,8 @@ def embed_inputs(emb, req: conv.EmbedRequest, pooling: str | None = None) -> tup
         if n <= emb.n_ctx:
             continue
         if not req.truncate:
-            raise context_error(f"the input length exceeds the context length: input[{i}] has {n} tokens, "
-                                f"the limit is {emb.n_ctx}", n, emb.n_ctx, "input")
+            raise context_error(f"{TOO_LARGE}: the input length exceeds the context length: input[{i}] has {n} "
+                                f"tokens, the limit is {emb.n_ctx}", n, emb.n_ctx, "input")
         ids = inputs[i] if isinstance(inputs[i], list) else emb.tokenizer.encode(inputs[i])
         inputs[i], counts[i] = ids[:emb.n_ctx], emb.n_ctx
         log.warning("embedding input %d cut from %d to %d tokens (truncate is on)", i, n, emb.n_ctx)
