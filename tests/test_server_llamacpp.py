@@ -391,7 +391,8 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
     assert got == {"sampling": {"temperature": 0.3, "top_k": 5, "top_p": 0.9, "min_p": 0.1}, "n_predict": None,
                    "chat_template": template.read_text(), "reasoning_format": "deepseek", "enable_thinking": None,
                    "pooling": "mean",
-                   "slot_save_path": str(tmp_path), "routes": Routes(), "tags": ()}
+                   "slot_save_path": str(tmp_path), "routes": Routes(), "tags": (), "verbose": False}
+    assert parsed("-v")["verbose"] is True and parsed("--verbose")["verbose"] is True
     gated = parsed("--no-slots", "--no-metrics", "--no-ui", "--tags", "chat, fim,", "--no-jinja")
     assert (gated["routes"], gated["tags"]) == (Routes(slots=False, metrics=False, ui=False), ("chat", "fim"))
     assert [parsed(*a)["enable_thinking"] for a in (["-rea", "on"], ["--reasoning", "auto"], ["--reasoning", "off"])] \
