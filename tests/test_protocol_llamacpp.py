@@ -500,3 +500,21 @@ def test_slots_are_chosen_by_the_longest_shared_prefix():
     assert table.take("m", [5], 2).id == 2  # pinned, busy or not
     with pytest.raises(ProtocolError):
         table.take("m", [5], 3)
+
+
+def test_verbose_and_prefill_in_the_chat_request():
+    """`verbose` taken as sent (None: serve -v's); a last assistant message is a prefill unless
+    continue_final_message is false; two at the end, or continue_final_message with add_generation_prompt: 400."""
+    hi = [{"role": "user", "content": "a"}]
+    for value in (True, False, None):
+        body = {"messages": hi} if value is None else {"messages": hi, "verbose": value}
+        assert parse_chat(body).llama.verbose is value
+    prefill = [*hi, {"role": "assistant", "content": "b"}]
+    assert parse_chat({"messages": prefill}).chat.continue_final
+    assert not parse_chat({"messages": prefill, "continue_final_message": False}).chat.continue_final
+    assert not parse_chat({"messages": hi, "continue_final_message": True}).chat.continue_final
+    for bad in ({"messages": hi, "verbose": "yes"}, {"messages": [*prefill, {"role": "assistant", "content": "c"}]},
+                {"messages": prefill, "continue_final_message": True, "add_generation_prompt": True}):
+        with pytest.raises(ProtocolError) as e:
+            parse_chat(bad)
+        assert e.value.status == 400

@@ -78,6 +78,9 @@ def _add_routes_args(p: argparse.ArgumentParser):
     p.add_argument("--tags", metavar="TAG,...", default=None,
                    help="tags /models lists for the first -m model (comma-separated)")
     p.add_argument("--context-shift", action="store_true", help="refused: llamay never shifts a context")
+    p.add_argument("-v", "--verbose", action="store_true", default=False,
+                   help="chat results carry llama-server's __verbose (the raw result and its prompt) unless a "
+                        "request sets verbose false; the request log is on unless -q")
     p.add_argument("--cors-origins", dest="origins", metavar="ORIGIN,...", type=env.comma_list, default=None,
                    help="llama-server's name of --origins")
 
@@ -92,7 +95,6 @@ ACCEPTED = ((("-ub", "--ubatch-size"), True, "one forward pass takes the whole b
             (("--cache-ram", "-cram"), True, "the prefix cache lives in the KV pages (--kv-budget)"),
             (("--no-cache-idle-slots",), False, "idle slots hold no K/V of their own"),
             (("--no-mmproj",), False, "no multimodal projector is loaded"),
-            (("--verbose", "-v"), False, "the request log is on unless -q"),
             (("--no-context-shift",), False, "llamay never shifts a context (--context-shift is refused)"))
 
 
@@ -120,7 +122,7 @@ def settings(args) -> dict:
     return {"sampling": sampling, "n_predict": None if args.n_predict in (None, -1) else args.n_predict,
             "chat_template": _chat_template(args), "reasoning_format": args.reasoning_format,
             "enable_thinking": None if args.reasoning is None else args.reasoning != "off",
-            "pooling": args.pooling, "slot_save_path": save_dir,
+            "pooling": args.pooling, "slot_save_path": save_dir, "verbose": args.verbose,
             "routes": Routes(slots=args.slots, metrics=args.metrics, ui=args.ui), "tags": _tags(args.tags)}
 
 

@@ -23,6 +23,14 @@ class Metrics:
     eval_ns: int = 0  # time spent generating
     n_tokens_max: int = 0  # the most tokens (prompt and output) one request held
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (prompt_tokens, cached_tokens)
+    embed_tokens: int = 0  # tokens embedded (embedding routes; not in prompt_tokens)
+    embed_passes: int = 0  # their forward passes
+    embed_ns: int = 0  # time spent embedding
+
+    def count_embedding(self, n_tokens: int, n_passes: int, ns: int):
+        self.embed_tokens += n_tokens
+        self.embed_passes += n_passes
+        self.embed_ns += ns
 
     def count(self, usage: Usage):
         self.prompt_ns += usage.prompt_eval_ns
@@ -65,7 +73,9 @@ class Metrics:
                                     "of them, read from the disk tier"),
                                    ("prompt_cache_shared_tokens_total", self.shared_tokens,
                                     "of them, read from the shared tier (Redis / Valkey)"),
-                                   ("tokens_generated_total", self.completion_tokens, "tokens generated")):
+                                   ("tokens_generated_total", self.completion_tokens, "tokens generated"),
+                                   ("embedding_tokens_total", self.embed_tokens,
+                                    "tokens embedded (embedding routes)")):
             lines += [f"# HELP llamay_{name} {help_}", f"# TYPE llamay_{name} counter", f"llamay_{name} {value}"]
         for name, help_ in (("spec_drafted_tokens_total", "speculative draft tokens verified (loaded models)"),
                             ("spec_accepted_tokens_total", "of them, emitted: each saved a forward pass"),
@@ -96,10 +106,12 @@ class Metrics:
         return "\n".join(lines + self._llamacpp(gauges, spec, steps)) + "\n"
 
     def _llamacpp(self, gauges: dict, spec: dict, steps: int) -> list[str]:
-        """llama-server's metrics: prompt tokens evaluated (the cached ones apart), tokens predicted, their
-        seconds and rates, forward passes (n_decode_total), requests running and queued."""
-        prompt_s, eval_s = self.prompt_ns / 1e9, self.eval_ns / 1e9
-        evaluated = self.prompt_tokens - self.cached_tokens
+        """llama-server's metrics: prompt tokens evaluated (the cached ones apart; embedded ones too, as
+        llama-server counts them), tokens predicted, their seconds and rates, forward passes (n_decode_total,
+        embedding passes too), requests running and queued."""
+        prompt_s, eval_s = (self.prompt_ns + self.embed_ns) / 1e9, self.eval_ns / 1e9
+        evaluated = self.prompt_tokens - self.cached_tokens + self.embed_tokens
+        steps += self.embed_passes
         rows = (("prompt_tokens_total", "counter", evaluated, "Number of prompt tokens processed."),
                 ("prompt_tokens_cached_total", "counter", self.cached_tokens,
                  "Number of prompt tokens taken from the prefix cache."),

@@ -49,6 +49,7 @@ class Settings:
     slot_save_path: str | None = None  # None: no slot save / restore
     routes: Routes = Routes()  # the optional routes that are on
     tags: tuple[str, ...] = ()  # --tags: listed by /models for the default model
+    verbose: bool = False  # -v: chat results carry __verbose unless a request says verbose false
 
 
 @dataclass

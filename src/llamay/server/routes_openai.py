@@ -8,9 +8,11 @@ from fastapi.responses import JSONResponse
 from . import routes_contexts, upstream
 from .http import api, off_loop, read_json
 from .prepare import with_server_defaults
+from .protocol import llamacpp as llamacpp_proto
 from .protocol import openai as proto
 from .protocol.base import ProtocolError, bad_request
-from .render import render
+from .render import model_view, render
+from .responder import RunOptions
 
 router = APIRouter()
 SSE = "text/event-stream"
@@ -29,7 +31,16 @@ for _path in _both("/v1/chat/completions"):
     @router.post(_path)
     @api(proto)
     async def chat_completions(request: Request):
-        return await _generate(request, proto.parse_chat, proto.ChatOutput, "chatcmpl-")
+        """With verbose (the request's, else serve -v's) the result carries llama-server's __verbose."""
+        req, registry = proto.parse_chat(await read_json(request)), request.app.state.registry
+        verbose = registry.settings.verbose if req.llama.verbose is None else req.llama.verbose
+        if not verbose or registry.upstreams.find(req.model, registry.has) is not None:
+            return await request.app.state.responder.run(request, proto, req, proto.ChatOutput, "chatcmpl-", SSE)
+        loaded = await registry.get(req.model, req.keep_alive)
+        view = model_view(loaded, registry.settings)
+        return await request.app.state.responder.run(
+            request, proto, req, lambda r, m, u: proto.ChatOutput(r, m, llamacpp_proto.CompletionOutput(r, m, u, view)),
+            "chatcmpl-", SSE, RunOptions(loaded=loaded, prompt_usage=True))
 
 
 for _path in _both("/v1/chat/completions/input_tokens"):
