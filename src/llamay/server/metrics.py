@@ -119,7 +119,7 @@ class Metrics:
                 ("tokens_predicted_total", "counter", self.completion_tokens, "Number of generation tokens processed."),
                 ("tokens_predicted_seconds_total", "counter", eval_s, "Predict process time"),
                 ("n_decode_total", "counter", steps, "Total number of forward passes."),
-                ("n_tokens_max", "gauge", self.n_tokens_max, "Largest observed n_tokens."),
+                ("n_tokens_max", "counter", self.n_tokens_max, "Largest observed n_tokens."),
                 ("spec_decode_num_draft_tokens_total", "counter", spec["spec_drafted_tokens_total"],
                  "Draft tokens verified."),
                 ("spec_decode_num_accepted_tokens_total", "counter", spec["spec_accepted_tokens_total"],
