@@ -66,6 +66,16 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class KVEventSettings:
+    """`serve --kv-events`: vLLM's KV-cache events over ZMQ (server/kv_events.py), for KV-aware gateways."""
+    endpoint: str | None = None  # tcp://HOST:PORT (connects) or tcp://*:PORT (binds), as vLLM's; None: off
+    topic: str = ""  # the first frame of every message (vLLM's default); {model} is the served model's name
+    format: str = "array"  # events as positional arrays (vLLM up to 0.23) or "map" (tagged maps, later vLLM)
+    queue: int = 100_000  # event records waiting for the publisher thread; past it they are dropped, counted
+    hwm: int = 100_000  # the ZMQ PUB socket's high-water mark (messages queued for a slow subscriber)
+
+
+@dataclass(frozen=True)
 class RouteSettings:
     """`llamay route`: a front over several `llamay serve` processes."""
     host: str = "127.0.0.1"  # loopback only
@@ -92,6 +102,7 @@ class UpstreamSettings:
 
 LOAD, SCHEDULER, SPEC, SERVER = LoadSettings(), SchedulerSettings(), SpecSettings(), ServerSettings()
 CACHE, ROUTE, UPSTREAM = CacheSettings(), RouteSettings(), UpstreamSettings()
+KV_EVENTS = KVEventSettings()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import socket
 from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
-from ..settings import LOAD, SCHEDULER, SERVER, UPSTREAM
+from ..settings import KV_EVENTS, LOAD, SCHEDULER, SERVER, UPSTREAM
 from . import serve_llamacpp
 from .common import (
     CTX_HELP,
@@ -96,7 +96,28 @@ def add_parser(p: argparse.ArgumentParser):
                         "every API (repeatable); options: api=openai|anthropic|ollama (default openai), key-env=VAR "
                         "(the environment variable holding its key), timeout=SECONDS (default "
                         f"{UPSTREAM.timeout:g}: how long it may stay silent before 504)")
+    p.add_argument("--kv-events", metavar="ENDPOINT", default=KV_EVENTS.endpoint,
+                   help="publish vLLM's KV-cache events (BlockStored, BlockRemoved, AllBlocksCleared) on a ZMQ PUB "
+                        "socket: tcp://*:PORT binds, tcp://HOST:PORT connects to a subscriber (needs pyzmq and "
+                        "msgpack: pip install 'llamay[kv-events]')")
+    p.add_argument("--kv-events-topic", metavar="TOPIC", default=KV_EVENTS.topic,
+                   help="the topic frame of every message, {model} the served model's name (llm-d reads "
+                        "kv@POD@{model}; default: empty, as vLLM's)")
+    p.add_argument("--kv-events-format", choices=("array", "map"), default=KV_EVENTS.format,
+                   help="events as positional arrays (vLLM up to 0.23, what most readers take) or tagged maps "
+                        f"(later vLLM) (default {KV_EVENTS.format})")
     serve_llamacpp.add_args(p)
+
+
+def kv_events(args):
+    """--kv-events' publisher (None: off); CLIError without pyzmq and msgpack, or for an endpoint ZMQ refuses."""
+    if not args.kv_events:
+        return None
+    from ..server.kv_events import KVEventsUnavailable, Publisher
+    try:
+        return Publisher(args.kv_events, args.kv_events_topic, args.kv_events_format)
+    except KVEventsUnavailable as e:
+        raise CLIError(str(e)) from None
 
 
 def upstreams(specs: list[str]):
@@ -165,6 +186,7 @@ def build_app(args, log=None):
     registry.upstreams = upstreams(args.upstream)
     if not registry.paths and not registry.upstreams:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
+    registry.kv_events = kv_events(args)
     return create_app(registry, guard_settings(args), log, tuple(args.peers))
 
 

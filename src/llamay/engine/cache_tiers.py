@@ -268,12 +268,19 @@ def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redi
         tiers["shared"] = SharedTier(redis_url, one_page)
         if record:
             states["shared"] = SharedTier(redis_url, record)
+    return CacheTiers(tiers, chain_root(llm, digest), ps, one_page, states)
+
+
+def chain_root(llm, digest: str | None = None) -> Callable[[tuple], bytes]:
+    """root_of(lora choice) -> the root of the chain keys of the LLM's pages computed under those adapters
+    (digest: its weights digest, when known). The pages' identity for the tiers and for KV-cache events."""
+    digest, ps = digest or weights_digest(llm.path), llm.page_size
     adapters = {a.name: a.digest for a in llm.loras}
     rope = llm.decoder.rope_variant or ""
 
     def root_of(lora: tuple) -> bytes:
         return root_key("llamay-kv-1", digest, llm.kv, str(ps), rope, *(f"{adapters[n]}*{s!r}" for n, s in lora))
-    return CacheTiers(tiers, root_of, ps, one_page, states)
+    return root_of
 
 
 def _describe(folder: Path, meta: dict):

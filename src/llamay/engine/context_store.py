@@ -419,8 +419,16 @@ class ContextStore:
         rec = self._get(ctx)
         rec.pending, rec.matcher = list(pending), matcher
 
+    def watch(self, sink):
+        """From now on the radix tree's full pages entering and leaving it go to sink (server/kv_events.py
+        ModelEvents.listener: KV-cache events), each with the adapters its K/V was computed under."""
+        by_ns = lambda ns: next(lora for lora, n in self._namespaces.items() if n == ns)  # noqa: E731
+        self._kv.listener = sink.listener(by_ns)
+
     def flush_cache(self) -> int:
-        """The prefix cache's pages in memory that no context holds, freed -> how many."""
+        """The prefix cache's pages in memory that no context holds, freed -> how many (those the tiers'
+        writer still reads stay: pinned)."""
+        self.unpin_written()
         return self._kv.evict_unused()
 
     def free(self, ctx: int, cache: bool = True):

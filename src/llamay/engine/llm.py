@@ -57,6 +57,7 @@ class LLM:
         self._default_lora = self.lora_choice({a.name: a.scale for a in self.loras})
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
+        self.kv_events = None  # where its prefix cache's changes are reported (publish_kv_events)
         self.cache = cache_tiers(self, opts.cache_dir, opts.cache_disk, opts.cache_redis) \
             if opts.cache_disk or opts.cache_redis else None
         self._store = self._new_store(kv_budget)
@@ -82,7 +83,17 @@ class LLM:
         self.kv_budget = kv_budget
         store = ContextStore(self.decoder, n_pages, self.page_size, self.kv, pool=pool, tiers=self.cache)
         store.default_lora = self.default_lora
+        if self.kv_events is not None:
+            store.watch(self.kv_events)
         return store
+
+    def publish_kv_events(self, sink):
+        """Report the prefix cache's full pages entering and leaving it to sink (server/kv_events.py
+        ModelEvents), from now on and across reset."""
+        def attach(store):
+            self.kv_events = sink
+            store.watch(sink)
+        self.scheduler.do(attach)
 
     @property
     def default_lora(self) -> tuple:
@@ -179,6 +190,8 @@ class LLM:
         def fresh(store):
             if self.cache is not None:
                 self.cache.flush()  # its writer reads pages of this pool the new state will reuse
+            if self.kv_events is not None:
+                self.kv_events.cleared()
             self._store = self._new_store(self.kv_budget, pool=store.pool)
             if self.draft is not None:
                 self.draft.reset()

@@ -68,6 +68,10 @@ class KVState:
         self._version = 0  # bumped by every mutation; a plan is valid for one version
         self.owner: threading.Thread | None = None  # the only thread that may change it (claim)
         self._pins: Counter = Counter()  # page -> pins (pin): holders besides contexts and the tree
+        # told of the tree's changes as they happen, on the owner's thread (KV-cache events): full pages
+        # entering it, stored(ns, tokens through them, first page index, pages); pages leaving it,
+        # removed(pages) (partial ones too: never stored); cleared() when evict_unused empties it
+        self.listener = None
 
     @property
     def n_total(self) -> int:
@@ -199,7 +203,17 @@ class KVState:
             self.alloc.incref(page)
         for page in dropped:
             self.alloc.decref(page)
+        if taken and self.listener is not None:
+            self._report_stored(ctx, taken)
         return len(taken)
+
+    def _report_stored(self, ctx: _Context, taken: list[int]):
+        """The full pages among taken (a run of the context's pages: insert adds nodes from the first new
+        one to the end, or to a covered partial page)."""
+        first, n_full = ctx.pages.index(taken[0]), len(ctx.tokens) // self.page_size
+        end = min(first + len(taken), n_full)
+        if end > first:
+            self.listener.stored(ctx.ns, ctx.tokens[:end * self.page_size], first, ctx.pages[first:end])
 
     def pin(self, pages: Sequence[int]):
         """Hold pages (held already) until unpin: not evicted meanwhile, so a reader on another thread (the
@@ -295,6 +309,8 @@ class KVState:
         self._mutating()
         evict = self.tree.eviction_order(len(self.alloc.refcount), lambda p: self.alloc.refcount[p] > 1)
         self._take(evict, 0)
+        if self.listener is not None and not len(self.tree):
+            self.listener.cleared()
         return len(evict)
 
     def _plan_pages(self, n: int) -> tuple[list[int], list[int]]:
@@ -310,6 +326,8 @@ class KVState:
         for page in evict:
             self.tree.remove(page)
             self.alloc.decref(page)
+        if evict and self.listener is not None:
+            self.listener.removed(list(evict))
         self.stats.evictions += len(evict)
         self.stats.pages_allocated += n
         return [self.alloc.alloc() for _ in range(n)]

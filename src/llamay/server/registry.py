@@ -148,6 +148,7 @@ class Registry:
         self._mutex = threading.Lock()
         from .upstream import Upstreams  # it reads requests through prepare.py, which imports this module
         self.upstreams = Upstreams()  # serve --upstream: models answered elsewhere (none by default)
+        self.kv_events = None  # serve --kv-events: kv_events.Publisher of every loaded model's cache events
         self.refresh()
         if fallback is not None and not self.paths:
             self.pinned[DEFAULT_NAME] = fallback
@@ -306,6 +307,8 @@ class Registry:
             llm = llamay.load(self.paths[name], opts)
         except DraftMismatch:  # a model of another vocabulary runs without it (its default spec)
             llm = llamay.load(self.paths[name], opts, draft_model=None, spec=None if opts.spec == "draft" else opts.spec)
+        if self.kv_events is not None:
+            llm.publish_kv_events(self.kv_events.model(name, llm))
         sched = llm.serve(s.concurrency, s.max_queue, s.batch)
         return Loaded(self.info(name), llm, sched, time.perf_counter_ns() - t0, s.keep_alive, s.keep_alive,
                       stored=self.defaults(name), default_grammar=s.grammar)
@@ -317,6 +320,8 @@ class Registry:
         loaded.scheduler.close()
         if loaded.llm.cache is not None:
             loaded.llm.cache.close()  # its queued pages written first
+        if loaded.llm.kv_events is not None:
+            loaded.llm.kv_events.cleared()  # its pages went with it
         return True
 
     def reap(self, now: float | None = None) -> list[str]:
@@ -331,3 +336,5 @@ class Registry:
     def close(self):
         for name in list(self.loaded):
             self.unload(name)
+        if self.kv_events is not None:
+            self.kv_events.close()
