@@ -84,11 +84,13 @@ static void add_avx2(ly_kernel_table *k) {
     put_tiles(k->tile, ly_tiles_q32_avx2);
     put_tiles(k->tile, ly_tiles_float_avx2);
     put_tiles(k->tile, ly_tiles_qk_avx2);
+    put_tiles(k->tile_x16, ly_tiles_x16_avx2);
 }
 
 static void add_avxvnni(ly_kernel_table *k) {
     put_tiles(k->tile, ly_tiles_q32_avxvnni);
     put_tiles(k->tile, ly_tiles_qk_avxvnni);
+    put_tiles(k->tile_x16, ly_tiles_x16_avxvnni);
 }
 
 static void add_avx512(ly_kernel_table *k) {

@@ -75,9 +75,11 @@ void ly_delta_pass2_avx2(float *S, const float *k, const float *delta, const flo
 ly_tile_fn ly_tiles_q32_avx2(int type);   /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
 ly_tile_fn ly_tiles_float_avx2(int type);
 ly_tile_fn ly_tiles_qk_avx2(int type);
+ly_tile_fn ly_tiles_x16_avx2(int type);  /* Q4_0, Q8_0, Q4_K, Q6_K in the x16 layout */
 
 ly_tile_fn ly_tiles_q32_avxvnni(int type); /* as AVX2's */
 ly_tile_fn ly_tiles_qk_avxvnni(int type);
+ly_tile_fn ly_tiles_x16_avxvnni(int type);
 
 void ly_attend_group_f16_avx512(const ly_att *at, float *s);
 void ly_conv_row_avx512(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
