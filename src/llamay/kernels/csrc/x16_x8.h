@@ -4,7 +4,7 @@
  *
  * A 64-byte T-form vector holds rows 0-7 in its first 32 bytes and rows 8-15 in its second, so a group is
  * two 8-row halves read from the same stream: V[j] lane i = values 4j .. 4j + 3 of a 32-block of row
- * 8h + i, unsigned (Q8_0 without VNNI: signed, through abs / sign). Tokens go NT_MAX at a time over a
+ * 8h + i, unsigned (Q8_0, IQ4_NL without VNNI: signed, through abs / sign). Tokens go NT_MAX at a time over a
  * group's blocks; one token takes both halves block by block (two chains), more a half at a time. */
 #include "kernels.h"
 #include "q32.h"
@@ -101,14 +101,28 @@ LY_INLINE const int8_t *xq(const src_t *s, int64_t t, int64_t b) { return s->a->
 
 LY_INLINE float dx_of(const src_t *s, int64_t t, int64_t b) { return s->a->d[t * s->nb + b]; }
 
-/* A 32-block format in the x16 layout: regions qs (vec_bytes a block) | d (32 bytes a block; with a min,
- * d then m: 64). Q8_0 is flipped to v + 128 with VNNI (offset 128), else dotted signed. */
-typedef struct { int type, kind, vec_bytes, has_min, offset; } q_fmt;
+/* A 32-block format in the x16 layout: regions qs (vec_bytes a block) | qh (Q5_0, Q5_1: one vector a
+ * block) | d (32 bytes a block; with a min, d then m: 64). Signed values with VNNI are stored + 128 (Q8_0:
+ * the top bit flipped; IQ4_NL: the table shifted), offset 128; without it dotted signed. */
+typedef struct { int type, kind, vec_bytes, qh, has_min, offset; } q_fmt;
 
-#define Q8_KIND (X8_VNNI ? K_U8 : K_S8)
-#define Q8_OFFSET (X8_VNNI ? 128 : 0)
+#define S8_KIND (X8_VNNI ? K_U8 : K_S8)
+#define S8_OFFSET (X8_VNNI ? 128 : 0)
 
-LY_INLINE void unpack_q32(q_fmt f, const uint8_t *qs, __m256i V[8]) {
+/* bit 4 of byte e of lane i in V[j] <- bit 4j + e of qh lane i: every byte of a lane picks the qh byte
+ * holding its bit, which is then tested */
+LY_INLINE void add_high_bits(__m256i qh, __m256i V[8]) {
+    const __m256i lane_bytes = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404,
+                                                 0x08080808, 0x0c0c0c0c), b4 = _mm256_set1_epi8(0x10);
+    for (int j = 0; j < 8; j++) {
+        const __m256i sel = _mm256_add_epi8(_mm256_set1_epi8((char)(j / 2)), lane_bytes);
+        const __m256i bit = _mm256_set1_epi32((int)(0x08040201u << (4 * (j % 2))));
+        __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(qh, sel), bit);
+        V[j] = _mm256_or_si256(V[j], _mm256_and_si256(_mm256_cmpeq_epi8(x, bit), b4));
+    }
+}
+
+LY_INLINE void unpack_q32(q_fmt f, const uint8_t *qs, const uint8_t *qh, __m256i V[8]) {
     if (f.type == LY_Q8_0) {
         for (int j = 0; j < 8; j++)
             V[j] = X8_VNNI ? _mm256_xor_si256(vload(qs + 64 * j), _mm256_set1_epi8((char)0x80)) : vload(qs + 64 * j);
@@ -120,18 +134,24 @@ LY_INLINE void unpack_q32(q_fmt f, const uint8_t *qs, __m256i V[8]) {
         V[j] = _mm256_and_si256(T, m4);
         V[j + 4] = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
     }
+    if (f.qh) add_high_bits(vload(qh), V);
+    if (f.type == LY_IQ4_NL) {
+        __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)LY_KV_IQ4NL));
+        if (X8_VNNI) table = _mm256_add_epi8(table, _mm256_set1_epi8((char)0x80));
+        for (int j = 0; j < 8; j++) V[j] = _mm256_shuffle_epi8(table, V[j]);
+    }
 }
 
 /* q32.h's step per block: acc = acc + (dw * dx) * (float)(dot - offset * sx), with a min
  * acc = acc + ((dw * dx) * (float)dot + (mw * dx) * (float)sx) */
 LY_INLINE void group_q32(q_fmt f, const uint8_t *grp, src_t s, int64_t t, int NT, int h0, int h1, __m256 acc[2][NT_MAX]) {
-    const uint8_t *dreg = grp + s.nb * f.vec_bytes;
+    const uint8_t *qhreg = grp + s.nb * f.vec_bytes, *dreg = qhreg + (f.qh ? s.nb * 64 : 0);
     const int dstep = f.has_min ? 64 : 32;
     for (int64_t b = 0; b < s.nb; b++) {
         prefetch_next(&s, b);
         for (int h = h0; h < h1; h++) {
             __m256i V[8];
-            unpack_q32(f, grp + b * f.vec_bytes + h * HALF, V);
+            unpack_q32(f, grp + b * f.vec_bytes + h * HALF, qhreg + b * 64 + h * HALF, V);
             const __m256 dw = f16x8(dreg + b * dstep + 16 * h);
             for (int u = 0; u < NT; u++) {
                 __m256i dot;
@@ -150,11 +170,13 @@ LY_INLINE void group_q32(q_fmt f, const uint8_t *grp, src_t s, int64_t t, int NT
     }
 }
 
-/* Q4_K: as x16_avx512.c's, 8 rows a half: block 2g + p of a superblock is nibble p of its qs vectors
- * 8g .. 8g + 7; sc and m from the 12 scale bytes in T-form (qk.c's packing). */
-LY_INLINE void group_q4k(const uint8_t *grp, src_t s, int64_t t, int NT, int h0, int h1, __m256 acc[2][NT_MAX]) {
+/* Q4_K, Q5_K (five): as x16_avx512.c's, 8 rows a half: block 2g + p of a superblock is nibble p of its qs
+ * vectors 8g .. 8g + 7 (Q5_K: plus bit 2g + p of each byte of its 8 qh vectors as 16); sc and m from the 12
+ * scale bytes in T-form (qk.c's packing). */
+LY_INLINE void group_q45k(int five, const uint8_t *grp, src_t s, int64_t t, int NT, int h0, int h1,
+                          __m256 acc[2][NT_MAX]) {
     const int64_t ns = s.nb / 8;
-    const uint8_t *dm = grp + ns * 2048, *scl = dm + ns * 64;
+    const uint8_t *qhreg = grp + ns * 2048, *dm = qhreg + (five ? ns * 512 : 0), *scl = dm + ns * 64;
     const __m256i lo6 = _mm256_set1_epi32(0x3f3f3f3f), lo4 = _mm256_set1_epi32(0x0f0f0f0f);
     const __m256i hi2 = _mm256_set1_epi32(0x30303030), byte = _mm256_set1_epi32(0xff), m4 = _mm256_set1_epi8(15);
     for (int64_t sb = 0; sb < ns; sb++) {
@@ -177,10 +199,16 @@ LY_INLINE void group_q4k(const uint8_t *grp, src_t s, int64_t t, int NT, int h0,
                 __m256i V[8];
                 for (int j = 0; j < 8; j++)
                     V[j] = _mm256_and_si256(B % 2 ? _mm256_srli_epi16(vload(qs + 64 * j), 4) : vload(qs + 64 * j), m4);
+                if (five) /* bit B of each qh byte to bit 4 */
+                    for (int j = 0; j < 8; j++) {
+                        __m256i q = vload(qhreg + sb * 512 + 64 * j + h * HALF);
+                        q = B < 4 ? _mm256_slli_epi16(q, 4 - B) : B > 4 ? _mm256_srli_epi16(q, B - 4) : q;
+                        V[j] = _mm256_or_si256(V[j], _mm256_and_si256(q, _mm256_set1_epi8(0x10)));
+                    }
                 const __m256i sc = _mm256_and_si256(_mm256_srli_epi32(sc4[h][B / 4], 8 * (B % 4)), byte);
                 const __m256i mn = _mm256_and_si256(_mm256_srli_epi32(mn4[h][B / 4], 8 * (B % 4)), byte);
                 for (int u = 0; u < NT; u++) {
-                    __m256i raw = scaled_dots(K_U4, V, xq(&s, t + u, b), sc, sc);
+                    __m256i raw = scaled_dots(five ? K_U5 : K_U4, V, xq(&s, t + u, b), sc, sc);
                     __m256i corr = _mm256_mullo_epi32(mn, _mm256_set1_epi32(sx_of(s.a, s.k, t + u, b)));
                     __m256 dx = _mm256_set1_ps(dx_of(&s, t + u, b));
                     __m256 c = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(raw)),
@@ -253,10 +281,15 @@ LY_INLINE void run(int type, const uint8_t *grp, src_t s, int64_t t, int NT, flo
     for (int h = 0; h < 2; h += NT == 1 ? 2 : 1) {
         const int h1 = NT == 1 ? 2 : h + 1;
         switch (type) {
-        case QK_Q4_K: group_q4k(grp, s, t, NT, h, h1, acc); break;
+        case QK_Q4_K: group_q45k(0, grp, s, t, NT, h, h1, acc); break;
+        case QK_Q5_K: group_q45k(1, grp, s, t, NT, h, h1, acc); break;
         case QK_Q6_K: group_q6k(grp, s, t, NT, h, h1, acc); break;
-        case LY_Q8_0: group_q32((q_fmt){LY_Q8_0, Q8_KIND, 512, 0, Q8_OFFSET}, grp, s, t, NT, h, h1, acc); break;
-        case LY_Q4_0: group_q32((q_fmt){LY_Q4_0, K_U4, 256, 0, 8}, grp, s, t, NT, h, h1, acc); break;
+        case LY_Q8_0: group_q32((q_fmt){LY_Q8_0, S8_KIND, 512, 0, 0, S8_OFFSET}, grp, s, t, NT, h, h1, acc); break;
+        case LY_Q4_0: group_q32((q_fmt){LY_Q4_0, K_U4, 256, 0, 0, 8}, grp, s, t, NT, h, h1, acc); break;
+        case LY_Q4_1: group_q32((q_fmt){LY_Q4_1, K_U4, 256, 0, 1, 0}, grp, s, t, NT, h, h1, acc); break;
+        case LY_Q5_0: group_q32((q_fmt){LY_Q5_0, K_U5, 256, 1, 0, 16}, grp, s, t, NT, h, h1, acc); break;
+        case LY_Q5_1: group_q32((q_fmt){LY_Q5_1, K_U5, 256, 1, 1, 0}, grp, s, t, NT, h, h1, acc); break;
+        case LY_IQ4_NL: group_q32((q_fmt){LY_IQ4_NL, S8_KIND, 256, 0, 0, S8_OFFSET}, grp, s, t, NT, h, h1, acc); break;
         }
     }
     store_rows(acc, NT, y + t * ldy, ldy, nrows);
@@ -289,6 +322,11 @@ TILE_X16(q4_0, LY_Q4_0)
 TILE_X16(q8_0, LY_Q8_0)
 TILE_X16(q4k, QK_Q4_K)
 TILE_X16(q6k, QK_Q6_K)
+TILE_X16(q4_1, LY_Q4_1)
+TILE_X16(q5_0, LY_Q5_0)
+TILE_X16(q5_1, LY_Q5_1)
+TILE_X16(iq4_nl, LY_IQ4_NL)
+TILE_X16(q5k, QK_Q5_K)
 
 ly_tile_fn X8_ENTRY(int type) {
     switch (type) {
@@ -296,6 +334,11 @@ ly_tile_fn X8_ENTRY(int type) {
     case LY_Q8_0: return q8_0;
     case QK_Q4_K: return q4k;
     case QK_Q6_K: return q6k;
+    case LY_Q4_1: return q4_1;
+    case LY_Q5_0: return q5_0;
+    case LY_Q5_1: return q5_1;
+    case LY_IQ4_NL: return iq4_nl;
+    case QK_Q5_K: return q5k;
     default: return NULL;
     }
 }
