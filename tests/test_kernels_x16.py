@@ -73,9 +73,10 @@ def test_row_slices(name):
 
 def test_native_paths_repack_by_default():
     """repacked() without force regroups only where the path has x16 tiles of its own"""
-    w = weight("Q4_0", 32, 256, 0)
-    for path in _lib.available():
-        with _lib.using(path):
-            assert w.repacked().x16 == (path != "portable")  # AVX2, AVX-VNNI, AVX-512 tiles
+    for name in TYPES:
+        w = weight(name, 32, 256, 0)
+        for path in _lib.available():
+            with _lib.using(path):
+                assert w.repacked().x16 == (path != "portable"), (name, path)  # AVX2, AVX-VNNI, AVX-512 tiles
     assert weight("Q3_K", 32, 256, 0).repacked(force=True).x16 is False  # no layout for it
     assert weight("Q4_0", 15, 256, 0).repacked(force=True).x16 is False  # under one group
