@@ -5,7 +5,7 @@
  * state. Each ISA's versions are only in units named for it, <topic>_avx2.c, _avxvnni.c, _avx512.c, whose
  * whole body is under #if LY_X86 and whose kernels carry that ISA's target attribute (x86.h); headers
  * with intrinsics (x86.h, avx2.h, avx512.h and the templates q32_x8.h, qk_x8.h, qk_direct.h,
- * qk_unpack.h) are included only there. A unit exports its entries (kernels.h) and may call a lower
+ * qk_unpack.h, x16_x8*.h) are included only there. A unit exports its entries (kernels.h) and may call a lower
  * level's (AVX-512 falls back to AVX2 for few tokens). Only this file says which entry a path runs. */
 #include "kernels.h"
 #if LY_X86
