@@ -1,6 +1,7 @@
 """Builds the C kernels as one shared library loaded with ctypes (no Python C API: ctypes releases the
-GIL during calls). Portable C plus x86 ISA units (AVX2, AVX-VNNI, AVX-512) compiled with target attributes;
-csrc/dispatch.c's kernel table chooses among them at run time. Threads are the platform's (csrc/pool.c),
+GIL during calls). Portable C plus ISA units compiled with target attributes, each only for its
+architecture (x86-64: AVX2, AVX-VNNI, AVX-512; arm64: NEON, dotprod, i8mm); csrc/dispatch.c's kernel table
+chooses among them at run time. GCC or clang (MinGW-w64 on Windows; MSVC cannot build the core). Threads are the platform's (csrc/pool.c),
 no OpenMP: POSIX threads, or Win32's (linked with Synchronization.lib for WaitOnAddress)."""
 import sys
 from glob import glob

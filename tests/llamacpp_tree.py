@@ -1,4 +1,5 @@
-"""llama.cpp's own converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py, their conversion/ and gguf-py/), taken from
+"""llama.cpp's own converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py, their conversion/ and gguf-py/) and its
+server's test suite (tools/server/tests/, with the chat templates it reads from models/templates/), taken from
 the llama.cpp tree inside the llama-cpp-python sdist on PyPI: downloaded once into the test cache, run in a
 subprocess, nothing of it copied into the project. LLAMAY_LLAMACPP_TREE points at an unpacked tree instead."""
 from __future__ import annotations
@@ -12,16 +13,18 @@ import tempfile
 from pathlib import Path
 
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is the llama.cpp under test
-_WANTED = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
+_WANTED = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/", "tools/server/tests/",
+           "models/templates/")
+_CHECK = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "tools/server/tests/utils.py")  # a whole tree has these
 _HERE = Path(__file__).resolve().parent
 
 
 def tree(cache: Path) -> Path:
-    """A directory holding convert_hf_to_gguf.py, conversion/ and gguf-py/ of llama.cpp."""
+    """A directory holding llama.cpp's _WANTED files."""
     if os.environ.get("LLAMAY_LLAMACPP_TREE"):
         return Path(os.environ["LLAMAY_LLAMACPP_TREE"])
     root = cache / f"llama.cpp-from-llama-cpp-python-{VERSION}"
-    if all((root / f).exists() for f in _WANTED if not f.endswith("/")):
+    if all((root / f).exists() for f in _CHECK):
         return root
     shutil.rmtree(root, ignore_errors=True)  # a cache from before a file was wanted
     cache.mkdir(parents=True, exist_ok=True)

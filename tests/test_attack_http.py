@@ -109,13 +109,18 @@ def test_preflight_is_answered_for_allowed_origins_only(registry):
              "access-control-request-headers": "authorization, content-type, x-stainless-os, anthropic-version",
              "access-control-request-private-network": "true"}
     r = c.options("/v1/chat/completions", headers={"origin": "https://ui.example.com", **asked})
-    assert r.status_code == 204  # no key needed: browsers never send one on a preflight
+    assert r.status_code == 200  # no key needed: browsers never send one on a preflight
     assert r.headers["access-control-allow-origin"] == "https://ui.example.com"
     assert "POST" in r.headers["access-control-allow-methods"]
     assert r.headers["access-control-allow-headers"] == asked["access-control-request-headers"]
     assert r.headers["access-control-allow-private-network"] == "true"
-    r = c.options("/v1/chat/completions", headers={"origin": EVIL, **asked})
-    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+    r = c.options("/v1/chat/completions", headers={"origin": EVIL, **asked})  # llama-server's: 200, no CORS
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    assert c.post("/v1/chat/completions", headers={"origin": EVIL}, json={}).status_code == 403
+    local = client(registry, origins=("localhost",))  # llama-server's --cors-origins localhost: loopback pages
+    for origin, ok in (("http://127.0.0.1:3000", True), ("http://[::1]", True), ("http://localhost.evil.com", False)):
+        r = local.options("/v1/chat/completions", headers={"origin": origin, **asked})
+        assert (r.headers.get("access-control-allow-origin") == origin) == ok, origin
 
 
 def test_same_origin_and_app_pages_are_allowed_other_local_ports_not(registry):

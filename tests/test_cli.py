@@ -54,8 +54,9 @@ def test_tokenize_command_prints_ids(capsys, smollm_path):
 
 @pytest.mark.model
 def test_console_script_chat_reads_stdin(smollm_path):
+    """--interactive: the chat reads a pipe's lines (without it, piped input is one message)."""
     proc = subprocess.run([sys.executable, "-m", "llamay.cli.main", "run", "-m", str(smollm_path), "-n", "4",
-                           "--temp", "0"], input="Hi\n\n", capture_output=True, text=True, timeout=120)
+                           "--temp", "0", "--interactive"], input="Hi\n\n", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Chat with the model" in proc.stderr and len(proc.stdout.strip()) > 0
 

@@ -218,8 +218,9 @@ def test_a_loaded_chat_continues_without_prefilling_it_again(session, smollm_pat
 
 @pytest.mark.model
 def test_piped_lines_are_messages_and_bye_ends_them(smollm_path, home):
+    """--interactive: a pipe's lines are the chat's (without it, the whole input is one message)."""
     proc = subprocess.run([sys.executable, "-m", "llamay.cli.main", "run", "-m", str(smollm_path), "--temp", "0",
-                           "-n", "4", "--verbose"], input="Hi\n\n/load nothere\n/bye\nNot sent\n", capture_output=True,
+                           "-n", "4", "--verbose", "--interactive"], input="Hi\n\n/load nothere\n/bye\nNot sent\n", capture_output=True,
                           text=True, timeout=60, env={**os.environ, "LLAMAY_HOME": str(home)})
     assert proc.returncode == 0, proc.stderr
     assert len(TIMINGS.findall(proc.stderr)) == 1 and PROMPT not in proc.stdout and proc.stdout.strip()

@@ -113,7 +113,7 @@ def test_bench_embed_and_cache_name_the_model(capsys, stored, smollm_path, tmp_p
 @pytest.mark.model
 def test_chat_show_names_the_model(stored, home):
     env = {**os.environ, "LLAMAY_HOME": str(home), "OLLAMA_MODELS": os.environ["OLLAMA_MODELS"]}
-    r = subprocess.run([sys.executable, "-m", "llamay.cli.main", "run", stored], input="/show\n", env=env,
+    r = subprocess.run([sys.executable, "-m", "llamay.cli.main", "run", stored, "--interactive"], input="/show\n", env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"model: {stored}\n" in r.stderr and "blobs" not in r.stderr
@@ -195,3 +195,37 @@ def test_an_offline_pull_is_one_line(capsys, home, monkeypatch, variable, value,
 def test_readme_context_ids_are_not_made_up():
     text = " ".join(p.read_text(encoding="utf-8") for p in DOCS)
     assert not re.search(r"\bctx_\d\b", text)
+
+
+# 1b. piped standard input (Ollama's `echo "why is the sky blue" | ollama run MODEL`)
+
+def _run_piped(argv: list[str], stdin: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llamay.cli.main", "run", *argv], input=stdin, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.model
+def test_piped_input_is_one_message_answered_once(capsys, smollm_path):
+    """The whole input, several lines, is one message (not a chat of two turns), answered once; with PROMPT,
+    Ollama's order: the input, a space, PROMPT."""
+    question = "Why is the sky blue?\nAnswer in one word.\n"
+    piped = _run_piped([DEFAULT_NAME, "-n", "8", "--temp", "0"], question)
+    assert piped.returncode == 0, piped.stderr
+    assert "Chat with the model" not in piped.stderr
+    assert main(["run", DEFAULT_NAME, question, "-n", "8", "--temp", "0"]) == 0  # pytest's stdin: not piped
+    assert piped.stdout == capsys.readouterr().out and piped.stdout.strip()
+    both = _run_piped([DEFAULT_NAME, "Summarize it.", "-n", "8", "--temp", "0"], "The sky is blue.\n")
+    assert both.returncode == 0, both.stderr
+    assert main(["run", DEFAULT_NAME, "The sky is blue.\n Summarize it.", "-n", "8", "--temp", "0"]) == 0
+    assert both.stdout == capsys.readouterr().out
+    raw = _run_piped([DEFAULT_NAME, "-p", "The capital of France is", "-n", "3", "--temp", "0"], "ignored")
+    assert main(["run", DEFAULT_NAME, "-p", "The capital of France is", "-n", "3", "--temp", "0"]) == 0
+    assert raw.stdout == capsys.readouterr().out  # -p names the prompt: stdin is not read
+
+
+def test_empty_piped_input_and_interactive_with_a_prompt_are_one_line_errors(capsys, monkeypatch):
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert "standard input is empty" in one_line_error(capsys, ["run", "a:1"])
+    err = one_line_error(capsys, ["run", "a:1", "hi", "--interactive"])
+    assert "--interactive is a chat: give it no PROMPT, -p or -f" in err

@@ -132,3 +132,25 @@ def test_kill_9_while_writing_leaves_a_tier_that_opens_and_reads_true(tmp_path):
             assert tier.read(ks[:n], views(out)) == n, (attempt, i)
             assert all(int(b[0]) == (i + j) % 256 for j, p in enumerate(out) for b in p)
     assert tier.n_pages > 0
+
+
+def test_pool_prefault_keeps_bytes_and_page_buffers_order():
+    """PagePool.prefault backs the first pages without changing a byte (pages already written keep theirs,
+    on a kernel without MADV_POPULATE_WRITE it says so and does nothing); page_buffers is K then V of each
+    layer in turn, views of the pool's own memory."""
+    import platform
+
+    from llamay.kv.pool import KV_TYPES, PagePool
+    pool = PagePool(3, 8, 4, 2, 32, KV_TYPES["f16"])
+    rng = np.random.default_rng(5)
+    for a in pool.k + pool.v:
+        a[: 4 * 4] = rng.integers(0, 256, a[: 4 * 4].shape, np.uint8)
+    before = [a.copy() for a in pool.k + pool.v]
+    ok = pool.prefault(6)
+    assert ok or platform.system() != "Linux" or tuple(map(int, platform.release().split(".")[:2])) < (5, 14)
+    assert all(np.array_equal(a, b) for a, b in zip(pool.k + pool.v, before))
+    bufs = pool.page_buffers(2)
+    order = [a for kv in zip(pool.k, pool.v) for a in kv]
+    assert [bytes(b) for b in bufs] == [a[8:12].tobytes() for a in order]
+    bufs[3][:] = b"\x07" * len(bufs[3])
+    assert (pool.v[1][8:12] == 7).all()

@@ -107,7 +107,17 @@ OFF = [("mirostat", 0), ("typical_p", 1.0), ("top_n_sigma", -1.0), ("dynatemp_ra
        ("post_sampling_probs", False), ("timings_per_token", False), ("return_progress", False)]
 ON = [("mirostat", 2), ("typical_p", 0.9), ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("xtc_probability", 0.5),
       ("dry_multiplier", 0.8), ("min_keep", 5), ("n_indent", 4), ("t_max_predict_ms", 100), ("adaptive_target", 0.5),
-      ("post_sampling_probs", True), ("timings_per_token", True), ("return_progress", True)]
+      ("post_sampling_probs", True), ("return_progress", True)]
+
+
+def test_timings_per_token_is_accepted_and_typed():
+    """llama-server's timings_per_token: taken either way (the last chunk carries `timings`); not a boolean: 400."""
+    for value in (True, False):
+        assert proto.parse_completion({"prompt": "a", "timings_per_token": value})[0].prompt == "a"
+        assert parse_chat({"messages": [{"role": "user", "content": "a"}], "timings_per_token": value}).messages
+    with pytest.raises(ProtocolError) as e:
+        proto.parse_completion({"prompt": "a", "timings_per_token": "yes"})
+    assert e.value.status == 400 and e.value.param == "timings_per_token"
 
 
 def test_per_request_lora_ids_and_scales():
@@ -265,7 +275,8 @@ def test_slot_actions():
 
 def test_error_bodies():
     err = ProtocolError(400, "too long", "context_length", "messages", {"n_prompt_tokens": 9, "n_ctx": 8})
-    assert proto.error_body(err) == {"error": {"code": 400, "message": "too long", "type": "exceed_context_size_error",
+    message = "the request exceeds the available context size, try increasing it: too long"  # llama-server's start
+    assert proto.error_body(err) == {"error": {"code": 400, "message": message, "type": "exceed_context_size_error",
                                                "n_prompt_tokens": 9, "n_ctx": 8}}
     assert openai_error_body(err) == {"error": {"message": "too long", "type": "exceed_context_size_error",
                                                 "param": "messages", "code": "context_length_exceeded",
@@ -276,8 +287,10 @@ def test_error_bodies():
 def test_timings():
     assert timings_body(USAGE) == {"cache_n": 2, "prompt_n": 4, "prompt_ms": 8.0, "prompt_per_token_ms": 2.0,
                                    "prompt_per_second": 500.0, "predicted_n": 3, "predicted_ms": 6.0,
-                                   "predicted_per_token_ms": 2.0, "predicted_per_second": 500.0}
+                                   "predicted_per_token_ms": 3.0, "predicted_per_second": 2e3 / 6.0}  # 2 steps
     assert timings_body(Usage(prompt_tokens=1))["predicted_per_second"] == 0.0
+    one = timings_body(Usage(prompt_tokens=1, completion_tokens=1, eval_ns=5))  # from the prompt's logits
+    assert (one["predicted_per_second"], one["predicted_per_token_ms"]) == (0.0, 0.0)
 
 
 def _view() -> proto.ModelView:
@@ -446,6 +459,30 @@ def test_server_defaults_fill_only_what_the_request_left_to_its_api():
     assert ollama.run_sampling() == Sampling(temperature=0.1, top_k=40, seed=9)
 
 
+def test_reasoning_flag_is_enable_thinking_unless_the_request_sets_it():
+    """serve --reasoning on|auto|off: the templates' enable_thinking true/false; chat_template_kwargs win."""
+    for flag in (True, False):
+        req = with_server_defaults(parse_chat({"messages": ASK}), Settings(enable_thinking=flag))
+        assert req.chat.template_kwargs == {"enable_thinking": flag}
+    kwargs = {"chat_template_kwargs": {"enable_thinking": True, "x": 1}}
+    req = with_server_defaults(parse_chat({"messages": ASK, **kwargs}), Settings(enable_thinking=False))
+    assert req.chat.template_kwargs == {"enable_thinking": True, "x": 1}
+    assert with_server_defaults(parse_chat({"messages": ASK}), Settings()).chat.template_kwargs == {}
+
+
+def test_templates_get_todays_date_and_firefunction_its_functions():
+    """As llama.cpp: date_string (Llama 3.x's templates) always; datetime and the tools' JSON for a template
+    that calls with functools[ (firefunction v2)."""
+    from datetime import datetime
+    from llamay.server.render import dated_context
+    now = datetime(2025, 3, 4, 5, 6, 7)
+    assert dated_context("{{ date_string }}", None, now) == {"date_string": "04 Mar 2025"}
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    fire = dated_context("functools[", tools, now)
+    assert fire["datetime"] == "Mar 04 2025 05:06:07 GMT" and json.loads(fire["functions"]) == tools
+    assert dated_context("functools[", None, now)["functions"] == ""
+
+
 def test_slots_are_chosen_by_the_longest_shared_prefix():
     """An idle slot whose tokens share the longest prefix with the prompt, then the least recently used;
     id_slot pins; all busy: the same choice among all."""
@@ -463,3 +500,21 @@ def test_slots_are_chosen_by_the_longest_shared_prefix():
     assert table.take("m", [5], 2).id == 2  # pinned, busy or not
     with pytest.raises(ProtocolError):
         table.take("m", [5], 3)
+
+
+def test_verbose_and_prefill_in_the_chat_request():
+    """`verbose` taken as sent (None: serve -v's); a last assistant message is a prefill unless
+    continue_final_message is false; two at the end, or continue_final_message with add_generation_prompt: 400."""
+    hi = [{"role": "user", "content": "a"}]
+    for value in (True, False, None):
+        body = {"messages": hi} if value is None else {"messages": hi, "verbose": value}
+        assert parse_chat(body).llama.verbose is value
+    prefill = [*hi, {"role": "assistant", "content": "b"}]
+    assert parse_chat({"messages": prefill}).chat.continue_final
+    assert not parse_chat({"messages": prefill, "continue_final_message": False}).chat.continue_final
+    assert not parse_chat({"messages": hi, "continue_final_message": True}).chat.continue_final
+    for bad in ({"messages": hi, "verbose": "yes"}, {"messages": [*prefill, {"role": "assistant", "content": "c"}]},
+                {"messages": prefill, "continue_final_message": True, "add_generation_prompt": True}):
+        with pytest.raises(ProtocolError) as e:
+            parse_chat(bad)
+        assert e.value.status == 400

@@ -31,7 +31,8 @@ def guide() -> list[str]:
 
 def run_block(block: str, cwd: Path, env: dict, timeout: float = 600) -> str:
     script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + block
-    done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)  # as a script's: piped input is run's message (Ollama's rule)
     assert done.returncode == 0, f"{block}\n--- exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 

@@ -17,8 +17,10 @@ import llamay
 from llamay.chat.template import CHATML_SOURCE
 from llamay.cli import serve_llamacpp
 from llamay.cli.common import CLIError
+from llamay.chat import ChatTemplate
 from llamay.cli.main import build_parser
 from llamay.gguf import GGUFReader, GGUFWriter
+from llamay.server.routes_gate import Routes
 
 pytestmark = pytest.mark.model
 HTTP = httpx.Client(timeout=120)
@@ -90,10 +92,10 @@ def slot_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def flagged(fim_model, slot_dir):
-    """llama-server's flags: sampling defaults, a built-in template, per-token pooling, slot files."""
+    """llama-server's flags: sampling defaults, a built-in template, per-token pooling, slot files, -v."""
     srv = LiveServer(["-m", str(fim_model), "--threads", "2", "-c", "2048", "--concurrency", "2", "--jinja",
                       "--slot-save-path", str(slot_dir), "--temp", "0", "-n", "8", "--seed", "5",
-                      "--chat-template", "chatml", "--pooling", "none"])
+                      "--chat-template", "chatml", "--pooling", "none", "-v"])
     yield srv.url
     srv.stop()
 
@@ -246,6 +248,8 @@ def test_apply_template_is_what_chat_generates_from(url, model):
     assert complete(url, prompt=text, n_predict=8, temperature=0)["content"] == chat["choices"][0]["message"]["content"]
     bare = post(url, "/apply-template", messages=HI, add_generation_prompt=False)["prompt"]
     assert bare + "<|im_start|>assistant\n" == text  # SmolLM2's template opens the assistant's turn so
+    for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):  # llama-server's count
+        assert post(url, path, messages=HI) == {"input_tokens": len(tokens(url, text))}
 
 
 def test_props_and_slots(url, smollm_path):
@@ -319,6 +323,7 @@ def test_server_defaults_template_and_pooling_flags(flagged, url):
     assert mine["generation_settings"]["seed"] == 5
     text = post(flagged, "/apply-template", messages=HI)["prompt"]
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert post(flagged, "/v1/chat/completions/input_tokens", messages=HI)["input_tokens"] == len(tokens(url, text))
     chat = post(flagged, "/v1/chat/completions", messages=HI)
     assert chat["choices"][0]["message"]["content"] == complete(url, prompt=text, n_predict=8, temperature=0)["content"]
     rows = post(flagged, "/embeddings", content="Hello world")[0]["embedding"]
@@ -384,13 +389,95 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
                  "--chat-template-file", str(template), "--reasoning-format", "deepseek", "--pooling", "mean",
                  "--slot-save-path", str(tmp_path))
     assert got == {"sampling": {"temperature": 0.3, "top_k": 5, "top_p": 0.9, "min_p": 0.1}, "n_predict": None,
-                   "chat_template": template.read_text(), "reasoning_format": "deepseek", "pooling": "mean",
-                   "slot_save_path": str(tmp_path)}
+                   "chat_template": template.read_text(), "reasoning_format": "deepseek", "enable_thinking": None,
+                   "pooling": "mean",
+                   "slot_save_path": str(tmp_path), "routes": Routes(), "tags": (), "verbose": False}
+    assert parsed("-v")["verbose"] is True and parsed("--verbose")["verbose"] is True
+    gated = parsed("--no-slots", "--no-metrics", "--no-ui", "--tags", "chat, fim,", "--no-jinja")
+    assert (gated["routes"], gated["tags"]) == (Routes(slots=False, metrics=False, ui=False), ("chat", "fim"))
+    assert [parsed(*a)["enable_thinking"] for a in (["-rea", "on"], ["--reasoning", "auto"], ["--reasoning", "off"])] \
+        == [True, True, False]
+    command_r = ChatTemplate(parsed("--chat-template", "command-r")["chat_template"])  # llama.cpp's built-in names
+    assert command_r.render([{"role": "user", "content": " Hi "}]) \
+        == "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+    assert ChatTemplate(parsed("--chat-template", "llama3")["chat_template"]).render(HI, add_generation_prompt=False) \
+        == "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
     assert parsed()["sampling"] == {} and parsed("--chat-template", "{{ 'x' }}")["chat_template"] == "{{ 'x' }}"
-    for argv in (["--no-jinja"], ["--chat-template", "llama3"], ["--slot-save-path", str(tmp_path / "no")],
+    for argv in (["--context-shift"], ["--chat-template", "llama9"], ["--slot-save-path", str(tmp_path / "no")],
                  ["--chat-template", "chatml", "--chat-template-file", str(template)], ["--chat-template", "{% if %}"]):
         with pytest.raises(CLIError):
             parsed(*argv)
-    for argv in (["--top-p", "2"], ["--temp", "-1"], ["-n", "-2"], ["--pooling", "max"]):
+    for argv in (["--top-p", "2"], ["--temp", "-1"], ["-n", "-2"], ["--pooling", "max"], ["--reasoning", "yes"]):
         with pytest.raises(SystemExit):
             parsed(*argv)
+
+
+# ---- __verbose, prefill, embeddings in the metrics ----------------------------------------------------------
+
+def test_verbose_is_the_raw_result_of_the_rendered_prompt(url, model, flagged):
+    """llama-server's `verbose` (and -v): the chat result carries `__verbose`, the /completion result of the
+    prompt the template rendered; the stream's last chunk carries it too."""
+    messages = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
+    body = {"model": model, "messages": messages, "max_tokens": 4, "temperature": 0}
+    text = post(url, "/apply-template", messages=messages)["prompt"]
+    chat = post(url, "/v1/chat/completions", **body, verbose=True)
+    raw = chat["__verbose"]
+    assert raw["prompt"] == text and raw["content"] == chat["choices"][0]["message"]["content"]
+    assert (raw["tokens_evaluated"], raw["tokens_predicted"]) == (chat["usage"]["prompt_tokens"], 4)
+    assert raw["content"] == complete(url, prompt=text, n_predict=4, temperature=0)["content"]
+    assert "__verbose" not in post(url, "/v1/chat/completions", **body, verbose=False)
+    assert "__verbose" not in post(url, "/v1/chat/completions", **body)
+    r = HTTP.post(url + "/v1/chat/completions", json={**body, "verbose": True, "stream": True})
+    chunks = [json.loads(b[len("data: "):]) for b in r.text.split("\n\n") if b.startswith("data: {")]
+    assert [("__verbose" in c) for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert chunks[-1]["__verbose"]["prompt"] == text and chunks[-1]["__verbose"]["content"] == raw["content"]
+    assert "__verbose" in post(flagged, "/v1/chat/completions", messages=messages)  # serve -v
+    assert "__verbose" not in post(flagged, "/v1/chat/completions", messages=messages, verbose=False)
+
+
+def test_a_last_assistant_message_is_a_prefill(url, model):
+    """As llama-server: the reply continues the last assistant message, rendered unclosed after the
+    generation prompt (vLLM's continue_final_message says the same); two assistant messages at the end, or
+    continue_final_message with add_generation_prompt, are a 400."""
+    prefill = [*HI, {"role": "assistant", "content": "The capital"}]
+    body = {"model": model, "max_tokens": 4, "temperature": 0, "verbose": True}
+    text = post(url, "/apply-template", messages=HI)["prompt"] + "The capital"
+    for extra in ({}, {"continue_final_message": True, "add_generation_prompt": False}):
+        chat = post(url, "/v1/chat/completions", messages=prefill, **body, **extra)
+        assert chat["__verbose"]["prompt"] == text
+        assert chat["choices"][0]["message"]["content"] == complete(url, prompt=text, n_predict=4,
+                                                                    temperature=0)["content"]
+    closed = post(url, "/v1/chat/completions", messages=prefill, **body, continue_final_message=False)
+    assert closed["__verbose"]["prompt"].endswith("The capital<|im_end|>\n<|im_start|>assistant\n")
+    for bad in ({"messages": [*prefill, {"role": "assistant", "content": "again"}]},
+                {"messages": prefill, "continue_final_message": True, "add_generation_prompt": True}):
+        r = HTTP.post(url + "/v1/chat/completions", json={"model": model, **bad})
+        assert r.status_code == 400 and "error" in r.json(), r.text
+
+
+def _llamacpp_metrics(url: str) -> dict[str, float]:
+    lines = HTTP.get(url + "/metrics").text.splitlines()
+    return {k: float(v) for k, v in (line.split(" ") for line in lines if line.startswith("llamacpp:"))}
+
+
+def test_embeddings_of_empty_text_and_in_the_llamacpp_metrics(fixtures_dir, url):
+    """An empty input is embedded where the model adds special tokens (BERT's [CLS] [SEP]), as llama-server
+    does, and a 400 where it adds none (SmolLM2); embedded tokens and passes count in the llamacpp: metrics."""
+    srv = LiveServer(["-m", str(fixtures_dir / "models" / "all-minilm-l6-v2-f16.gguf"), "--threads", "2"])
+    try:
+        before = _llamacpp_metrics(srv.url)
+        out = post(srv.url, "/v1/embeddings", input=["", "hello world", "goodbye world"])
+        assert len(out["data"]) == 3 and len(out["data"][0]["embedding"]) == 384
+        after = _llamacpp_metrics(srv.url)
+        n = out["usage"]["prompt_tokens"]
+        assert n == 2 + 4 + 4  # [CLS] [SEP] around each text's tokens
+        assert after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] == n
+        assert after["llamacpp:n_decode_total"] - before["llamacpp:n_decode_total"] == 1  # one batch
+        assert after["llamacpp:tokens_predicted_total"] == before["llamacpp:tokens_predicted_total"] == 0
+    finally:
+        srv.stop()
+    error = llama_error(HTTP.post(url + "/embedding", json={"content": ""}), 400, "invalid_request_error")
+    assert "no tokens" in error["message"]
+    error = llama_error(HTTP.post(url + "/embedding", json={"content": "hello " * 2100}), 400,
+                        "exceed_context_size_error")
+    assert "input is too large to process" in error["message"]  # what llama-server's says, which clients match

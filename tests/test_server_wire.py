@@ -317,8 +317,8 @@ def parse_metrics(resp: httpx.Response) -> dict[str, tuple[str, float]]:
             assert match[1] in types  # TYPE came first
             values[match[1]] = float(match[3])
     for name, kind in types.items():
-        if kind == "counter":
-            assert name.endswith("_total") and values[name] >= 0
+        if kind == "counter":  # llama-server declares its n_tokens_max (a maximum) a counter; clients expect it
+            assert (name.endswith("_total") or name == "llamacpp:n_tokens_max") and values[name] >= 0
     return {name: (types[name], value) for name, value in values.items()}
 
 

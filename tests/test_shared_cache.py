@@ -60,3 +60,30 @@ def test_a_server_gone_away_costs_misses_only(tiny_pair):
     "".join(llm.generate(prompt(100, 4), max_tokens=4, temperature=0))
     assert llm.stats.prompt_tokens == 100 and llm.stats.finish_reason in ("length", "stop")  # answered
     assert shared.errors == 1  # backing off: no lookup tried (and waited on) the absent server
+
+
+def pages(n: int, page_bytes: int, seed: int) -> list[list[memoryview]]:
+    """n pages, each two buffers (as a pool's K and V) of random bytes."""
+    rng = np.random.default_rng(seed)
+    return [[memoryview(rng.integers(0, 256, page_bytes // 2, np.uint8)) for _ in range(2)] for _ in range(n)]
+
+
+def test_runs_read_straight_into_buffers_and_the_connection_stays_in_step(redis_url):
+    """A missing page or a value of the wrong length ends a run; the reply's rest is consumed, so the next
+    read on the same pooled connection gets its own values, == the pages written (RESP2 and RESP3)."""
+    from llamay.kv.shared import PREFIX, SharedTier
+    url, client, _ = redis_url
+    for protocol in (2, 3):
+        tier = SharedTier(f"{url}?protocol={protocol}", 4096)
+        keys = [bytes([protocol, i]) * 8 for i in range(6)]
+        want = pages(6, 4096, protocol)
+        tier.write(keys, want)
+        client.delete(PREFIX + keys[2])
+        client.set(PREFIX + keys[4], b"short")
+        got = pages(6, 4096, 99)
+        assert tier.read(keys, got) == 2
+        assert [[bytes(b) for b in p] for p in got[:2]] == [[bytes(b) for b in p] for p in want[:2]]
+        assert tier.read(keys[3:4], got[3:4]) == 1 and [bytes(b) for b in got[3]] == [bytes(b) for b in want[3]]
+        assert tier.read(keys[4:], got[4:]) == 0 and tier.dropped == 1
+        assert tier.read(keys[5:], got[5:]) == 1 and [bytes(b) for b in got[5]] == [bytes(b) for b in want[5]]
+        assert tier.errors == 0

@@ -165,21 +165,78 @@ def test_a_conversation_whose_context_was_freed_goes_on(studio, page):
 
 
 
-def test_a_stopped_answer_is_kept_and_the_chat_goes_on(studio, page):
+def test_a_stopped_answer_is_kept_marked_and_sent_on(studio, page):
+    """As llama-server's web UI does: a reply the user stopped stays as far as it got, and the next message
+    sends it with the rest; here it is also marked "stopped" in its header, after a reload too."""
     page.click("button:has-text('New chat')")
     page.fill("#set-max_tokens", "400")
     page.fill("#prompt", "Tell me everything you know about the history of Rome.")
     page.click("#send")
     page.wait_for_function("() => (document.querySelector('.msg.assistant .md') || {}).textContent?.length > 20")
     page.click("#stop")
-    page.wait_for_selector(".msg.assistant :text('stopped')")
+    page.wait_for_selector(".msg.assistant.stopped .who .badge.stopped")
+    assert "the rest was not generated" in page.inner_text(".msg.assistant [data-stopped]")
     assert page.locator(".msg.assistant [data-figures]").count() == 0
     page.fill("#set-max_tokens", "16")
     page.fill("#prompt", "Thanks. Now in one sentence?")
-    page.click("#send")
+    with page.expect_request(lambda r: r.url.endswith("/studio/api/contexts") and r.method == "POST") as request:
+        page.click("#send")
+    sent = request.value.post_data_json["messages"]
     page.wait_for_function("() => document.querySelectorAll('.msg.assistant [data-figures]').length == 1")
     assert page.locator(".msg .error").count() == 0
     assert page.locator(".msg").count() == 4
+    cid = page.get_attribute("#conversations .conv.active", "data-conversation")
+    stored = httpx.get(f"{studio.url}/studio/api/conversations/{cid}").json()["nodes"].values()
+    partial = next(n for n in stored if n.get("stopped"))
+    assert partial["content"].strip()  # (shown as markdown: its text is not the page's text)
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"] and sent[1]["content"] == partial["content"]
+    page.reload()
+    page.click(f"#conversations [data-conversation='{cid}']")
+    page.wait_for_selector(".msg.assistant.stopped .who .badge.stopped")
+    assert page.locator(".msg.assistant .badge.stopped").count() == 1  # the finished reply is not marked
+
+
+def long_conversation(model: str, n_turns: int) -> dict:
+    """A stored conversation as the page writes one, n_turns user/assistant pairs of several lines each."""
+    nodes, parent = {}, None
+    for i in range(2 * n_turns):
+        nid = f"n{i}"
+        role = "user" if i % 2 == 0 else "assistant"
+        nodes[nid] = {"id": nid, "t": i, "parent": parent, "role": role, "content": f"{role} line {i}\n" * 6}
+        parent = nid
+    return {"id": "long", "title": "A long conversation", "model": model, "system": "",
+            "settings": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 8, "top_k": 40, "min_p": 0.05,
+                         "repeat_penalty": 1, "seed": "", "schema": ""}, "nodes": nodes, "leaf": parent, "heads": {}}
+
+
+# The page's scroll state: the document's, the message pane's, and where the composer and sidebar are.
+LAYOUT = """() => { const m = document.getElementById('messages'), r = (s) => document.querySelector(s)
+  .getBoundingClientRect(); return { page: document.scrollingElement.scrollHeight, view: innerHeight,
+  scrollY: scrollY, paneHeight: m.scrollHeight, paneShown: m.clientHeight, paneTop: m.scrollTop,
+  prompt: r('#prompt').bottom, send: r('#send').bottom, sidebar: r('#conversations').top }; }"""
+
+
+def test_the_message_pane_scrolls_and_the_composer_and_sidebar_stay(studio, page):
+    model = httpx.get(studio.url + "/api/tags").json()["models"][0]["name"]
+    r = httpx.put(f"{studio.url}/studio/api/conversations/long", json=long_conversation(model, 20))
+    assert r.status_code == 200, r.text
+    page.goto(studio.url + "/studio#chat")
+    page.reload()
+    page.click("#conversations [data-conversation='long']")
+    page.wait_for_function("() => document.querySelectorAll('.msg').length == 40")
+    page.mouse.wheel(0, 5000)  # over the page: only the pane under the pointer may move
+    page.evaluate("() => window.scrollTo(0, 5000)")
+    at = page.evaluate(LAYOUT)
+    assert at["page"] <= at["view"] and at["scrollY"] == 0  # the document does not scroll
+    assert at["paneHeight"] > 2 * at["paneShown"]  # the messages overflow their pane, which scrolls them
+    assert at["paneTop"] + at["paneShown"] >= at["paneHeight"] - 2  # opened at the newest message
+    assert at["send"] <= at["view"] and at["prompt"] <= at["view"]  # the composer is on screen
+    page.evaluate("() => { document.getElementById('messages').scrollTop = 0; }")
+    top = page.evaluate(LAYOUT)
+    assert top["paneTop"] == 0 and (top["send"], top["sidebar"]) == (at["send"], at["sidebar"])
+    assert page.locator(".msg").first.is_visible()
+    shoot(page, "scroll")
+    assert httpx.delete(f"{studio.url}/studio/api/conversations/long").status_code == 200
 
 
 def test_the_schema_box_makes_the_answer_follow_it(studio, page):
@@ -299,9 +356,32 @@ def test_the_contexts_buttons_fork_and_delete(studio, page):
     page.wait_for_selector(f"[data-context='{kid}']", state="detached")
     assert httpx.get(f"{studio.url}/v1/contexts/{kid}").status_code == 404
 
+PLOT_UNITS = {"tps": "tok/s", "queue": "requests", "pages": "pages", "hit": "%"}
+
+
 def test_the_server_view_plots_the_metrics(studio, page):
+    for tail in ("first", "second"):  # the second prompt shares the first's prefix: cached tokens
+        httpx.post(studio.url + "/v1/completions", json={"prompt": "A shared prefix for the cached share of recent "
+                                                         "prompts, long enough to fill a page or two, " + tail,
+                                                         "max_tokens": 2}, timeout=60)
+    metrics = {line.split()[0]: float(line.split()[1]) for line in httpx.get(studio.url + "/metrics").text.splitlines()
+               if line.startswith("llamay_recent_prompt")}
+    prompt, hit = int(metrics["llamay_recent_prompt_tokens"]), int(metrics["llamay_recent_prompt_cache_hit_tokens"])
+    assert 0 < hit < prompt
     page.goto(studio.url + "/studio#server")
+    page.reload()  # the page opens on the Server tab: nothing sampled before
     page.wait_for_function("() => document.querySelector('#plot-pages .value').textContent.includes('pages')")
+    # at page open: the recent prompts' cached share, not a rate over a window with no prompt in it
+    label = page.inner_text("#plot-hit .value")
+    assert label.endswith("% cached") and label != "0% cached", label
+    assert page.inner_text("#plot-hit .detail").startswith(f"{hit} of {prompt} prompt tokens")
+    for name, unit in PLOT_UNITS.items():  # axes with units, and the value at page open already plotted
+        plot = page.locator(f"#plot-{name} svg")
+        assert plot.locator(".axis-y .unit").text_content() == unit  # (SVG text: no inner_text)
+        assert plot.locator(".axis-x .unit").text_content() == "time (minutes ago)"
+        assert {"-3 min", "now"} <= set(plot.locator(".axis-x text").all_text_contents())
+        assert plot.locator(".point").count() == 1, name
+    assert page.locator("#plot-hit .axis-y text").all_text_contents()[-2] == "100"  # the top tick: 100 %
     httpx.post(studio.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 8}, timeout=60)
     page.wait_for_function("() => document.querySelector('#plot-tps .value').textContent != '0.0 tok/s'", timeout=10_000)
     totals = page.inner_text("#server-totals")

@@ -128,3 +128,21 @@ def test_a_fork_of_too_many_frees_nothing(http, model):
     r = http.post(f"/studio/api/contexts/{parent}/fork", params={"n": 100000})
     assert r.status_code == 400, r.text
     assert {c["id"] for c in ok(http.get("/studio/api/contexts"))["data"] if c["owner"] == "studio"} == held
+
+
+def test_metrics_carry_the_cached_share_of_recent_prompts():
+    """The Studio's cached share at page open: sums over the last RECENT generations, older ones dropped."""
+    from llamay.events import Usage
+    from llamay.server.metrics import RECENT, Metrics
+
+    class NoModels:
+        loaded: dict = {}  # noqa: RUF012 (the registry's shape, read only)
+
+    m = Metrics()
+    for i in range(RECENT + 5):
+        m.count(Usage(prompt_tokens=100, cached_tokens=0 if i < 5 else 90, completion_tokens=1))
+    text = m.render(NoModels())
+    assert f"llamay_recent_prompt_tokens {100 * RECENT}\n" in text
+    assert f"llamay_recent_prompt_cache_hit_tokens {90 * RECENT}\n" in text  # the 5 uncached ones have left
+    assert f"llamay_prompt_cache_hit_tokens_total {90 * RECENT}\n" in text
+    assert "# TYPE llamay_recent_prompt_tokens gauge" in text

@@ -22,6 +22,10 @@ def matrices(llm) -> list:
     return [w for layer in d.layers for w in vars(layer).values() if isinstance(w, QWeight)] + [d.output[0]]
 
 
+def regrouped(llm) -> int:
+    return sum(w.x16 for w in matrices(llm))
+
+
 @pytest.mark.parametrize("model", ["smollm_path", "gemma_path"])
 def test_same_bits_with_and_without_regrouping(model, request, forced):
     path = request.getfixturevalue(model)
@@ -34,3 +38,20 @@ def test_same_bits_with_and_without_regrouping(model, request, forced):
         assert np.array_equal(got, want), kernels
     step = [llm.eval_last(ids[:i]) for i in (1, 2, 3)]  # decode steps reuse the cached prefix
     assert all(np.array_equal(s, want[i - 1]) for s, i in zip(step, (1, 2, 3)))
+
+
+def test_regrouped_file_pages_leave_resident_memory(gemma_path, monkeypatch):
+    """the copied matrices' mapped pages are given back (the copy is what runs); the others stay mapped
+    (every matrix of the file has an x16 layout: its Q5_0 ones are kept in the GGML layout here)"""
+    real = QWeight.repacked
+    monkeypatch.setattr(QWeight, "repacked", lambda self, n_threads=None, force=False:
+                        self if self.qtype.name == "Q5_0" else real(self, n_threads, force))
+    llm = llamay.load(gemma_path, n_ctx=256)
+    if not regrouped(llm):
+        pytest.skip("this CPU's path has no x16 tiles: nothing was copied")
+    reader = llamay.gguf.GGUFReader(gemma_path)
+    kept = [w for layer in llm.decoder.layers for w in vars(layer).values() if isinstance(w, QWeight) and not w.x16]
+    assert kept and not any(w.x16 for w in kept)
+    ids = list(range(2, 20))
+    assert np.array_equal(llm.logits(ids), llamay.load(gemma_path, repack=False, n_ctx=256).logits(ids))
+    del reader

@@ -6,10 +6,12 @@ from pathlib import Path
 
 def kernels_path() -> str:
     """LLAMAY_KERNELS: 'auto' (default: the best path the CPU runs), or force 'portable' (plain C), 'avx2',
-    'avxvnni' (AVX2 with AVX-VNNI) or 'avx512' (F/BW/VL + VNNI). Every path gives bit-identical results."""
+    'avxvnni' (AVX2 with AVX-VNNI) or 'avx512' (F/BW/VL + VNNI) on x86-64; 'neon', 'dotprod' (sdot) or 'i8mm'
+    (smmla) on arm64. Every path gives bit-identical results."""
     value = os.environ.get("LLAMAY_KERNELS", "auto").strip().lower()
-    if value not in ("auto", "portable", "avx2", "avxvnni", "avx512"):
-        raise ValueError(f"LLAMAY_KERNELS must be auto, portable, avx2, avxvnni or avx512, not {value!r}")
+    paths = ("auto", "portable", "avx2", "avxvnni", "avx512", "neon", "dotprod", "i8mm")
+    if value not in paths:
+        raise ValueError(f"LLAMAY_KERNELS must be one of {', '.join(paths)}, not {value!r}")
     return value
 
 
@@ -75,6 +77,12 @@ def origins() -> tuple[str, ...]:
 def api_key() -> str | None:
     """LLAMAY_API_KEY: the key `serve` requires (Authorization: Bearer KEY or x-api-key); unset: none."""
     return os.environ.get("LLAMAY_API_KEY") or None
+
+
+def named(variable: str) -> str | None:
+    """A variable the user named on the command line (serve --upstream NAME=URL,key-env=VAR: the upstream's
+    key); unset or empty: None."""
+    return os.environ.get(variable) or None
 
 
 def debug() -> bool:

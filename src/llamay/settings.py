@@ -79,8 +79,19 @@ class RouteSettings:
     max_body: int = 4 << 30  # bytes of a request body the front holds for failover (a large snapshot upload)
 
 
+@dataclass(frozen=True)
+class UpstreamSettings:
+    """`serve --upstream`: models answered by an OpenAI-, Anthropic- or Ollama-compatible server."""
+    api: str = "openai"  # the upstream's API when the flag names none
+    timeout: float = 600.0  # seconds an upstream may stay silent (connecting, or between two bytes) before 504
+    connect_timeout: float = 10.0  # seconds to connect (at most timeout)
+    list_every: float = 60.0  # seconds between two readings of each upstream's model list
+    max_tokens: int = 4096  # max_tokens sent to an Anthropic upstream (it requires one) when the request set none
+    anthropic_version: str = "2023-06-01"  # the anthropic-version header sent to an Anthropic upstream
+
+
 LOAD, SCHEDULER, SPEC, SERVER = LoadSettings(), SchedulerSettings(), SpecSettings(), ServerSettings()
-CACHE, ROUTE = CacheSettings(), RouteSettings()
+CACHE, ROUTE, UPSTREAM = CacheSettings(), RouteSettings(), UpstreamSettings()
 
 
 @dataclass(frozen=True)

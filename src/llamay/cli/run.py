@@ -1,4 +1,7 @@
-"""Answer PROMPT (Ollama's `run MODEL PROMPT`) or complete -p's text, streamed; with neither, chat interactively."""
+"""Answer PROMPT (Ollama's `run MODEL PROMPT`) or complete -p's text, streamed; with neither, chat interactively.
+Standard input that is not a terminal is a message answered once, as in Ollama (before PROMPT, a space between:
+`echo "why is the sky blue" | llamay run MODEL`), unless -p or -f names the prompt or --interactive reads its
+lines as the chat's."""
 from __future__ import annotations
 
 import os
@@ -38,6 +41,9 @@ def add_parser(p):
     add_lora_arg(p)
     add_spec_arg(p)
     add_cache_args(p)
+    p.add_argument("--interactive", action="store_true",
+                   help="chat even when standard input is not a terminal (its lines are messages and /commands); "
+                        "without it, piped input is one message, answered once (Ollama's rule)")
     p.add_argument("-p", "--prompt", help="text to complete (no chat template unless --system); omit for a chat")
     p.add_argument("--system", metavar="TEXT", help="the system message: the chat starts with it; with -p or -f the "
                                                   "prompt goes through the chat template as system + one user message")
@@ -131,8 +137,36 @@ def _positionals(args) -> bool:
     return True
 
 
+def _piped() -> bool:
+    """Standard input is a pipe or a file (not a terminal; pytest's stand-in, unreadable, is neither)."""
+    stdin = sys.stdin
+    return stdin is not None and not stdin.isatty() and stdin.readable()
+
+
+def _read_piped(args) -> bool:
+    """Ollama's rule: piped standard input is the message, PROMPT (if any) after it and a space -> whether
+    there was one. -p or -f (their own prompt) and --interactive (the chat's lines) leave stdin alone."""
+    if args.interactive:
+        if args.prompt is not None or args.file is not None:
+            raise CLIError("--interactive is a chat: give it no PROMPT, -p or -f")
+        return False
+    if args.file is not None or (args.prompt is not None and args.prompt_pos is None) or not _piped():
+        return False
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError:
+        raise CLIError("standard input is not UTF-8 text") from None
+    parts = [t for t in (text, args.prompt) if t]  # Ollama joins them with a space
+    if not parts:
+        raise CLIError("standard input is empty: pipe a message (or run in a terminal for a chat, or "
+                       "give --interactive)")
+    args.prompt = " ".join(parts)
+    return True
+
+
 def run(args):
     message = _positionals(args)
+    message = _read_piped(args) or message
     _read_prompt(args)
     if args.prompt == "":
         raise CLIError("the prompt is empty (-p TEXT; omit -p for a chat)")

@@ -9,7 +9,7 @@ import socket
 from .. import env
 from ..defaults import DEFAULT_PULL, default_model_path
 from ..kv import KV_TYPES
-from ..settings import LOAD, SCHEDULER, SERVER
+from ..settings import LOAD, SCHEDULER, SERVER, UPSTREAM
 from . import serve_llamacpp
 from .common import (
     CTX_HELP,
@@ -35,12 +35,18 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("-m", "--model", action="append", default=None,
                    help="a GGUF file or stored model, the default for requests that name none (repeat for several); "
                         "every stored model is served by name too")
-    p.add_argument("--host", default=SERVER.host, help=f"address to listen on (default {SERVER.host}, loopback only)")
+    p.add_argument("--host", default=SERVER.host,
+                   help=f"address to listen on, or several comma-separated (default {SERVER.host}, loopback only)")
     p.add_argument("--port", type=ranged(int, 1, 65535), default=SERVER.port, help=f"port (default {SERVER.port})")
-    p.add_argument("-np", "--parallel", "--concurrency", dest="concurrency", type=ranged(int, 1, 256),
-                   default=SCHEDULER.concurrency,
-                   help=f"sequences generated at once per model (default {SCHEDULER.concurrency})")
-    p.add_argument("--batch", type=ranged(int, 1, 65536), default=SCHEDULER.batch,
+    p.add_argument("--concurrency", dest="concurrency", type=ranged(int, 1, 256), default=SCHEDULER.concurrency,
+                   help=f"sequences generated at once per model, each up to -c tokens (default "
+                        f"{SCHEDULER.concurrency})")
+    p.add_argument("-np", "--parallel", dest="parallel", type=ranged(int, 1, 256), default=None,
+                   help="llama-server's slots: N sequences at once, each of -c/N tokens (-c is their total, as in "
+                        "llama-server; with --kv-unified each may use all of -c)")
+    p.add_argument("-kvu", "--kv-unified", action="store_true",
+                   help="with -np: every slot may use the whole -c (llama-server's unified KV)")
+    p.add_argument("-b", "--batch", "--batch-size", dest="batch", type=ranged(int, 1, 65536), default=SCHEDULER.batch,
                    help=f"tokens per forward pass (default {SCHEDULER.batch})")
     p.add_argument("--queue", type=ranged(int, 0), default=SCHEDULER.max_queue,
                    help=f"requests waiting per model before 503 (default {SCHEDULER.max_queue})")
@@ -85,7 +91,30 @@ def add_parser(p: argparse.ArgumentParser):
     p.add_argument("--peers", type=env.comma_list, default=(),
                    help="the other workers behind the same gateway, comma-separated URLs: a named context's "
                         "request that reaches this worker is passed to the one holding it")
+    p.add_argument("--upstream", action="append", default=[], metavar="NAME=URL[,OPTION=VALUE...]",
+                   help="serve the models of an OpenAI-, Anthropic- or Ollama-compatible server as NAME/model through "
+                        "every API (repeatable); options: api=openai|anthropic|ollama (default openai), key-env=VAR "
+                        "(the environment variable holding its key), timeout=SECONDS (default "
+                        f"{UPSTREAM.timeout:g}: how long it may stay silent before 504)")
     serve_llamacpp.add_args(p)
+
+
+def upstreams(specs: list[str]):
+    """--upstream flags -> server.upstream.Upstreams, each key read from the variable it names."""
+    from ..server.upstream import Upstream, Upstreams, parse_spec
+    out = []
+    for text in specs:
+        try:
+            spec = parse_spec(text)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        key = env.named(spec.key_env) if spec.key_env else None
+        if spec.key_env and key is None:
+            raise CLIError(f"--upstream {spec.name}: key-env={spec.key_env}, but that environment variable is not set")
+        if spec.name in {u.spec.name for u in out}:
+            raise CLIError(f"--upstream {spec.name}: that name is given twice")
+        out.append(Upstream(spec, key))
+    return Upstreams(out)
 
 
 def guard_settings(args):
@@ -93,7 +122,17 @@ def guard_settings(args):
     from ..server import guard
     hosts = args.allowed_hosts if args.allowed_hosts is not None else env.allowed_hosts()
     origins = args.origins if args.origins is not None else env.origins()
-    return guard.serving(args.host, hosts, origins, args.api_key or env.api_key())
+    binds = addresses(args.host)
+    bind = next((h for h in binds if not guard.is_loopback(h)), binds[0])  # one off loopback sets the policy
+    return guard.serving(bind, hosts, origins, args.api_key or env.api_key())
+
+
+def addresses(host: str) -> list[str]:
+    """--host's addresses (llama-server's comma-separated list)."""
+    out = [h.strip() for h in host.split(",") if h.strip()]
+    if not out:
+        raise CLIError(f"--host {host!r}: no address")
+    return out
 
 
 def kv_type(args) -> str:
@@ -113,7 +152,8 @@ def build_app(args, log=None):
     """The app for these flags; log: where each request's line goes (None: nowhere)."""
     from ..server.registry import Registry, Settings
     from ..server.app import create_app
-    settings = Settings(load=load_options(args, kv=kv_type(args)), concurrency=args.concurrency, batch=args.batch,
+    settings = Settings(load=load_options(args, kv=kv_type(args), **slot_context(args)),
+                        concurrency=args.parallel or args.concurrency, batch=args.batch,
                         max_queue=args.queue, keep_alive=args.keep_alive, grammar=_read(args.grammar_file),
                         max_contexts=args.max_contexts, context_ttl=args.context_ttl, alias=args.alias,
                         strict_model_names=args.strict_model_names, **serve_llamacpp.settings(args))
@@ -122,9 +162,19 @@ def build_app(args, log=None):
         registry = Registry(args.model or [], settings, fallback=str(default) if default else None)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    if not registry.paths:
+    registry.upstreams = upstreams(args.upstream)
+    if not registry.paths and not registry.upstreams:
         raise CLIError(f"no model to serve: llamay pull {DEFAULT_PULL}")
     return create_app(registry, guard_settings(args), log, tuple(args.peers))
+
+
+def slot_context(args) -> dict:
+    """llama-server's -c C -np N: C is the slots' total, each gets C/N tokens (unless --kv-unified)."""
+    if args.parallel and args.ctx_size and not args.kv_unified:
+        if args.ctx_size < args.parallel:
+            raise CLIError(f"-c {args.ctx_size} -np {args.parallel}: fewer tokens than slots")
+        return {"n_ctx": args.ctx_size // args.parallel}
+    return {}
 
 
 def _read(path: str | None) -> str | None:
@@ -202,13 +252,16 @@ def run(args):
     check_models(app.state.registry, app.state.registry.settings.load)
     if args.n_gpu_layers is not None:
         eprint(f"llamay: note: -ngl {args.n_gpu_layers} is ignored: llamay runs on the CPU")
-    sock = listen(args.host, args.port)
-    if not is_loopback(args.host) and not app.state.guard.api_key:
+    socks = [listen(host, args.port) for host in addresses(args.host)]
+    if not all(is_loopback(h) for h in addresses(args.host)) and not app.state.guard.api_key:
         eprint(f"llamay: warning: listening on {args.host}: other machines can reach this server and there is "
                "no authentication (--api-key or LLAMAY_API_KEY)")
     from ..models.spec import BUILDERS
     names = ", ".join(app.state.registry.paths)
-    url = f"http://{args.host}:{args.port}"
-    eprint(f"llamay: serving {names} on {url} ({len(BUILDERS)} decoder architectures)")
+    host = addresses(args.host)[0]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{args.port}"
+    eprint(f"llamay: serving {names or 'no local model'} on {url} ({len(BUILDERS)} decoder architectures)")
+    for up in app.state.registry.upstreams.by_name.values():
+        eprint(f"llamay: upstream {up.spec.name}: {up.spec.url} ({up.spec.api} API): its models as {up.spec.name}/MODEL")
     eprint(f"llamay: Studio: {url}/studio")
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=socks)

@@ -6,15 +6,28 @@ from __future__ import annotations
 import argparse
 import os
 
+from .. import env
 from ..chat import ChatTemplate, ChatTemplateError
 from ..chat.reasoning import MODES as REASONING_FORMATS
 from ..chat.template import CHATML_SOURCE
 from ..engine.sampling import SamplingParams
 from ..models.encoder_spec import POOLING
+from ..server.routes_gate import Routes
 from ..settings import SERVER
-from .common import PROBABILITY, SEED, TEMPERATURE, TOP_K, CLIError, n_predict
+from .common import PROBABILITY, SEED, TEMPERATURE, TOP_K, CLIError, eprint, n_predict
 
-BUILTIN_TEMPLATES = {"chatml": CHATML_SOURCE}  # --chat-template NAME; any other value must be Jinja source
+# --chat-template NAME: llama.cpp's built-in formats (ref: llama.cpp src/llama-chat.cpp) as Jinja; any other
+# value must be Jinja source
+BUILTIN_TEMPLATES = {
+    "chatml": CHATML_SOURCE,
+    "llama3": "{%- for m in messages -%}{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
+              "m['content'] | trim + '<|eot_id|>' -}}{%- endfor -%}"
+              "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}",
+    "command-r": "{%- for m in messages -%}{{- '<|START_OF_TURN_TOKEN|><|' + {'system': 'SYSTEM', 'user': 'USER', "
+                 "'assistant': 'CHATBOT'}.get(m['role'], m['role'] | upper) + '_TOKEN|>' + m['content'] | trim + "
+                 "'<|END_OF_TURN_TOKEN|>' -}}{%- endfor -%}"
+                 "{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}",
+}
 
 
 def add_args(p: argparse.ArgumentParser):
@@ -38,28 +51,83 @@ def add_args(p: argparse.ArgumentParser):
     p.add_argument("--jinja", dest="jinja", action="store_true", default=None,
                    help="accepted: chat templates are always rendered with Jinja")
     p.add_argument("--no-jinja", dest="jinja", action="store_false", default=None,
-                   help="refused: there is no other renderer")
+                   help="accepted with a note: there is no other renderer, templates are rendered with Jinja")
     p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default=SERVER.reasoning_format,
                    help="<think>...</think> as reasoning: auto (when the chat template uses the tags; default), "
                         "deepseek (always), none (left in the content)")
+    p.add_argument("-rea", "--reasoning", choices=("on", "off", "auto"), default=None,
+                   help="the chat template's enable_thinking: true (on, auto) or false (off); requests' "
+                        "chat_template_kwargs override it (default: none passed, each template's own default)")
     p.add_argument("--pooling", choices=sorted(POOLING.values()), default=None,
                    help="embedding pooling instead of each model's own (none: per-token vectors, on /embeddings)")
     p.add_argument("--slot-save-path", metavar="DIR", default=None,
                    help="enables POST /slots/ID?action=save|restore with files in this directory")
+    _add_routes_args(p)
+    _add_accepted_args(p)
+
+
+def _add_routes_args(p: argparse.ArgumentParser):
+    """llama-server's flags that turn routes on or off, and what /models lists."""
+    p.add_argument("--slots", dest="slots", action="store_true", default=True, help="serve GET /slots (default)")
+    p.add_argument("--no-slots", dest="slots", action="store_false", help="GET /slots answers 501")
+    p.add_argument("--metrics", dest="metrics", action="store_true", default=True,
+                   help="serve /metrics (default: on, the Studio plots it)")
+    p.add_argument("--no-metrics", dest="metrics", action="store_false", help="/metrics answers 501")
+    p.add_argument("--no-ui", dest="ui", action="store_false", default=True,
+                   help="no Studio: /studio is a 404 and a browser opening / is not sent there")
+    p.add_argument("--tags", metavar="TAG,...", default=None,
+                   help="tags /models lists for the first -m model (comma-separated)")
+    p.add_argument("--context-shift", action="store_true", help="refused: llamay never shifts a context")
+    p.add_argument("-v", "--verbose", action="store_true", default=False,
+                   help="chat results carry llama-server's __verbose (the raw result and its prompt) unless a "
+                        "request sets verbose false; the request log is on unless -q")
+    p.add_argument("--cors-origins", dest="origins", metavar="ORIGIN,...", type=env.comma_list, default=None,
+                   help="llama-server's name of --origins")
+
+
+# llama-server flags llamay takes and needs nothing for: (flags, takes a value, why)
+ACCEPTED = ((("-ub", "--ubatch-size"), True, "one forward pass takes the whole batch"),
+            (("-cb", "--cont-batching"), False, "batching is always continuous"),
+            (("--embedding", "--embeddings"), False, "every model is served for embeddings too"),
+            (("--reranking", "--rerank"), False, "a rank-pooling model reranks without it"),
+            (("--swa-full",), False, "sliding-window layers keep the whole window"),
+            (("-fa", "--flash-attn"), True, "attention is one kernel on the CPU"),
+            (("--cache-ram", "-cram"), True, "the prefix cache lives in the KV pages (--kv-budget)"),
+            (("--no-cache-idle-slots",), False, "idle slots hold no K/V of their own"),
+            (("--no-mmproj",), False, "no multimodal projector is loaded"),
+            (("--no-context-shift",), False, "llamay never shifts a context (--context-shift is refused)"))
+
+
+def _add_accepted_args(p: argparse.ArgumentParser):
+    for flags, value, why in ACCEPTED:
+        if value:
+            p.add_argument(*flags, metavar="N", default=None, help=f"accepted and ignored: {why}")
+        else:
+            p.add_argument(*flags, action="store_true", default=None, help=f"accepted and ignored: {why}")
 
 
 def settings(args) -> dict:
     if args.jinja is False:
-        raise CLIError("--no-jinja: llamay renders every chat template with Jinja (in a sandbox) and has no "
-                       "other renderer; leave the flag out")
+        eprint("llamay: note: --no-jinja: llamay renders every chat template with Jinja (in a sandbox), it has "
+               "no other renderer")
     sampling = {k: v for k, v in (("temperature", args.temp), ("top_k", args.top_k), ("top_p", args.top_p),
                                   ("min_p", args.min_p), ("seed", args.seed)) if v is not None and v != -1}
+    if args.context_shift:
+        raise CLIError("--context-shift: llamay does not shift contexts (dropping old tokens would make the "
+                       "output a new computation, not the prompt's); a prompt over -c is refused and generation "
+                       "stops at the context's end, as llama-server does without the flag")
     save_dir = args.slot_save_path
     if save_dir is not None and not os.path.isdir(save_dir):
         raise CLIError(f"--slot-save-path {save_dir}: not a directory")
     return {"sampling": sampling, "n_predict": None if args.n_predict in (None, -1) else args.n_predict,
             "chat_template": _chat_template(args), "reasoning_format": args.reasoning_format,
-            "pooling": args.pooling, "slot_save_path": save_dir}
+            "enable_thinking": None if args.reasoning is None else args.reasoning != "off",
+            "pooling": args.pooling, "slot_save_path": save_dir, "verbose": args.verbose,
+            "routes": Routes(slots=args.slots, metrics=args.metrics, ui=args.ui), "tags": _tags(args.tags)}
+
+
+def _tags(text: str | None) -> tuple[str, ...]:
+    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
 
 
 def _chat_template(args) -> str | None:

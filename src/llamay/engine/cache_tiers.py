@@ -11,7 +11,9 @@ pages' keys in the disk tier, then the shared one from where the disk's run ends
 fresh pages of the context instead of prefilling them, where reading is estimated faster than computing
 (each tier's read bytes/s and the prefill's tokens/s, measured as they happen; until measured, reading is
 assumed to pay). Those pages then enter the tree as if computed. A page that fails to read (missing, torn,
-corrupt) ends the run there: the rest is computed.
+corrupt) ends the run there: the rest is computed. The pool's first pages (those a fresh process hands out
+first) are faulted in on a thread at load (prefault), so the first read after a restart does not pay for
+backing memory, which costs more than the read itself (bench/cache.py --serve).
 
 Keys (kv/disk.py chain_keys) start from a root naming the weights digest, the adapters and their scales,
 the KV type, the page size and the RoPE variant: K/V is only ever read back into the model that made it.
@@ -186,6 +188,11 @@ class CacheTiers:
     def _measured(self, name: str, bps: float):
         old = self.read_bps.get(name)
         self.read_bps[name] = bps if old is None else (1 - EMA) * old + EMA * bps
+
+    def prefault(self, pool: PagePool, n_pages: int):
+        """Fault the pool's first n_pages in on a thread of its own (PagePool.prefault, bytes unchanged), so
+        that the first prompt read from a tier after a restart does not pay for it."""
+        threading.Thread(target=pool.prefault, args=(n_pages,), name="llamay-prefault", daemon=True).start()
 
     # --- any thread ----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class Embedder:
         self.name, self.tokenizer, self.n_embd, self.n_ctx, self.pooling = name, tokenizer, n_embd, n_ctx, pooling
         self._hidden = hidden
         self.encoder: Encoder | None = None
+        self.n_passes = 0  # forward passes run (one per batch of up to MAX_BATCH_TOKENS tokens)
 
     @classmethod
     def for_llm(cls, llm, pooling: str | None = None) -> Embedder:
@@ -98,6 +99,7 @@ class Embedder:
             ids = np.asarray([t for s in seqs[lo:hi] for t in s], np.int32)
             tt = None if types is None else np.asarray([t for s in types[lo:hi] for t in s], np.int32)
             h = self._hidden(ids, lens, tt)
+            self.n_passes += 1
             out += np.split(h, np.cumsum(lens)[:-1])
             lo = hi
         return out

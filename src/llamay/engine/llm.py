@@ -60,6 +60,8 @@ class LLM:
         self.cache = cache_tiers(self, opts.cache_dir, opts.cache_disk, opts.cache_redis) \
             if opts.cache_disk or opts.cache_redis else None
         self._store = self._new_store(kv_budget)
+        if self.cache is not None:  # a prompt read from the tiers then writes memory already faulted in
+            self.cache.prefault(self._store.pool, -(-self.n_ctx // page_size))
         self.session = Session(self)  # the server's typed interface to this model's contexts
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
         speculation = opts.spec or ("draft" if self.draft else SPEC.mode)

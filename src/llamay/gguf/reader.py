@@ -230,6 +230,19 @@ class GGUFReader:
         t = self.tensors[name]
         return np.frombuffer(self.buffer, dtype=np.uint8, count=t.n_bytes, offset=t.offset)
 
+    def release(self, view: np.ndarray):
+        """Tells the kernel this process is done with the mapped pages under a view of data() (a copy of
+        them is used instead): they leave the process's resident memory and stay in the page cache, read
+        back on a later touch. A view of anything else is left alone."""
+        base = np.frombuffer(self.buffer, np.uint8, count=1).ctypes.data
+        lo, hi = view.ctypes.data - base, view.ctypes.data - base + view.nbytes
+        if not (0 <= lo < hi <= self.file_size) or not hasattr(self._mmap, "madvise"):
+            return
+        page = mmap.PAGESIZE
+        lo, hi = -(-lo // page) * page, hi // page * page  # whole pages only
+        if hi > lo:
+            self._mmap.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
     def array(self, name: str) -> np.ndarray:
         """A float tensor (F32/F16/BF16 ...) as a numpy view shaped in row-major order (no copy)."""
         t = self.tensors[name]

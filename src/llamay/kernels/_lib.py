@@ -35,7 +35,8 @@ declare("ly_init", I32, restype=I32)
 declare("ly_best_path", restype=I32)
 declare("ly_can_run", I32, restype=I32)
 
-PATHS = ("portable", "avx2", "avxvnni", "avx512")  # csrc/common.h LY_PATH_*: each bit-identical to the others
+# csrc/common.h LY_PATH_*: each bit-identical to the others (x86-64: avx2..avx512; arm64: neon..i8mm)
+PATHS = ("portable", "avx2", "avxvnni", "avx512", "neon", "dotprod", "i8mm")
 
 
 def available() -> tuple[str, ...]:

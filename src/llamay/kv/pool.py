@@ -5,6 +5,7 @@ Each layer's K (and V) is one uint8 array [n_slots, n_kv_head * head_bytes] in i
 may differ in KV heads and head size (dims)."""
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,19 @@ def page_bytes(dims, page_size: int, kv: KVType) -> int:
     return sum(page_size * h * (kv.head_bytes("k", d) + kv.head_bytes("v", d)) for h, d in dims)
 
 
+MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in writable as a write would, writing nothing
+
+
+def madvise_populate(a: np.ndarray) -> bool:
+    """Fault a C-contiguous array's memory in (Linux 5.14+) -> whether the kernel did."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = mmap.PAGESIZE
+    lo = a.ctypes.data // page * page
+    hi = -(-(a.ctypes.data + a.nbytes) // page) * page
+    return libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_POPULATE_WRITE) == 0
+
+
 class PagePool:
     def __init__(self, n_layer: int, n_pages: int, page_size: int, n_kv_head: int, head_dim: int,
                  kv: KVType = KV_TYPES[LOAD.kv], dims=None):
@@ -54,9 +68,10 @@ class PagePool:
         self.dims = [tuple(x) for x in dims] if dims is not None else [(n_kv_head, head_dim)] * n_layer
         self.n_kv_head, self.head_dim = self.dims[0] if self.dims else (n_kv_head, head_dim)
         n_slots = n_pages * page_size
-        # np.zeros maps zero pages lazily: memory is only touched as slots are written
+        # np.zeros maps zero pages lazily: memory is only touched as slots are written (or prefault)
         self.k = [np.zeros((n_slots, h * kv.head_bytes("k", d)), np.uint8) for h, d in self.dims]
         self.v = [np.zeros((n_slots, h * kv.head_bytes("v", d)), np.uint8) for h, d in self.dims]
+        self._pages = [self.page_view(a) for kv_ in zip(self.k, self.v) for a in kv_]  # page_buffers' order
 
     @property
     def uniform(self) -> bool:
@@ -73,11 +88,22 @@ class PagePool:
 
     def page_buffers(self, page: int) -> list[memoryview]:
         """The page's bytes in the tiers' and state records' order: K then V of every layer in turn."""
-        out = []
-        for k, v in zip(self.k, self.v):
-            out.append(memoryview(self.page_view(k)[page]).cast("B"))
-            out.append(memoryview(self.page_view(v)[page]).cast("B"))
-        return out
+        return [memoryview(a[page]).cast("B") for a in self._pages]
+
+    def prefault(self, n_pages: int) -> bool:
+        """Back pages [0, n_pages) with memory now, their bytes unchanged (MADV_POPULATE_WRITE: safe while
+        other threads use them) -> whether the system could. The allocator hands out the lowest page ids
+        first, so a fresh process's first prompt lands there: its first writes then fault no memory in,
+        which costs (transparent huge pages zeroed, memory compacted) 0.1-0.5 s for 60 pages of Gemma 3 270M
+        on 2 loaded cores, more than reading them from the disk tier."""
+        n = min(n_pages, self.n_pages) * self.page_size
+        try:
+            for a in self.k + self.v:
+                if a.size and n and not madvise_populate(a[:n]):
+                    return False
+        except (OSError, AttributeError):
+            return False
+        return True
 
     def copy_page(self, src: int, dst: int):
         """Copy-on-write: the only copy of KV data there is."""

@@ -38,10 +38,8 @@ def time_prefill(llm, ids: list[int]) -> float:
     return time.perf_counter() - t
 
 
-def time_decode(llm, n: int, prompt: list[int]) -> float:
-    """n greedy single-token steps of a context holding prompt (argmax only, no sampler)."""
-    llm.reset()
-    ctx = llm.create_context(prompt)
+def _greedy_steps(ctx, n: int) -> float:
+    """Seconds for n greedy single-token steps of ctx (argmax only, no sampler); ctx is deleted after."""
     logits = ctx.logits
     t = time.perf_counter()
     for _ in range(n):
@@ -49,6 +47,18 @@ def time_decode(llm, n: int, prompt: list[int]) -> float:
     dt = time.perf_counter() - t
     ctx.delete(cache=False)
     return dt
+
+
+def time_decode(llm, n: int, prompt: list[int]) -> float:
+    """n greedy single-token steps of a context holding prompt."""
+    llm.reset()
+    return _greedy_steps(llm.create_context(prompt), n)
+
+
+def time_decode_at(ctx, n: int) -> float:
+    """n greedy single-token steps on a fork of ctx (a context holding a long prompt, computed once):
+    decode at that depth, the prompt not recomputed between runs."""
+    return _greedy_steps(ctx.fork()[0], n)
 
 
 def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: int = 128,

@@ -22,7 +22,7 @@ from .forward import ForwardGraph, Head
 from .lora import layer_terms
 from .recurrent import MIXERS
 from .arch import ArchSpec
-from .weights import Embedding, load_weights, repacked
+from .weights import Embedding, load_weights, matrices, repacked
 
 MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, prefill chunks
 
@@ -38,8 +38,12 @@ class Decoder:
         (self.layers, self.embed, self.output_norm, self.output, self.rope_factors,
          self.ple) = load_weights(reader, spec, n_ctx)
         if repack:
+            old = self.layers + [self.output[0]]
             self.layers = [repacked(layer, nthreads) for layer in self.layers]
             self.output = (self.output[0].repacked(nthreads), self.output[1])
+            for was, now in zip(matrices(old), matrices(self.layers + [self.output[0]])):
+                if now.x16 and not was.x16:  # the file's pages of what was copied leave resident memory
+                    reader.release(was.raw)
         self.positions = Embedding(reader, "position_embd.weight") if spec.learned_pos else None
         self.lora = layer_terms(list(loras)) if loras else None
         # which LongRoPE factors rotated the cached keys: a snapshot must be restored under the same

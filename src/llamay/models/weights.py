@@ -252,6 +252,18 @@ class Layer:
     out_scale: np.ndarray | None = None  # [1]: the layer's output times it
 
 
+def matrices(items) -> list[QWeight]:
+    """The QWeights among items (QWeights and Layers, with their mixers' matrices)."""
+    out = []
+    for it in items:
+        if isinstance(it, QWeight):
+            out.append(it)
+        elif isinstance(it, Layer):
+            out += [w for w in [getattr(it, f.name) for f in fields(it)] + list(it.mix.values())
+                    if isinstance(w, QWeight)]
+    return out
+
+
 def repacked(layer: Layer, n_threads: int) -> Layer:
     """The layer with each of its matrices (its mixer's too) as QWeight.repacked makes them."""
     def one(w):

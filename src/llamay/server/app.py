@@ -34,10 +34,14 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         reaper = asyncio.create_task(_reap(registry, app.state.contexts))
+        lister = asyncio.create_task(registry.upstreams.keep_listed()) if registry.upstreams else None
         try:
             yield
         finally:
             reaper.cancel()
+            if lister is not None:
+                lister.cancel()
+            await registry.upstreams.aclose()
             await asyncio.to_thread(registry.close)
 
     app = FastAPI(title="llamay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -52,7 +56,8 @@ def create_app(registry: Registry, guard: GuardSettings = GuardSettings(),
     app.state.contexts = ContextTable(registry.settings.max_contexts, registry.settings.context_ttl)
     for module in (routes_openai, routes_anthropic, routes_ollama, routes_extras, routes_contexts, routes_embed,
                    routes_llamacpp, routes_studio, routes_gateway):
-        app.include_router(module.router)
+        if module is not routes_studio or registry.settings.routes.ui:  # --no-ui: the Studio's paths are 404s
+            app.include_router(module.router)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):

@@ -98,6 +98,15 @@ def _is_open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
+def _loopback_origin(origin: str) -> bool:
+    """An http(s) page on this machine: llama-server's --cors-origins localhost."""
+    try:
+        parts = urlsplit(origin)
+        return parts.scheme in ("http", "https") and parts.hostname is not None and is_loopback(parts.hostname)
+    except ValueError:
+        return False
+
+
 def _matches(value: str, patterns) -> bool:
     return any(p == "*" or fnmatch.fnmatchcase(value, p.lower()) for p in patterns)
 
@@ -135,10 +144,10 @@ class _Check:
         host = self.headers.get("host")
         if host is not None and not self._host_allowed(host):
             return self._error(403, f"Host '{host}' is not allowed (llamay serve --allowed-hosts)", "permission")
+        if self.origin is not None and self._is_preflight():
+            return self._preflight()  # a refused origin's gets no CORS headers: the browser stops there
         if self.origin is not None and not self.origin_ok:
             return self._error(403, f"Origin '{self.origin}' is not allowed (llamay serve --origins)", "permission")
-        if self.origin is not None and self._is_preflight():
-            return self._preflight()
         if self.settings.api_key and not _is_open(self.path) and not self._key_ok():
             return self._error(401, "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)",
                                "authentication", {"www-authenticate": "Bearer"})
@@ -161,7 +170,8 @@ class _Check:
     @functools.cached_property
     def origin_ok(self) -> bool:
         origin = self.origin.strip().lower()
-        return _matches(origin, self.settings.origins) or _matches(origin, APP_ORIGINS) or self._same_origin()
+        return _matches(origin, self.settings.origins) or _matches(origin, APP_ORIGINS) or self._same_origin() \
+            or "localhost" in self.settings.origins and _loopback_origin(origin)
 
     def _same_origin(self) -> bool:
         """The page came from this server's own address: Origin's host:port is the Host header's, and
@@ -182,6 +192,10 @@ class _Check:
         return self.method == "OPTIONS" and "access-control-request-method" in self.headers
 
     def _preflight(self) -> Response:
+        """200 as llama-server answers, with the CORS headers when the origin is allowed."""
+        if not self.origin_ok:
+            body = {"error": f"Origin '{self.origin}' is not allowed (llamay serve --origins)"}
+            return JSONResponse(body, status_code=200, headers={"vary": "Origin"})
         headers = {"access-control-allow-origin": self.origin, "vary": "Origin",
                    "access-control-allow-methods": ALLOW_METHODS,
                    "access-control-max-age": str(PREFLIGHT_MAX_AGE_S)}
@@ -190,7 +204,9 @@ class _Check:
             headers["access-control-allow-headers"] = asked  # any header: the origin is already trusted
         if self.headers.get("access-control-request-private-network") == "true":
             headers["access-control-allow-private-network"] = "true"  # Chrome's Private Network Access
-        return Response(status_code=204, headers=headers)
+        response = Response(status_code=200)
+        response.raw_headers += [(k.title().encode(), v.encode("latin-1")) for k, v in headers.items()]
+        return response  # names spelled as llama-server's (clients that keep headers in a plain dict)
 
     def _key_ok(self) -> bool:
         want = self.settings.api_key.encode()

@@ -113,12 +113,19 @@ def with_model_defaults(req: GenRequest, stored) -> GenRequest:
 def with_server_defaults(req: GenRequest, settings) -> GenRequest:
     """A new request with what `llamay serve` was started with (settings: server.registry.Settings): its
     sampling flags under what the request set, its -n for a request that set no max_tokens, its
-    --chat-template and --reasoning-format unless the request chose."""
+    --chat-template, --reasoning-format, --reasoning (enable_thinking) and -v (verbose) unless the request
+    chose."""
     chat = req.chat
+    kwargs = chat.template_kwargs
+    if settings.enable_thinking is not None and "enable_thinking" not in kwargs:
+        kwargs = {**kwargs, "enable_thinking": settings.enable_thinking}
     chat = dataclasses.replace(chat, template=settings.chat_template if chat.template is None else chat.template,
-                               reasoning_format=chat.reasoning_format or settings.reasoning_format)
+                               reasoning_format=chat.reasoning_format or settings.reasoning_format,
+                               template_kwargs=kwargs)
+    llama = req.llama if req.llama.verbose is not None else dataclasses.replace(req.llama, verbose=settings.verbose)
     return dataclasses.replace(req, sampling_defaults=Sampling.of(settings.sampling).over(req.sampling_defaults),
-                               chat=chat, max_tokens=settings.n_predict if req.max_tokens is None else req.max_tokens)
+                               chat=chat, max_tokens=settings.n_predict if req.max_tokens is None else req.max_tokens,
+                               llama=llama)
 
 
 def sampling_params(llm, req: GenRequest) -> SamplingParams:

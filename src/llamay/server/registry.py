@@ -19,6 +19,7 @@ from ..engine.draft_model import DraftMismatch
 from ..settings import SCHEDULER, SERVER, LoadOptions
 from ..store import FILE_TYPES
 from .protocol.base import ModelInfo, ProtocolError
+from .routes_gate import Routes
 
 if TYPE_CHECKING:
     from ..engine import LLM
@@ -43,8 +44,12 @@ class Settings:
     n_predict: int | None = None
     chat_template: str | None = None
     reasoning_format: str = SERVER.reasoning_format
+    enable_thinking: bool | None = None  # --reasoning: the templates' enable_thinking; None: not passed
     pooling: str | None = None  # None: each model's own
     slot_save_path: str | None = None  # None: no slot save / restore
+    routes: Routes = Routes()  # the optional routes that are on
+    tags: tuple[str, ...] = ()  # --tags: listed by /models for the default model
+    verbose: bool = False  # -v: chat results carry __verbose unless a request says verbose false
 
 
 @dataclass
@@ -127,21 +132,27 @@ class Registry:
         model in llamay's store and Ollama's is served by name too (the first stored one is the default
         when nothing is pinned). fallback: a file served as DEFAULT_NAME when nothing is pinned or stored."""
         self.settings, self.use_store = settings, use_store
+        # --alias a,b,c (llama-server's): the model is listed as the first in sorted order, answers to each
+        aliases = sorted({a.strip() for a in (settings.alias or "").split(",") if a.strip()})
+        alias = aliases[0] if aliases else None
+        self.aliases: dict[str, str] = {a: alias for a in aliases[1:]}  # another alias -> the listed one
         self.pinned: dict[str, str] = {}
         for i, spec in enumerate(pinned):
             name, path = self._pin(spec)
-            self.pinned.setdefault(settings.alias if i == 0 and settings.alias else name, path)
+            self.pinned.setdefault(alias if i == 0 and alias else name, path)
         self.stored: dict[str, object] = {}  # name -> store.StoredModel
         self.hidden: set[str] = set()  # pinned names taken off by /api/delete
         self.loaded: dict[str, Loaded] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._infos: dict[tuple[str, str], ModelInfo] = {}
         self._mutex = threading.Lock()
+        from .upstream import Upstreams  # it reads requests through prepare.py, which imports this module
+        self.upstreams = Upstreams()  # serve --upstream: models answered elsewhere (none by default)
         self.refresh()
         if fallback is not None and not self.paths:
             self.pinned[DEFAULT_NAME] = fallback
-        if settings.alias and settings.alias not in self.pinned and self.paths:  # no -m: the default's alias
-            self.pinned = {settings.alias: next(iter(self.paths.values())), **self.pinned}
+        if alias and alias not in self.pinned and self.paths:  # no -m: the default's alias
+            self.pinned = {alias: next(iter(self.paths.values())), **self.pinned}
 
     def _pin(self, spec: str) -> tuple[str, str]:
         from ..store import StoreError, find, looks_like_path
@@ -186,6 +197,9 @@ class Registry:
         choice after '@' (split_adapters) names the same model. A name nobody has goes to the default
         model where _any_name allows, unless exact (routes that show, copy, delete or unload a model)."""
         name = split_adapters(name)[0]
+        if self.upstreams.find(name, self.has) is not None:
+            raise ProtocolError(400, f"model '{name}' is answered by an upstream (serve --upstream): this route "
+                                "serves local models only", param="model")
         for attempt in range(2):
             found = self._lookup(name)
             if found is not None:
@@ -219,10 +233,15 @@ class Registry:
             return requested
         return name
 
+    def has(self, name: str) -> bool:
+        """A local model (pinned or stored) answers to this name."""
+        return self._lookup(split_adapters(name)[0]) is not None
+
     def _lookup(self, name: str | None) -> str | None:
         paths = self.paths
         if not name:
             return next(iter(paths), None)
+        name = self.aliases.get(name, name)
         for key in (name, name.removesuffix(":latest"), name.lower(), name.lower().removesuffix(":latest")):
             if key in paths:
                 return key
@@ -249,6 +268,13 @@ class Registry:
     def infos(self) -> list[ModelInfo]:
         self.refresh()
         return [self.info(name) for name in self.paths]
+
+    def listing(self, name: str) -> dict:
+        """llama-server's /models fields of a model beside OpenAI's: the default model's aliases and tags."""
+        if name != next(iter(self.pinned), None):
+            return {}
+        out = {"aliases": sorted([name, *self.aliases])} if self.settings.alias else {}
+        return {**out, "tags": list(self.settings.tags)} if self.settings.tags else out
 
     def defaults(self, name: str):
         """The stored model's system / params layers (None for a pinned file)."""

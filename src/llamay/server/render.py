@@ -2,7 +2,9 @@
 model's) rendered with the request's messages and the tool plan; the checks that it fits the context."""
 from __future__ import annotations
 
+import json
 import threading
+from datetime import datetime
 
 from ..chat import ChatTemplate, ChatTemplateError, template_for
 from ..chat.gotemplate import GoTemplateError, render_go
@@ -13,6 +15,7 @@ from ..toolcall.plan import ToolPlan
 from ..toolcall.plan import plan as plan_tools
 from .registry import Loaded
 from .protocol.base import ProtocolError, bad_request
+from .protocol.llamacpp_out import ModelView
 from .protocol.llamacpp_params import mixed_ids
 from .protocol.request import GenRequest
 
@@ -50,6 +53,14 @@ def render_plan(loaded: Loaded, req: GenRequest,
     return ids, tools
 
 
+def model_view(loaded: Loaded, settings) -> ModelView:
+    """What llama-server's native bodies show of the model (its template: the server's --chat-template's)."""
+    llm, tok = loaded.llm, loaded.llm.tokenizer
+    template = template_for(llm.metadata, tok, settings.chat_template)
+    return ModelView(loaded.info.name, loaded.info.path, llm.n_ctx, template.source, template.bos_token,
+                     template.eos_token, llm.detokenize, tuple(tok.eog_ids))
+
+
 def chat_plan(loaded: Loaded, req: GenRequest, messages: list[dict],
               opened: bool = False) -> tuple[ChatTemplate, ToolPlan]:
     """The chat template (the server's --chat-template, else the model's) and the tool plan for messages
@@ -71,15 +82,34 @@ RENDER_ARGS = frozenset({"messages", "add_generation_prompt", "tools", "cancel"}
 
 def render_text(template: ChatTemplate, tools: ToolPlan, req: GenRequest, add_generation_prompt: bool = True,
                 cancel: threading.Event | None = None) -> str:
-    """The template's text for the plan's messages and tools (with the request's chat_template_kwargs)."""
+    """The template's text for the plan's messages and tools (with the request's chat_template_kwargs). A
+    prefill (req.chat.continue_final): the messages before the last (assistant) one with the generation
+    prompt, then that message's text, unclosed, as llama.cpp renders it (common/chat.cpp)."""
     kwargs = req.chat.template_kwargs
     taken = sorted(set(kwargs) & RENDER_ARGS)
     if taken:
         raise bad_request(f"'chat_template_kwargs' may not set {', '.join(taken)}", "chat_template_kwargs")
+    messages, prefill = tools.messages, ""
+    if req.chat.continue_final and messages and messages[-1]["role"] == "assistant" and \
+            isinstance(messages[-1].get("content") or "", str):
+        messages, prefill, add_generation_prompt = messages[:-1], messages[-1].get("content") or "", True
     try:
-        return template.render(tools.messages, add_generation_prompt, tools.tools, cancel, **kwargs)
+        return template.render(messages, add_generation_prompt, tools.tools, cancel,
+                               **{**dated_context(template.source, tools.tools), **kwargs}) + prefill
     except ChatTemplateError as e:
         raise bad_request(f"the model's chat template refused the messages: {e}", "messages") from None
+
+
+def dated_context(source: str, tools: list[dict] | None, now: datetime | None = None) -> dict:
+    """What llama.cpp gives a template beside the messages (ref: llama.cpp common/chat.cpp): today's date as
+    `date_string` (Llama 3.x's templates; without it they print 26 Jul 2024), and to firefunction v2's
+    (`functools[` calls) `datetime` and the tools as JSON `functions`."""
+    now = now or datetime.now()  # local time, as llama.cpp's
+    context = {"date_string": now.strftime("%d %b %Y")}
+    if "functools[" in source:
+        context |= {"datetime": now.strftime("%b %d %Y %H:%M:%S GMT"),
+                    "functions": json.dumps(tools, indent=2) if tools else ""}
+    return context
 
 
 def check_prompt(llm, ids: list[int], extra: int, param: str) -> None:

@@ -23,6 +23,7 @@ from .protocol.base import Output, ResponseMeta, merge_usage
 from .protocol.request import GenRequest
 from .slots import SlotTable
 from .stream import Generation
+from .upstream import UpstreamGeneration
 
 
 def new_meta(prefix: str, model: str, slot: int = -1) -> ResponseMeta:
@@ -88,6 +89,9 @@ class Responder:
         """Prepares and submits one generation -> (its output, its events, the generation, the request as
         run: with the server's and the model's defaults). Every generation takes a slot (slots.py), which
         its ResponseMeta names."""
+        found = self.registry.upstreams.find(req.model, self.registry.has) if opts.loaded is None else None
+        if found is not None:
+            return await self._start_upstream(request, req, make_output, id_prefix, opts, found)
         slot = None
 
         def close():
@@ -128,6 +132,38 @@ class Responder:
                     if len(finishes) == req.n:
                         requestlog.note(request, meta.model, merge_usage(finishes))
                         self.slots.finish(slot, req, min(finishes, key=lambda f: f.index), gen.job.lora)
+                        if opts.on_finish:
+                            opts.on_finish(finishes)
+                yield ev
+
+        return out, events(), gen, req
+
+    async def _start_upstream(self, request: Request, req: GenRequest, make_output: Callable[..., Output], id_prefix: str,
+                        opts: RunOptions, found) -> tuple[Output, AsyncIterator, UpstreamGeneration, GenRequest]:
+        """start() for a model an upstream answers (serve --upstream): no slot, no local defaults; the prompt's
+        usage is filled in once the upstream tells it."""
+        upstream, model = found
+        prompt = Usage()
+        try:
+            gen = UpstreamGeneration(upstream, model, req, prompt, opts.on_close)
+        except BaseException:
+            if opts.on_close:
+                opts.on_close()
+            raise
+        await gen.open()  # the upstream's error before its first event is this request's status (it closes)
+        meta = new_meta(id_prefix, req.model)
+        out = make_output(req, meta, prompt) if opts.prompt_usage else make_output(req, meta)
+        self.metrics.requests += 1
+        requestlog.note(request, meta.model)
+        finishes: list[Finish] = []
+
+        async def events() -> AsyncIterator:
+            async for ev in gen.events():
+                if isinstance(ev, Finish):
+                    finishes.append(ev)
+                    self.metrics.count(ev.usage)
+                    if len(finishes) == req.n:
+                        requestlog.note(request, meta.model, merge_usage(finishes))
                         if opts.on_finish:
                             opts.on_finish(finishes)
                 yield ev

@@ -27,12 +27,15 @@ from .render import context_error
 router = APIRouter()
 log = logging.getLogger("llamay.server")
 
+TOO_LARGE = "input is too large to process"  # how llama-server's message starts; clients match it
 
-def embed_inputs(emb, req: conv.EmbedRequest, pooling: str | None = None) -> tuple[list, int]:
-    """(vectors, prompt tokens) for req on emb (called on the embedder's thread), pooled as `pooling` says
-    (serve --pooling; None: the model's own; 'none', per-token vectors, only on llama-server's native
-    routes). An input over the context is cut to it when req.truncate (Ollama's default, logged), else a
-    400 context_length."""
+def embed_inputs(emb, req: conv.EmbedRequest, pooling: str | None = None) -> tuple[list, int, int, int]:
+    """(vectors, prompt tokens, forward passes, ns spent) for req on emb (called on the embedder's thread),
+    pooled as `pooling` says (serve --pooling; None: the model's own; 'none', per-token vectors, only on
+    llama-server's native routes). An input over the context is cut to it when req.truncate (Ollama's
+    default, logged), else a 400 context_length; one of no tokens (an empty text, on a model that adds no
+    special tokens) is a 400."""
+    t0, passes = time.perf_counter_ns(), emb.n_passes
     pooling = pooling or emb.pooling
     if pooling == "rank" or pooling == "none" and req.embd_normalize is None:
         raise bad_request(f"this model's pooling type is '{pooling}': it does not give one vector per input",
@@ -46,19 +49,22 @@ def embed_inputs(emb, req: conv.EmbedRequest, pooling: str | None = None) -> tup
                               "input")
     counts = emb.count_tokens(inputs)
     for i, n in enumerate(counts):
+        if n == 0:
+            raise bad_request(f"input[{i}] has no tokens: it is empty and this model adds no special tokens",
+                              "input")
         if n <= emb.n_ctx:
             continue
         if not req.truncate:
-            raise context_error(f"the input length exceeds the context length: input[{i}] has {n} tokens, "
-                                f"the limit is {emb.n_ctx}", n, emb.n_ctx, "input")
+            raise context_error(f"{TOO_LARGE}: the input length exceeds the context length: input[{i}] has {n} "
+                                f"tokens, the limit is {emb.n_ctx}", n, emb.n_ctx, "input")
         ids = inputs[i] if isinstance(inputs[i], list) else emb.tokenizer.encode(inputs[i])
         inputs[i], counts[i] = ids[:emb.n_ctx], emb.n_ctx
         log.warning("embedding input %d cut from %d to %d tokens (truncate is on)", i, n, emb.n_ctx)
     try:
         vectors = emb.embed(inputs, normalize=req.normalize, pooling=pooling) if inputs else []
     except ValueError as e:
-        raise ProtocolError(400, str(e), "context_length", "input") from None
-    return vectors, sum(counts)
+        raise ProtocolError(400, f"{TOO_LARGE}: {e}", "context_length", "input") from None
+    return vectors, sum(counts), emb.n_passes - passes, time.perf_counter_ns() - t0
 
 
 def rank_documents(emb, req: conv.RerankRequest) -> tuple[list[float], int]:
@@ -69,14 +75,16 @@ def rank_documents(emb, req: conv.RerankRequest) -> tuple[list[float], int]:
     try:
         return list(emb.rank(req.query, req.documents)), total
     except ValueError as e:
-        raise ProtocolError(400, str(e), "context_length", "documents") from None
+        raise ProtocolError(400, f"{TOO_LARGE}: {e}", "context_length", "documents") from None
 
 
 async def _embed(request: Request, req: conv.EmbedRequest):
     pooling = request.app.state.registry.settings.pooling
     used = await run_embedder(request.app.state, req.model, lambda emb: embed_inputs(emb, req, pooling),
                               req.keep_alive)
-    requestlog.note(request, used.name, Usage(used.result[1]))
+    _, n_tokens, n_passes, ns = used.result
+    request.app.state.responder.metrics.count_embedding(n_tokens, n_passes, ns)
+    requestlog.note(request, used.name, Usage(n_tokens))
     return used
 
 
@@ -85,7 +93,7 @@ async def _embed(request: Request, req: conv.EmbedRequest):
 async def openai_embeddings(request: Request):
     req = conv.parse_openai(await read_json(request))
     used = await _embed(request, req)
-    vectors, n_tokens = used.result
+    vectors, n_tokens, *_ = used.result
     vectors = conv.shape_vectors(vectors, req, used.n_embd)
     model = request.app.state.registry.reply_name(req.model, used.name)
     return JSONResponse(conv.openai_body(req, model, vectors, n_tokens))
@@ -106,7 +114,7 @@ async def ollama_embed(request: Request):
     t0 = time.perf_counter_ns()
     req = conv.parse_ollama_embed(await read_json(request))
     used = await _embed(request, req)
-    vectors, n_tokens = used.result
+    vectors, n_tokens, *_ = used.result
     vectors = conv.shape_vectors(vectors, req, used.n_embd)
     total = time.perf_counter_ns() - t0
     model = request.app.state.registry.reply_name(req.model, used.name)

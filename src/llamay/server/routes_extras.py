@@ -2,15 +2,19 @@
 as it does)."""
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from . import routes_gateway
 from .http import api, read_json
-from .protocol import openai as proto
+from .protocol import llamacpp, openai as proto
+from .routes_gate import require
 from .protocol.base import bad_request
 
 router = APIRouter()
+START_TIME = time.time()  # llama-server's Process-Start-Time-Unix header on /metrics
 
 
 @router.get("/health")
@@ -20,9 +24,14 @@ async def health():
 
 
 @router.get("/metrics")
+@api(llamacpp)
 async def metrics(request: Request):
+    require(request.app.state.registry.settings.routes, "metrics")
     text = request.app.state.responder.metrics.render(request.app.state.registry)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    response = PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    # spelled as llama-server sends it (clients that read headers into a plain dict look it up so)
+    response.raw_headers.append((b"Process-Start-Time-Unix", str(int(START_TIME)).encode()))
+    return response
 
 
 def _model(body: dict) -> str | None:

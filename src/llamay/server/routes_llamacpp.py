@@ -9,7 +9,6 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..chat import template_for
 from ..engine import SnapshotError, snapshots
 from . import slots as slot_ops
 from .http import CLIENT_GONE, api, off_loop, read_json
@@ -19,23 +18,17 @@ from .protocol import llamacpp as proto
 from .protocol.base import ProtocolError
 from .protocol.llamacpp_infill import FimVocab, infill_ids, missing
 from .protocol.request import GenRequest
-from .render import chat_plan, render_text
+from .render import chat_plan, model_view, render_text
 from .responder import RunOptions
+from .routes_gate import require
 
 router = APIRouter()
 SSE = "text/event-stream"
 
 
-def _view(loaded: Loaded, settings) -> proto.ModelView:
-    llm, tok = loaded.llm, loaded.llm.tokenizer
-    template = template_for(llm.metadata, tok, settings.chat_template)
-    return proto.ModelView(loaded.info.name, loaded.info.path, llm.n_ctx, template.source, template.bos_token,
-                           template.eos_token, llm.detokenize)
-
-
 async def _complete(request: Request, reqs: list[GenRequest], loaded: Loaded):
     """One result (streamed or whole), or a batch's results in one array."""
-    responder, view = request.app.state.responder, _view(loaded, request.app.state.registry.settings)
+    responder, view = request.app.state.responder, model_view(loaded, request.app.state.registry.settings)
     opts = RunOptions(loaded=loaded, prompt_usage=True)
     if len(reqs) == 1:
         return await responder.run(request, proto, reqs[0], lambda r, m, u: proto.CompletionOutput(r, m, u, view),
@@ -99,7 +92,9 @@ async def props(request: Request):
     loaded = await registry.get(request.query_params.get("model"))
     settings = registry.settings
     defaults = with_server_defaults(GenRequest(model=None), settings)
-    return JSONResponse(proto.props_body(_view(loaded, settings), defaults, settings.concurrency))
+    body = proto.props_body(model_view(loaded, settings), defaults, settings.concurrency)
+    body.update(endpoint_slots=settings.routes.slots, endpoint_metrics=settings.routes.metrics)
+    return JSONResponse(body)
 
 
 @router.post("/props")
@@ -111,6 +106,7 @@ async def set_props(request: Request):
 @router.get("/slots")
 @api(proto)
 async def list_slots(request: Request):
+    require(request.app.state.registry.settings.routes, "slots")
     loaded = await request.app.state.registry.get(request.query_params.get("model"))
     table = request.app.state.responder.slots.slots(loaded.info.name)
     if request.query_params.get("fail_on_no_slot") and all(s.busy for s in table):

@@ -20,7 +20,7 @@ OLLAMA_VERSION = "0.33.0"  # what Ollama-aware clients gate features on (ollama.
 
 @router.api_route("/", methods=["GET", "HEAD"])
 async def root(request: Request):
-    if routes_studio.wants_page(request):  # a browser: the Studio; Ollama's clients still get its text
+    if request.app.state.registry.settings.routes.ui and routes_studio.wants_page(request):  # a browser: the Studio; Ollama's clients still get its text
         return routes_studio.redirect_to_studio()
     return PlainTextResponse("Ollama is running")
 
@@ -33,6 +33,10 @@ async def version():
 async def _generate(request: Request, parse, output):
     req = parse(await read_json(request))
     registry = request.app.state.registry
+    if registry.upstreams.find(req.model, registry.has) is not None:  # nothing to load here
+        if req.ollama.load:
+            return _no_generation(req, output, req.ollama.load, req.model)
+        return await request.app.state.responder.run(request, proto, req, output, "", NDJSON)
     if req.ollama.load == "unload":
         name = registry.resolve(req.model, exact=True)
         registry.unload(name)
@@ -65,7 +69,8 @@ async def chat(request: Request):
 @router.api_route("/api/tags", methods=["GET", "HEAD"])
 @api(proto)
 async def tags(request: Request):
-    return JSONResponse(proto.tags_body(request.app.state.registry.infos()))
+    registry = request.app.state.registry
+    return JSONResponse(proto.tags_body(registry.infos() + await registry.upstreams.infos()))
 
 
 @router.post("/api/show")

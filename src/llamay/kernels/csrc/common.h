@@ -12,16 +12,43 @@
 
 #define LY_API __attribute__((visibility("default")))
 
-/* 1 where the x86 ISA units (x86.h) are compiled; elsewhere only the portable path exists. */
+/* 1 where the x86 ISA units (x86.h) are compiled; LY_ARM64: where the arm64 ones (arm.h) are. Elsewhere
+ * only the portable path exists. */
 #if defined(__x86_64__) || defined(_M_X64)
 #define LY_X86 1
 #else
 #define LY_X86 0
 #endif
+#if defined(__aarch64__) || defined(_M_ARM64)
+#define LY_ARM64 1
+#else
+#define LY_ARM64 0
+#endif
+
+/* Whether the compiler builds dotprod and i8mm functions by target attribute alone: GCC does; clang's
+ * arm_neon.h declares those intrinsics for a target attribute from clang 16 on, before that only when the
+ * whole unit is compiled for them (-march). Without it dispatch.c offers no such path. */
+#if LY_ARM64 && (!defined(__clang__) || __clang_major__ >= 16 || defined(__ARM_FEATURE_DOTPROD))
+#define LY_ARM_DOTPROD 1
+#else
+#define LY_ARM_DOTPROD 0
+#endif
+#if LY_ARM64 && (!defined(__clang__) || __clang_major__ >= 16 || defined(__ARM_FEATURE_MATMUL_INT8))
+#define LY_ARM_I8MM 1
+#else
+#define LY_ARM_I8MM 0
+#endif
 
 /* Kernel paths (dispatch.c builds one kernel table for each). All paths give bit-identical results.
- * A CPU may run AVX-512 without AVX-VNNI (Ice Lake, Zen 4): ly_can_run says which it has. */
-enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVXVNNI = 2, LY_PATH_AVX512 = 3 };
+ * A CPU may run AVX-512 without AVX-VNNI (Ice Lake, Zen 4): ly_can_run says which it has. NEON is every
+ * arm64 CPU's; dotprod (sdot, Armv8.2+) and i8mm (smmla, Armv8.6+) each add to the one below. */
+enum { LY_PATH_PORTABLE = 0, LY_PATH_AVX2 = 1, LY_PATH_AVXVNNI = 2, LY_PATH_AVX512 = 3, LY_PATH_NEON = 4,
+       LY_PATH_DOTPROD = 5, LY_PATH_I8MM = 6, LY_N_PATHS = 7 };
+
+/* Memory aligned to align (a power of two), freed only by ly_aligned_free: C11's aligned_alloc is not in
+ * Windows' C runtime (thread_posix.c and thread_win32.c define these). */
+void *ly_aligned_alloc(size_t align, size_t size);
+void ly_aligned_free(void *p);
 
 static inline float ly_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;

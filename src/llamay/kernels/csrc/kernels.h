@@ -92,4 +92,27 @@ ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
 ly_tile_fn ly_tiles_x16_avx512(int type);  /* Q4_0, Q8_0, Q4_K, Q6_K in the x16 layout */
 ly_tile_fn ly_tiles_x16_ext_avx512(int type); /* Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K in the x16 layout */
+
+float ly_sum_neon(const float *x, int64_t d);
+float ly_sumsq_neon(const float *x, int64_t d);
+void ly_gated_neon(float *gate, const float *up, int64_t lo, int64_t hi, int act);
+void ly_softcap_neon(float *x, int64_t lo, int64_t hi, float cap);
+void ly_quant_row_neon(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
+void ly_conv_row_neon(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
+                      int64_t hi, int64_t C, int64_t K);
+void ly_delta_pass1_neon(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass2_neon(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
+                         float decay_n, float *kv_n, int64_t dk, int64_t dv);
+float ly_kv_dot_neon(int type, const float *a, const uint8_t *k, int64_t d);
+void ly_kv_acc_neon(int type, float *o, float p, const uint8_t *v, int64_t d);
+void ly_attend_group_f16_neon(const ly_att *at, float *s);
+ly_tile_fn ly_tiles_q32_neon(int type);    /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
+ly_tile_fn ly_tiles_float_neon(int type);  /* F32, F16, BF16 */
+ly_tile_fn ly_tiles_qk_neon(int type);     /* Q2_K .. Q6_K */
+
+ly_tile_fn ly_tiles_q32_dotprod(int type); /* as NEON's, sdot for the integer dots */
+ly_tile_fn ly_tiles_qk_dotprod(int type);
+
+ly_tile_fn ly_tiles_q32_i8mm(int type);    /* as dotprod's, smmla for two tokens at once */
+ly_tile_fn ly_tiles_qk_i8mm(int type);
 #endif

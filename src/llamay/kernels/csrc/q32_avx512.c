@@ -130,7 +130,7 @@ LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
     const int64_t nb = a->k / 32, nt = t1 - t0;
     const int offset = f.type == LY_Q8_0 ? 128 : f.offset;
-    char *mem = aligned_alloc(64, nb * (8 * 64 + 2 * GROUP * sizeof(float)) + nt * nb * 8 + 64);
+    char *mem = ly_aligned_alloc(64, nb * (8 * 64 + 2 * GROUP * sizeof(float)) + nt * nb * 8 + 64);
     __m512i *Vs = (__m512i *)mem;
     float *dws = (float *)(mem + nb * 512), *mws = dws + nb * GROUP, *sxf = mws + nb * GROUP;
     int32_t *sxo = (int32_t *)(sxf + nt * nb);
@@ -174,7 +174,7 @@ LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int
         case 1: kernel(g, Vs, dws, mws, &c, t, 1, yr, ldy, nrows); break;
         }
     }
-    free(mem);
+    ly_aligned_free(mem);
 }
 
 /* One entry per type: the format's constants are literals in each. */

@@ -270,7 +270,7 @@ LY_INLINE void kernel(q_fmt f, const group_ctx *c, int64_t t, int NT) {
 LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
     int64_t nb = a->k / 32, nt = t1 - t0;
-    char *mem = aligned_alloc(32, nb * (8 * 32 + 16 * sizeof(float)) + nt * nb * 8 + 32);
+    char *mem = ly_aligned_alloc(32, nb * (8 * 32 + 16 * sizeof(float)) + nt * nb * 8 + 32);
     group_ctx c = {.a = a, .nb = nb, .t0 = t0, .ldy = ldy};
     c.g = (group_buf){(__m256i *)mem, (float *)(mem + nb * 256), (float *)(mem + nb * 256) + nb * 8};
     c.aux = (tok_aux){c.g.mw + nb * 8, (int32_t *)(c.g.mw + nb * 8 + nt * nb)};
@@ -287,7 +287,7 @@ LY_INLINE void tile(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int
         case 1: kernel(f, &c, t, 1); break;
         }
     }
-    free(mem);
+    ly_aligned_free(mem);
 }
 
 /* One entry per type: the format's constants are literals in each. */

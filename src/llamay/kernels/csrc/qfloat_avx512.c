@@ -58,7 +58,7 @@ LY_AVX512 static void tile_avx512(int type, const uint8_t *w, size_t row_bytes, 
         ly_float_tile_avx2(type, w, row_bytes, r0, r1, a, t0, t1, y, ldy);
         return;
     }
-    float *pair = aligned_alloc(64, ((size_t)k / 8 * 16 + 16) * sizeof(float)), *wa = malloc(2 * k * sizeof(float));
+    float *pair = ly_aligned_alloc(64, ((size_t)k / 8 * 16 + 16) * sizeof(float)), *wa = malloc(2 * k * sizeof(float));
     float *wb = wa + k;
     int64_t r = r0;
     for (; r + 2 <= r1; r += 2) {
@@ -78,7 +78,7 @@ LY_AVX512 static void tile_avx512(int type, const uint8_t *w, size_t row_bytes, 
         for (; t + 4 <= t1; t += 4) dots_pair(pair, wa, wb, a, t, 4, y + r, ldy);
         for (; t < t1; t++) dots_pair(pair, wa, wb, a, t, 1, y + r, ldy);
     }
-    free(pair);
+    ly_aligned_free(pair);
     free(wa);
     if (r < r1) ly_float_tile_avx2(type, w, row_bytes, r, r1, a, t0, t1, y, ldy); /* an odd last row */
 }

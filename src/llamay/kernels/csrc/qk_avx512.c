@@ -106,9 +106,9 @@ LY_INLINE void tile_buffered(const qk_format *f, unpack_fn unpack, const uint8_t
                              int64_t ldy) {
     const int64_t nsb = a->k / 256;
     const int hm = f->has_min;
-    uint8_t *scratch = aligned_alloc(64, GROUP * 256);
-    __m512i *V = aligned_alloc(64, (size_t)nsb * 64 * sizeof(__m512i));
-    group_tab *tab = aligned_alloc(64, (size_t)nsb * sizeof *tab);
+    uint8_t *scratch = ly_aligned_alloc(64, GROUP * 256);
+    __m512i *V = ly_aligned_alloc(64, (size_t)nsb * 64 * sizeof(__m512i));
+    group_tab *tab = ly_aligned_alloc(64, (size_t)nsb * sizeof *tab);
     tok_src src = {a, a->k};
     for (int64_t tc = t0; tc < t1; tc += CHUNK) {
         int64_t te = tc + CHUNK < t1 ? tc + CHUNK : t1;
@@ -127,9 +127,9 @@ LY_INLINE void tile_buffered(const qk_format *f, unpack_fn unpack, const uint8_t
             }
         }
     }
-    free(scratch);
-    free(V);
-    free(tab);
+    ly_aligned_free(scratch);
+    ly_aligned_free(V);
+    ly_aligned_free(tab);
 }
 
 #define QK_BUFFERED tile_buffered

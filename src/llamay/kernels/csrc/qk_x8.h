@@ -94,8 +94,8 @@ X8_TARGET static void tile_avx2(const qk_format *f, unpack_fn unpack, const uint
                               int64_t r0, int64_t r1, const ly_act *a, int64_t t0, int64_t t1,
                               float *y, int64_t ldy) {
     int64_t k = a->k, nsb = k / 256;
-    uint8_t *q = aligned_alloc(32, (size_t)nsb * GROUP * 256);
-    group_tab *tab = aligned_alloc(32, (size_t)nsb * sizeof *tab);
+    uint8_t *q = ly_aligned_alloc(32, (size_t)nsb * GROUP * 256);
+    group_tab *tab = ly_aligned_alloc(32, (size_t)nsb * sizeof *tab);
     for (int64_t tc = t0; tc < t1; tc += CHUNK) {
         int64_t te = tc + CHUNK < t1 ? tc + CHUNK : t1;
         for (int64_t r = r0; r < r1; r += GROUP) {
@@ -111,8 +111,8 @@ X8_TARGET static void tile_avx2(const qk_format *f, unpack_fn unpack, const uint
             }
         }
     }
-    free(q);
-    free(tab);
+    ly_aligned_free(q);
+    ly_aligned_free(tab);
 }
 
 #define QK_BUFFERED tile_avx2

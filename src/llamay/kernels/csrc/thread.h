@@ -54,10 +54,6 @@ void ly_tls_set(void *v);
 void ly_wait_while(atomic_int *word, int value);
 void ly_wake_all(atomic_int *word);
 
-/* Memory aligned to align (a power of two; size a multiple of it), freed only by ly_aligned_free. */
-void *ly_aligned_alloc(size_t align, size_t size);
-void ly_aligned_free(void *p);
-
 void ly_yield(void);     /* lets another runnable thread have this CPU */
 double ly_now(void);     /* seconds of a monotonic clock */
 int ly_cpu_count(void);  /* CPUs this process may run on (at least 1) */

@@ -86,7 +86,8 @@ void ly_wait_while(atomic_int *word, int value) { (void)word; (void)value; sched
 void ly_wake_all(atomic_int *word) { (void)word; }
 #endif
 
-void *ly_aligned_alloc(size_t align, size_t size) { return aligned_alloc(align, size); }
+/* size rounded up to a multiple of align, as aligned_alloc requires (macOS's refuses any other) */
+void *ly_aligned_alloc(size_t align, size_t size) { return aligned_alloc(align, (size + align - 1) & ~(align - 1)); }
 void ly_aligned_free(void *p) { free(p); }
 
 void ly_yield(void) { sched_yield(); }

@@ -26,22 +26,32 @@ const x16_layout *ly_x16_layout(int type) {
     return NULL;
 }
 
+/* Element e of a piece of each row <-> position (e * 16 + i) * es of its column-wise part; es a literal in
+ * each call (a constant-size copy, not a call per element). */
+static inline void move_piece(uint8_t *part, uint8_t *const src[X16_ROWS], int n_rows, int n_el, int es, int back) {
+    for (int i = 0; i < n_rows; i++)
+        for (int e = 0; e < n_el; e++) {
+            uint8_t *col = part + ((int64_t)e * X16_ROWS + i) * es, *row = src[i] + e * es;
+            if (back) memcpy(row, col, es);
+            else memcpy(col, row, es);
+        }
+}
+
 /* Group `grp` <-> its 16 rows (rows[i]: row i's bytes; back = 0: rows -> group, 1: group -> rows, where
  * only the first n_valid rows are written). */
 static void move_group(const x16_layout *l, uint8_t *grp, uint8_t *const rows[X16_ROWS], int n_valid,
                        int64_t n_units, int back) {
+    const int n_rows = back ? n_valid : X16_ROWS;
     for (int p = 0; p < l->n_pieces; p++) {
         const x16_piece pc = l->piece[p];
         uint8_t *region = grp + x16_region(l, p, n_units);
         for (int64_t u = 0; u < n_units; u++) {
-            uint8_t *part = region + u * (int64_t)pc.len * X16_ROWS;
-            for (int i = 0; i < (back ? n_valid : X16_ROWS); i++) {
-                uint8_t *src = rows[i] + u * l->unit_bytes + pc.at;
-                for (int e = 0; e < pc.len / pc.es; e++) {
-                    uint8_t *dst = part + ((int64_t)e * X16_ROWS + i) * pc.es;
-                    if (back) memcpy(src + e * pc.es, dst, pc.es);
-                    else memcpy(dst, src + e * pc.es, pc.es);
-                }
+            uint8_t *part = region + u * (int64_t)pc.len * X16_ROWS, *src[X16_ROWS];
+            for (int i = 0; i < n_rows; i++) src[i] = rows[i] + u * l->unit_bytes + pc.at;
+            switch (pc.es) {
+            case 1: move_piece(part, src, n_rows, pc.len, 1, back); break;
+            case 2: move_piece(part, src, n_rows, pc.len / 2, 2, back); break;
+            default: move_piece(part, src, n_rows, pc.len / 4, 4, back); break;
             }
         }
     }

@@ -9,8 +9,10 @@
 #include "kernels.h"
 #include "q32.h"
 #include "qk.h"
+#include <stdlib.h>
 
-#define NT_MAX 4
+#define NT_MAX 8 /* tokens per pass over a buffered group */
+#define FEW 3    /* below this many tokens a group is used as it is read, not buffered */
 
 LY_INLINE __m512i vload(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
 
@@ -18,179 +20,249 @@ LY_INLINE __m512 f16x16(const uint8_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* The exact dots of V[0..3] with activations 0..15 (lo) and V[4..7] with 16..31 (hi) of a 32-block x */
-LY_INLINE void dots(const __m512i V[8], const int8_t *x, __m512i *lo, __m512i *hi) {
-    __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
-    for (int j = 0; j < 4; j++) {
-        int32_t xa, xb;
-        memcpy(&xa, x + 4 * j, 4);
-        memcpy(&xb, x + 16 + 4 * j, 4);
-        a = _mm512_dpbusd_epi32(a, V[j], _mm512_set1_epi32(xa));
-        b = _mm512_dpbusd_epi32(b, V[j + 4], _mm512_set1_epi32(xb));
-    }
-    *lo = a;
-    *hi = b;
-}
-
-/* V[j] = bits shift .. shift + 3 of T[j] (4-bit values in T-form) */
-LY_INLINE void nibbles(const uint8_t *qs, int shift, __m512i V[8], int stride) {
-    const __m512i m4 = _mm512_set1_epi8(15);
-    for (int j = 0; j < 8; j++)
-        V[j] = _mm512_and_si512(_mm512_srli_epi16(vload(qs + j * stride), shift), m4);
-}
-
 typedef struct {
     const ly_act *a;
     int64_t k, nb;
-    const uint8_t *pf; /* the next group (NULL: no prefetching), fetched a share per block of this one: */
-    int64_t pf_step;   /* its bytes over the blocks, so that it is in cache when its turn comes */
+    const uint8_t *pf; /* the next group (NULL: no prefetching), fetched a share per unit of this one: */
+    int64_t pf_step;   /* its bytes over the units, so that it is in cache when its turn comes */
+    const int32_t *sx; /* many tokens: [t - t0][block] the activation block sums (times Q4_0's or Q8_0's
+                        * offset), computed once per tile; NULL: computed as they are needed */
+    int64_t t0;
 } src_t;
 
+/* Token t's block b: its activation sum times `mul` */
+LY_INLINE int32_t sx_times(const src_t *s, int64_t t, int64_t b, int mul) {
+    if (s->sx) return s->sx[(t - s->t0) * s->nb + b];
+    const int32_t *s16 = s->a->s16 + t * (s->k / 16) + 2 * b;
+    return mul * (s16[0] + s16[1]);
+}
+
 /* A group's regions are several streams at once, each a few KB: too short for the hardware prefetchers. */
-LY_INLINE void prefetch_next(const src_t *s, int64_t b) {
+LY_INLINE void prefetch_next(const src_t *s, int64_t unit) {
     if (!s->pf) return;
-    for (const uint8_t *p = s->pf + b * s->pf_step, *e = p + s->pf_step; p < e; p += 64)
+    for (const uint8_t *p = s->pf + unit * s->pf_step, *e = p + s->pf_step; p < e; p += 64)
         _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
-static inline int32_t sx_of(const ly_act *a, int64_t k, int64_t t, int64_t b) {
-    const int32_t *s16 = a->s16 + t * (k / 16);
-    return s16[2 * b] + s16[2 * b + 1];
-}
+/* A block's per-row float and integer factors: Q4_0/Q8_0 d; Q4_K d, dmin, sa = scale, sb = min;
+ * Q6_K d, sa, sb = the scales of its two 16-value halves. */
+typedef struct {
+    __m512 d, dmin;
+    __m512i sa, sb;
+} terms_t;
 
-/* Q4_0 (offset 8) and Q8_0 (stored signed: v + 128 by flipping the top bit) over a group:
- * acc = acc + (dw * dx) * (float)(dot(u, x) - offset * sx), blocks in order */
-LY_INLINE void group_q32(int type, const uint8_t *grp, src_t s, int64_t t, int NT, __m512 acc[NT_MAX]) {
-    const int eight = type == LY_Q8_0, vec_bytes = eight ? 512 : 256, offset = eight ? 128 : 8;
-    const uint8_t *dreg = grp + s.nb * vec_bytes;
-    for (int64_t b = 0; b < s.nb; b++) {
-        __m512i V[8];
-        const uint8_t *qs = grp + b * vec_bytes;
-        prefetch_next(&s, b);
-        if (eight) {
-            const __m512i flip = _mm512_set1_epi8((char)0x80);
-            for (int j = 0; j < 8; j++) V[j] = _mm512_xor_si512(vload(qs + 64 * j), flip);
-        } else {
-            const __m512i m4 = _mm512_set1_epi8(15);
-            for (int j = 0; j < 4; j++) {
-                __m512i T = vload(qs + 64 * j);
-                V[j] = _mm512_and_si512(T, m4);
-                V[j + 4] = _mm512_and_si512(_mm512_srli_epi16(T, 4), m4);
-            }
-        }
-        const __m512 dw = f16x16(dreg + b * 32);
+/* Q4_0's and Q8_0's values are stored unsigned, plus this (Q8_0's by flipping the top bit) */
+#define OFFSET(type) ((type) == LY_Q8_0 ? 128 : (type) == LY_Q4_0 ? 8 : 1)
+
+/* Tokens per pass over a buffered group: Q6_K keeps two dots per token (its halves' scales differ) */
+#define NT_OF(type) ((type) == QK_Q6_K ? 4 : NT_MAX)
+
+/* acc[u] += block b's canonical term for token t + u (V: its unsigned values, lanes = rows). One exact
+ * int32 dot per token, or for Q6_K one per 16-value half (lo: V[0..3], hi: V[4..7]). */
+LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *s, int64_t t, int64_t b, int NT,
+                    __m512 acc[NT_MAX]) {
+    const int halves = type == QK_Q6_K;
+    __m512i lo[NT_MAX], hi[NT_MAX];
+    const int8_t *x[NT_MAX];
+    for (int u = 0; u < NT; u++) {
+        lo[u] = hi[u] = _mm512_setzero_si512();
+        x[u] = s->a->q + (t + u) * s->k + b * 32;
+    }
+    for (int j = 0; j < 8; j++) {
+        const __m512i v = V[j];
         for (int u = 0; u < NT; u++) {
-            __m512i lo, hi;
-            dots(V, s.a->q + (t + u) * s.k + b * 32, &lo, &hi);
-            __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(lo, hi),
-                                            _mm512_set1_epi32(offset * sx_of(s.a, s.k, t + u, b)));
-            __m512 dx = _mm512_set1_ps(s.a->d[(t + u) * s.nb + b]);
-            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum)));
+            int32_t x4;
+            memcpy(&x4, x[u] + 4 * j, 4);
+            if (halves && j >= 4) hi[u] = _mm512_dpbusd_epi32(hi[u], v, _mm512_set1_epi32(x4));
+            else lo[u] = _mm512_dpbusd_epi32(lo[u], v, _mm512_set1_epi32(x4));
         }
+    }
+    for (int u = 0; u < NT; u++) {
+        const int32_t *s16 = s->a->s16 + (t + u) * (s->k / 16) + 2 * b;
+        const __m512 dx = _mm512_set1_ps(s->a->d[(t + u) * s->nb + b]);
+        __m512 c;
+        if (type == QK_Q4_K) {
+            __m512i raw = _mm512_mullo_epi32(tm->sa, lo[u]);
+            __m512i corr = _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(sx_times(s, t + u, b, 1)));
+            c = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(raw)),
+                              _mm512_mul_ps(_mm512_mul_ps(tm->dmin, dx), _mm512_cvtepi32_ps(corr)));
+        } else if (type == QK_Q6_K) {
+            __m512i raw = _mm512_add_epi32(_mm512_mullo_epi32(lo[u], tm->sa), _mm512_mullo_epi32(hi[u], tm->sb));
+            __m512i corr = _mm512_add_epi32(_mm512_mullo_epi32(tm->sa, _mm512_set1_epi32(32 * s16[0])),
+                                            _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(32 * s16[1])));
+            c = _mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(raw, corr)));
+        } else { /* dot of the unsigned values minus offset * sx is the dot of the signed ones */
+            __m512i isum = _mm512_sub_epi32(lo[u], _mm512_set1_epi32(sx_times(s, t + u, b, OFFSET(type))));
+            c = _mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(isum));
+        }
+        acc[u] = _mm512_add_ps(acc[u], c);
     }
 }
 
-/* Q4_K: block 2g + p of a superblock is nibble p of its qs vectors 8g .. 8g + 7; its 6-bit scale and min
- * come from the 12 scale bytes in T-form (qk.c's packing, 16 rows at once). qk.h's step with
- * sc[2b] = sc[2b + 1] and cm[2b] = cm[2b + 1]: raw = sc * dot, corr = m * sx (the same integers). */
-LY_INLINE void group_q4k(const uint8_t *grp, src_t s, int64_t t, int NT, __m512 acc[NT_MAX]) {
-    const int64_t ns = s.nb / 8;
-    const uint8_t *dm = grp + ns * 2048, *scl = dm + ns * 64;
+/* Q4_0's 4 T-form vectors (values 0..15 low nibbles, 16..31 high) or Q8_0's 8 (stored signed: + 128 by
+ * flipping the top bit) of block b, and its d */
+LY_INLINE void unpack_q32(int type, const uint8_t *grp, int64_t nb, int64_t b, __m512i V[8], terms_t *tm) {
+    const int eight = type == LY_Q8_0, vec_bytes = eight ? 512 : 256;
+    const uint8_t *qs = grp + b * vec_bytes;
+    if (eight) {
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int j = 0; j < 8; j++) V[j] = _mm512_xor_si512(vload(qs + 64 * j), flip);
+    } else {
+        const __m512i m4 = _mm512_set1_epi8(15);
+        for (int j = 0; j < 4; j++) {
+            __m512i T = vload(qs + 64 * j);
+            V[j] = _mm512_and_si512(T, m4);
+            V[j + 4] = _mm512_and_si512(_mm512_srli_epi16(T, 4), m4);
+        }
+    }
+    tm->d = f16x16(grp + nb * vec_bytes + b * 32);
+}
+
+/* Q4_K superblock sb: the 12 scale bytes of 16 rows (T-form) -> bytes of sc[0..3] | sc[4..7] and of the
+ * mins the same (qk.c's 6-bit packing, 16 rows at once); d and dmin */
+typedef struct {
+    __m512i sc[2], mn[2];
+    __m512 d, dmin;
+} q4k_sb;
+
+LY_INLINE void q4k_superblock(const uint8_t *grp, int64_t ns, int64_t sb, q4k_sb *h) {
+    const uint8_t *dm = grp + ns * 2048 + sb * 64, *scl = grp + ns * 2048 + ns * 64 + sb * 192;
     const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f);
-    const __m512i hi2 = _mm512_set1_epi32(0x30303030), byte = _mm512_set1_epi32(0xff);
-    for (int64_t sb = 0; sb < ns; sb++) {
-        prefetch_next(&s, sb);
-        const __m512 d = f16x16(dm + sb * 64), dmin = f16x16(dm + sb * 64 + 32);
-        const __m512i w0 = vload(scl + sb * 192), w1 = vload(scl + sb * 192 + 64), w2 = vload(scl + sb * 192 + 128);
-        const __m512i sc4[2] = {_mm512_and_si512(w0, lo6),
-                                _mm512_or_si512(_mm512_and_si512(w2, lo4),
-                                                _mm512_and_si512(_mm512_srli_epi32(w0, 2), hi2))};
-        const __m512i m4[2] = {_mm512_and_si512(w1, lo6),
-                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), lo4),
-                                               _mm512_and_si512(_mm512_srli_epi32(w1, 2), hi2))};
-        for (int B = 0; B < 8; B++) {
-            const int64_t b = sb * 8 + B;
-            __m512i V[8];
-            nibbles(grp + sb * 2048 + (B / 2) * 512, 4 * (B % 2), V, 64);
-            const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sc4[B / 4], 8 * (B % 4)), byte);
-            const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(m4[B / 4], 8 * (B % 4)), byte);
-            for (int u = 0; u < NT; u++) {
-                __m512i lo, hi;
-                dots(V, s.a->q + (t + u) * s.k + b * 32, &lo, &hi);
-                __m512i raw = _mm512_mullo_epi32(sc, _mm512_add_epi32(lo, hi));
-                __m512i corr = _mm512_mullo_epi32(mn, _mm512_set1_epi32(sx_of(s.a, s.k, t + u, b)));
-                __m512 dx = _mm512_set1_ps(s.a->d[(t + u) * s.nb + b]);
-                __m512 c = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(raw)),
-                                         _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(corr)));
-                acc[u] = _mm512_add_ps(acc[u], c);
-            }
-        }
-    }
+    const __m512i hi2 = _mm512_set1_epi32(0x30303030);
+    const __m512i w0 = vload(scl), w1 = vload(scl + 64), w2 = vload(scl + 128);
+    h->sc[0] = _mm512_and_si512(w0, lo6);
+    h->sc[1] = _mm512_or_si512(_mm512_and_si512(w2, lo4), _mm512_and_si512(_mm512_srli_epi32(w0, 2), hi2));
+    h->mn[0] = _mm512_and_si512(w1, lo6);
+    h->mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), lo4),
+                               _mm512_and_si512(_mm512_srli_epi32(w1, 2), hi2));
+    h->d = f16x16(dm);
+    h->dmin = f16x16(dm + 32);
 }
 
-/* Q6_K: block 4h + j of a superblock: low 4 bits nibble j / 2 of ql vectors 16h + 8 (j % 2) + jj, high 2
- * bits bits 2j of qh vectors 8h + jj (qk.c's layout, in T-form). qk.h's step: isum = raw - corr. */
-LY_INLINE void group_q6k(const uint8_t *grp, src_t s, int64_t t, int NT, __m512 acc[NT_MAX]) {
-    const int64_t ns = s.nb / 8;
-    const uint8_t *qh = grp + ns * 2048, *scl = qh + ns * 1024, *dreg = scl + ns * 256;
+/* Q4_K block B of superblock sb: nibble B % 2 of qs vectors 8 (B / 2) .. + 7 */
+LY_INLINE void unpack_q4k(const uint8_t *grp, int64_t sb, int B, const q4k_sb *h, __m512i V[8], terms_t *tm) {
+    const uint8_t *qs = grp + sb * 2048 + (B / 2) * 512;
+    const __m512i m4 = _mm512_set1_epi8(15), byte = _mm512_set1_epi32(0xff);
+    for (int j = 0; j < 8; j++) V[j] = _mm512_and_si512(_mm512_srli_epi16(vload(qs + 64 * j), 4 * (B % 2)), m4);
+    tm->sa = _mm512_and_si512(_mm512_srli_epi32(h->sc[B / 4], 8 * (B % 4)), byte);
+    tm->sb = _mm512_and_si512(_mm512_srli_epi32(h->mn[B / 4], 8 * (B % 4)), byte);
+    tm->d = h->d;
+    tm->dmin = h->dmin;
+}
+
+/* Q6_K block B = 4h + j of superblock sb: low 4 bits nibble j / 2 of ql vectors 16h + 8 (j % 2) + jj, high
+ * 2 bits bits 2j of qh vectors 8h + jj (qk.c's layout, in T-form); the scales of its halves */
+LY_INLINE void unpack_q6k(const uint8_t *grp, int64_t ns, int64_t sb, int B, __m512i V[8], terms_t *tm) {
+    const int h = B / 4, j = B % 4;
+    const uint8_t *ql = grp + sb * 2048 + (16 * h + 8 * (j % 2)) * 64;
+    const uint8_t *qh = grp + ns * 2048 + sb * 1024 + 8 * h * 64, *scl = grp + ns * 3072 + sb * 256 + 2 * B * 16;
     const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
-    for (int64_t sb = 0; sb < ns; sb++) {
-        prefetch_next(&s, sb);
-        const __m512 d = f16x16(dreg + sb * 32);
-        for (int B = 0; B < 8; B++) {
-            const int64_t b = sb * 8 + B;
-            const int h = B / 4, j = B % 4;
-            const uint8_t *ql = grp + sb * 2048 + (16 * h + 8 * (j % 2)) * 64, *qhv = qh + sb * 1024 + 8 * h * 64;
+    for (int jj = 0; jj < 8; jj++) {
+        __m512i lo4 = _mm512_and_si512(_mm512_srli_epi16(vload(ql + 64 * jj), 4 * (j / 2)), m4);
+        __m512i hi2 = _mm512_and_si512(_mm512_srli_epi16(vload(qh + 64 * jj), 2 * j), m2);
+        V[jj] = _mm512_or_si512(lo4, _mm512_slli_epi16(hi2, 4));
+    }
+    tm->sa = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)scl));
+    tm->sb = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scl + 16)));
+    tm->d = f16x16(grp + ns * 3328 + sb * 32);
+}
+
+/* A buffered group: every block's vectors and terms, unpacked once for many tokens */
+typedef struct {
+    __m512i *V; /* [nb][8] */
+    terms_t *tm; /* [nb] */
+} group_buf;
+
+/* Each block of a group in order: unpacked, then either stepped at once for NT tokens (buf NULL) or stored */
+LY_INLINE void walk(int type, const uint8_t *grp, const src_t *s, int64_t t, int NT, __m512 acc[NT_MAX],
+                    const group_buf *buf) {
+    const int kq = type == QK_Q4_K || type == QK_Q6_K;
+    const int64_t units = kq ? s->nb / 8 : s->nb;
+    for (int64_t u = 0; u < units; u++) {
+        prefetch_next(s, u);
+        q4k_sb h;
+        if (type == QK_Q4_K) q4k_superblock(grp, units, u, &h);
+        for (int B = 0; B < (kq ? 8 : 1); B++) {
+            const int64_t b = kq ? u * 8 + B : u;
             __m512i V[8];
-            for (int jj = 0; jj < 8; jj++) {
-                __m512i lo4 = _mm512_and_si512(_mm512_srli_epi16(vload(ql + 64 * jj), 4 * (j / 2)), m4);
-                __m512i hi2 = _mm512_and_si512(_mm512_srli_epi16(vload(qhv + 64 * jj), 2 * j), m2);
-                V[jj] = _mm512_or_si512(lo4, _mm512_slli_epi16(hi2, 4));
-            }
-            const __m512i sca = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scl + sb * 256 + 2 * B * 16)));
-            const __m512i scb = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scl + sb * 256 + 2 * B * 16 + 16)));
-            for (int u = 0; u < NT; u++) {
-                __m512i lo, hi;
-                dots(V, s.a->q + (t + u) * s.k + b * 32, &lo, &hi);
-                const int32_t *s16 = s.a->s16 + (t + u) * (s.k / 16);
-                __m512i raw = _mm512_add_epi32(_mm512_mullo_epi32(lo, sca), _mm512_mullo_epi32(hi, scb));
-                __m512i corr = _mm512_add_epi32(_mm512_mullo_epi32(sca, _mm512_set1_epi32(32 * s16[2 * b])),
-                                                _mm512_mullo_epi32(scb, _mm512_set1_epi32(32 * s16[2 * b + 1])));
-                __m512 dx = _mm512_set1_ps(s.a->d[(t + u) * s.nb + b]);
-                __m512 c = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(raw, corr)));
-                acc[u] = _mm512_add_ps(acc[u], c);
+            terms_t tm;
+            if (type == QK_Q4_K) unpack_q4k(grp, u, B, &h, V, &tm);
+            else if (type == QK_Q6_K) unpack_q6k(grp, units, u, B, V, &tm);
+            else unpack_q32(type, grp, s->nb, b, V, &tm);
+            if (buf) {
+                for (int j = 0; j < 8; j++) _mm512_store_si512(buf->V + b * 8 + j, V[j]);
+                buf->tm[b] = tm;
+            } else {
+                step(type, V, &tm, s, t, b, NT, acc);
             }
         }
     }
 }
 
-LY_INLINE void run(int type, const uint8_t *grp, src_t s, int64_t t, int NT, float *y, int64_t ldy, int nrows) {
+LY_INLINE void store(const __m512 acc[NT_MAX], int NT, float *y, int64_t ldy, int nrows) {
+    const __mmask16 m = (__mmask16)((1u << nrows) - 1);
+    for (int u = 0; u < NT; u++) _mm512_mask_storeu_ps(y + u * ldy, m, acc[u]);
+}
+
+/* Few tokens: each block unpacked in registers and used at once */
+LY_INLINE void direct(int type, const uint8_t *grp, const src_t *s, int64_t t, int NT, float *y, int64_t ldy,
+                      int nrows) {
     __m512 acc[NT_MAX];
     for (int u = 0; u < NT; u++) acc[u] = _mm512_setzero_ps();
-    if (type == QK_Q4_K) group_q4k(grp, s, t, NT, acc);
-    else if (type == QK_Q6_K) group_q6k(grp, s, t, NT, acc);
-    else group_q32(type, grp, s, t, NT, acc);
-    const __mmask16 m = (__mmask16)((1u << nrows) - 1);
-    for (int u = 0; u < NT; u++) _mm512_mask_storeu_ps(y + (t + u) * ldy, m, acc[u]);
+    walk(type, grp, s, t, NT, acc, NULL);
+    store(acc, NT, y + t * ldy, ldy, nrows);
+}
+
+LY_INLINE void buffered(int type, const group_buf *buf, const src_t *s, int64_t t, int NT, float *y, int64_t ldy,
+                        int nrows) {
+    __m512 acc[NT_MAX];
+    for (int u = 0; u < NT; u++) acc[u] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < s->nb; b++) step(type, buf->V + b * 8, buf->tm + b, s, t, b, NT, acc);
+    store(acc, NT, y + t * ldy, ldy, nrows);
 }
 
 /* Rows [r0, r1), r0 a multiple of 16 (the driver's shares are whole groups) */
 LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
-    const int64_t group_bytes = GROUP * (int64_t)row_bytes, units = type == QK_Q4_K || type == QK_Q6_K ? a->k / 256 : a->k / 32;
+    const int64_t nb = a->k / 32, group_bytes = GROUP * (int64_t)row_bytes;
+    const int64_t units = type == QK_Q4_K || type == QK_Q6_K ? nb / 8 : nb;
+    group_buf buf = {NULL, NULL};
+    int32_t *sx = NULL;
+    if (t1 - t0 >= FEW) {
+        buf.V = ly_aligned_alloc(64, (size_t)nb * (8 * sizeof(__m512i) + sizeof(terms_t)) + (t1 - t0) * nb * 4 + 64);
+        buf.tm = (terms_t *)(buf.V + nb * 8);
+        sx = (int32_t *)(buf.tm + nb);
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t b = 0; b < nb; b++) {
+                const int32_t *s16 = a->s16 + t * (a->k / 16) + 2 * b;
+                sx[(t - t0) * nb + b] = OFFSET(type) * (s16[0] + s16[1]);
+            }
+    }
     for (int64_t r = r0; r < r1; r += GROUP) {
         const uint8_t *grp = w + r * row_bytes; /* group r / 16 starts at 16 (r / 16) row_bytes */
         const int nrows = r1 - r < GROUP ? (int)(r1 - r) : GROUP;
-        /* the first pass over a group prefetches the next one; later passes find both in cache */
-        src_t s = {a, a->k, a->k / 32, r + GROUP < r1 ? grp + group_bytes : NULL, group_bytes / units};
-        int64_t t = t0;
-        for (; t + NT_MAX <= t1; t += NT_MAX, s.pf = NULL) run(type, grp, s, t, NT_MAX, y + r, ldy, nrows);
-        switch (t1 - t) {
-        case 3: run(type, grp, s, t, 3, y + r, ldy, nrows); break;
-        case 2: run(type, grp, s, t, 2, y + r, ldy, nrows); break;
-        case 1: run(type, grp, s, t, 1, y + r, ldy, nrows); break;
+        const src_t s = {a, a->k, nb, r + GROUP < r1 ? grp + group_bytes : NULL, group_bytes / units, sx, t0};
+        if (!buf.V) {
+            if (t1 - t0 == 2) direct(type, grp, &s, t0, 2, y + r, ldy, nrows);
+            else direct(type, grp, &s, t0, 1, y + r, ldy, nrows);
+            continue;
+        }
+        walk(type, grp, &s, 0, 0, NULL, &buf);
+        for (int64_t t = t0, n; t < t1; t += n) {
+            n = t1 - t < NT_OF(type) ? t1 - t : NT_OF(type);
+            switch (n) {
+            case 8: buffered(type, &buf, &s, t, 8, y + r, ldy, nrows); break;
+            case 7: buffered(type, &buf, &s, t, 7, y + r, ldy, nrows); break;
+            case 6: buffered(type, &buf, &s, t, 6, y + r, ldy, nrows); break;
+            case 5: buffered(type, &buf, &s, t, 5, y + r, ldy, nrows); break;
+            case 4: buffered(type, &buf, &s, t, 4, y + r, ldy, nrows); break;
+            case 3: buffered(type, &buf, &s, t, 3, y + r, ldy, nrows); break;
+            case 2: buffered(type, &buf, &s, t, 2, y + r, ldy, nrows); break;
+            case 1: buffered(type, &buf, &s, t, 1, y + r, ldy, nrows); break;
+            }
         }
     }
+    ly_aligned_free(buf.V);
 }
 
 #define TILE_X16(name, TYPE)                                                                                \

@@ -11,7 +11,6 @@
 #include "q32.h"
 #include "qk.h"
 #include "x86.h"
-#include <stdlib.h>
 
 #define LY_INLINE X8_TARGET static inline __attribute__((always_inline))
 #define NT_MAX 4

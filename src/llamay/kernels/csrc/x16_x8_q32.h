@@ -143,7 +143,7 @@ LY_INLINE q_fmt q32_fmt(int type) {
 LY_INLINE void tile_buffered(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
                              int64_t t0, int64_t t1, float *y, int64_t ldy) {
     const int64_t nb = a->k / 32, nt = t1 - t0;
-    char *mem = aligned_alloc(32, nb * (8 * 32 + 16 * sizeof(float)) + nt * nb * 8 + 32);
+    char *mem = ly_aligned_alloc(32, nb * (8 * 32 + 16 * sizeof(float)) + nt * nb * 8 + 32);
     many_t m = {(__m256i *)mem, (float *)(mem + nb * 256), (float *)(mem + nb * 256) + nb * 8, NULL, NULL, t0};
     m.sxf = m.mw + nb * 8;
     m.sxo = (int32_t *)(m.sxf + nt * nb);
@@ -167,6 +167,6 @@ LY_INLINE void tile_buffered(q_fmt f, const uint8_t *w, size_t row_bytes, int64_
             }
         }
     }
-    free(mem);
+    ly_aligned_free(mem);
 }
 

@@ -115,7 +115,7 @@ LY_INLINE void run_khalf(int type, const uint8_t *grp, src_t s, int64_t t, int N
 LY_INLINE void tile_kbuffered(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                               const ly_act *a, int64_t t0, int64_t t1, float *y, int64_t ldy) {
     const int64_t nb = a->k / 32;
-    __m256i *vb = aligned_alloc(32, nb * 8 * sizeof(__m256i));
+    __m256i *vb = ly_aligned_alloc(32, nb * 8 * sizeof(__m256i));
     const src_t s = {a, a->k, nb, NULL, 0};
     for (int64_t r = r0; r < r1; r += X16_ROWS) {
         const uint8_t *grp = w + r * row_bytes;
@@ -134,6 +134,6 @@ LY_INLINE void tile_kbuffered(int type, const uint8_t *w, size_t row_bytes, int6
             }
         }
     }
-    free(vb);
+    ly_aligned_free(vb);
 }
 

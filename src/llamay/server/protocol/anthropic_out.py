@@ -14,7 +14,7 @@ from .toolcalls import arguments_object
 _ERROR_TYPES = {"invalid_request": "invalid_request_error", "context_length": "invalid_request_error",
                 "rate_limit": "rate_limit_error", "permission": "permission_error",
                 "not_found": "not_found_error", "overloaded": "overloaded_error",
-                "authentication": "authentication_error", "internal": "api_error"}
+                "authentication": "authentication_error", "internal": "api_error", "timeout": "timeout_error"}
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 

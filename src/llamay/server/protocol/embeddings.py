@@ -91,11 +91,10 @@ def check_finite(vectors: list[np.ndarray]) -> None:
 
 def _inputs(raw: Any, key: str) -> tuple[list, bool]:
     """OpenAI's string | string[] | int[] | int[][], and llama-server's shapes (llamacpp_params.parse_prompts,
-    plus {"content": [text parts]}) -> (inputs, single); none may be empty."""
+    plus {"content": [text parts]}) -> (inputs, single). An empty string is embedded as llama-server does (a
+    model that adds no special tokens refuses it: routes_embed.embed_inputs)."""
     raw = [_parts_text(x, key) for x in raw] if isinstance(raw, list) else _parts_text(raw, key)
     inputs = parse_prompts(raw, key)
-    if any(x == "" for x in inputs):
-        raise bad_request(f"{key} must not contain empty strings", key)
     return inputs, not (isinstance(raw, list) and raw and not any(_is_id(x) for x in raw))
 
 
@@ -115,7 +114,7 @@ def _is_id(x: Any) -> bool:
 
 
 def parse_openai(body: dict) -> EmbedRequest:
-    """input: string | string[] | int[] | int[][] or llama-server's shapes (not empty; no empty string);
+    """input: string | string[] | int[] | int[][] or llama-server's shapes (not an empty array);
     encoding_format float | base64; dimensions a positive integer. `user` is ignored."""
     model = _model(body)
     if body.get("input") is None:

@@ -4,6 +4,7 @@ tools/server/server-task.cpp to_json_non_oaicompat, task_params::to_json; llama-
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,12 +35,17 @@ class ModelView:
     bos_token: str
     eos_token: str
     detokenize: Callable[[list[int]], str]  # special tokens as their text
+    eog_ids: tuple[int, ...] = ()  # end-of-generation tokens (what ignore_eos bans)
 
 
 def error_object(err: ProtocolError) -> dict:
-    """llama-server's {code, message, type} (plus n_prompt_tokens and n_ctx for a prompt over the context)."""
-    return {"code": err.status, "message": err.message, "type": ERROR_TYPES.get(err.kind, "server_error"),
-            **err.detail}
+    """llama-server's {code, message, type} (plus n_prompt_tokens and n_ctx for a prompt over the context, whose
+    message starts as llama-server's, which clients match)."""
+    message = f"{CONTEXT_MESSAGE}: {err.message}" if err.kind == "context_length" else err.message
+    return {"code": err.status, "message": message, "type": ERROR_TYPES.get(err.kind, "server_error"), **err.detail}
+
+
+CONTEXT_MESSAGE = "the request exceeds the available context size, try increasing it"
 
 
 ERROR_TYPES = {"invalid_request": "invalid_request_error", "not_found": "not_found_error",
@@ -52,8 +58,9 @@ def error_body(err: ProtocolError) -> dict:
     return {"error": error_object(err)}
 
 
-def generation_settings(req: GenRequest, n_ctx: int, model: str) -> dict:
-    """The settings a request ran with, in llama-server's names (its defaults where the request set none)."""
+def generation_settings(req: GenRequest, n_ctx: int, model: str, eog_ids: tuple[int, ...] = ()) -> dict:
+    """The settings a request ran with, in llama-server's names (its defaults where the request set none);
+    logit_bias as llama-server lists it: [{token, bias}], -inf as null, ignore_eos's bans of eog_ids too."""
     s = {**dataclasses.asdict(SamplingParams()), **req.run_sampling().given()}
     n_predict = -1 if req.max_tokens is None else req.max_tokens
     return {"n_ctx": n_ctx, "model": model, "n_predict": n_predict, "max_tokens": n_predict,
@@ -64,7 +71,15 @@ def generation_settings(req: GenRequest, n_ctx: int, model: str) -> dict:
             "ignore_eos": req.llama.ignore_eos, "stream": req.stream,
             "n_probs": req.top_logprobs if req.logprobs else 0, "grammar": req.llama.grammar or "",
             "samplers": list(RUN_ORDER), "reasoning_format": req.chat.reasoning_format or "auto",
-            **OFF_SETTINGS}
+            "logit_bias": _logit_bias(req, eog_ids), **OFF_SETTINGS}
+
+
+def _logit_bias(req: GenRequest, eog_ids: tuple[int, ...]) -> list[dict]:
+    bias = {**(req.run_sampling().logit_bias or {}),
+            **{k: v for k, v in req.llama.logit_bias if isinstance(k, int)}}
+    if req.llama.ignore_eos:
+        bias.update(dict.fromkeys(eog_ids, -math.inf))
+    return [{"bias": None if math.isinf(v) else v, "token": t} for t, v in bias.items()]
 
 
 def probs_entry(t: TokenLogprob) -> dict:
@@ -129,7 +144,8 @@ class CompletionOutput:
                "tokens": [] if streamed or not req.llama.return_tokens else choice.tokens,
                "id_slot": self.meta.slot, "stop": True, "model": self.meta.model,
                "tokens_predicted": usage.completion_tokens, "tokens_evaluated": usage.prompt_tokens,
-               "generation_settings": generation_settings(req, self.model.n_ctx, self.meta.model),
+               "generation_settings": generation_settings(req, self.model.n_ctx, self.meta.model,
+                                                          self.model.eog_ids),
                "prompt": self.model.detokenize((finish.context or [])[:usage.prompt_tokens]),
                "has_new_line": "\n" in text, "truncated": False,
                "stop_type": "word" if finish.stop_sequence else STOP_TYPES.get(finish.reason, "eos"),
@@ -179,5 +195,11 @@ def slot_body(slot, n_ctx: int, model: str) -> dict:
     return {**body, "id_task": slot.task, "n_prompt_tokens": usage.prompt_tokens,
             "n_prompt_tokens_processed": usage.prompt_eval_count, "n_prompt_tokens_cache": usage.cached_tokens,
             "params": generation_settings(slot.req, n_ctx, model),
-            "next_token": [{"has_next_token": slot.busy > 0, "n_decoded": usage.completion_tokens,
-                            "n_remain": -1 if limit is None else limit - usage.completion_tokens}]}
+            "next_token": [_next_token(slot.busy > 0, usage.completion_tokens, limit)]}
+
+
+def _next_token(busy: bool, n_decoded: int, limit: int | None) -> dict:
+    """An idle slot has no budget left over from the task it finished: n_decoded 0, n_remain -1."""
+    if not busy:
+        return {"has_next_token": False, "n_decoded": 0, "n_remain": -1}
+    return {"has_next_token": True, "n_decoded": n_decoded, "n_remain": -1 if limit is None else limit - n_decoded}

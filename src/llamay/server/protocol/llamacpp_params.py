@@ -31,8 +31,7 @@ _OFF: dict[str, tuple[Callable[[Any, dict], bool], str]] = {
     "t_max_predict_ms": (lambda v, b: v <= 0, "0"),
     "reasoning_budget_tokens": (lambda v, b: v < 0, "-1"),
 }
-_OFF_FLAGS = ("post_sampling_probs", "timings_per_token", "return_progress", "grammar_lazy", "reasoning_control",
-              "verbose")
+_OFF_FLAGS = ("post_sampling_probs", "return_progress", "grammar_lazy", "reasoning_control")
 
 # `samplers`: llama.cpp's names (and its aliases) -> canonical; the chars form by llama.cpp's letters
 _SAMPLER_NAMES = {"dry": "dry", "top_k": "top_k", "top_p": "top_p", "top_n_sigma": "top_n_sigma",
@@ -81,17 +80,20 @@ def parse_samplers(body: dict) -> dict[str, Any]:
 
 def parse_extras(body: dict) -> tuple[dict[str, Any], LlamaOptions]:
     """The llama-server fields its routes take beside OpenAI's -> (Sampling fields, LlamaOptions):
-    repeat_last_n, samplers, ignore_eos, id_slot, lora, spec and cache_prompt (accepted; the prefix cache is
-    always on, and a hit gives the same tokens as a miss), after check_off."""
+    repeat_last_n, samplers, ignore_eos, id_slot, lora, spec; cache_prompt (accepted; the prefix cache is
+    always on, and a hit gives the same tokens as a miss), timings_per_token (accepted; the last chunk of
+    a stream carries `timings`, as without it) and verbose, after check_off."""
     check_off(body)
     get_bool(body, "cache_prompt")
+    get_bool(body, "timings_per_token")
     sampling = parse_samplers(body)
     repeat_last_n = get_int(body, "repeat_last_n", -1)  # -1: the whole history
     if repeat_last_n is not None:
         sampling["repeat_last_n"] = repeat_last_n
     ignore_eos, id_slot, lora = bool(get_bool(body, "ignore_eos")), get_int(body, "id_slot", -1), parse_lora(body)
     return sampling, LlamaOptions(id_slot=None if id_slot in (None, -1) else id_slot, ignore_eos=ignore_eos,
-                                  lora=None if lora is None else tuple(lora), spec=parse_speculation(body))
+                                  lora=None if lora is None else tuple(lora), spec=parse_speculation(body),
+                                  verbose=get_bool(body, "verbose"))
 
 
 def parse_speculation(body: dict) -> str | None:

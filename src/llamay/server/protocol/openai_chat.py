@@ -52,14 +52,15 @@ def parse_chat(body: Any) -> GenRequest:
     tools = parse_function_tools(body)
     extra_sampling, llama = parse_extras(body)
     llama = dataclasses.replace(llama, grammar=get_str(body, "grammar") or None)  # llama-server's GBNF field
+    parsed = [parse_message(i, m) for i, m in enumerate(messages)]
     return GenRequest(
-        model=model, messages=[parse_message(i, m) for i, m in enumerate(messages)], stream=stream,
+        model=model, messages=parsed, stream=stream,
         include_usage=include_usage, n=parse_n(body), stop=parse_stop(body),
         max_tokens=parse_max_tokens(body, "max_completion_tokens", "max_tokens"),
         sampling=Sampling(**{**parse_sampling(body), **extra_sampling}), sampling_defaults=OPENAI_DEFAULTS,
         logprobs=logprobs, top_logprobs=top_logprobs, tools=tools, format=parse_response_format(body),
         tool_options=ToolOptions(_tool_choice(body, tools), get_bool(body, "parallel_tool_calls") is not False),
-        chat=_chat_options(body), llama=llama)
+        chat=_chat_options(body, parsed), llama=llama)
 
 
 def _tool_call(call: Any, where: str) -> dict:
@@ -167,15 +168,27 @@ def _check_format(fmt: dict) -> None:
             raise bad_request(f"'{where}' must be a JSON Schema object", where)
 
 
-def _chat_options(body: dict) -> ChatOptions:
-    """reasoning_effort, chat_template_kwargs, reasoning_format (llama-server's)."""
+def _chat_options(body: dict, messages: list[dict]) -> ChatOptions:
+    """reasoning_effort, chat_template_kwargs, reasoning_format (llama-server's); a last assistant message is
+    a prefill the reply continues (llama-server's; vLLM's continue_final_message says so explicitly, and
+    with add_generation_prompt too is a 400, as both servers answer). Two assistant messages at the end are
+    a 400, as llama-server's (which of them would the reply continue?)."""
+    continue_final = get_bool(body, "continue_final_message")
+    if continue_final and get_bool(body, "add_generation_prompt"):
+        raise bad_request("'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                          "continue_final_message")
+    roles = [m["role"] for m in messages[-2:]]
+    if roles == ["assistant", "assistant"]:
+        raise bad_request("cannot have 2 or more assistant messages at the end of the list", "messages")
+    prefill = roles[-1] == "assistant" and not messages[-1].get("tool_calls") and continue_final is not False
     reasoning_format = get_str(body, "reasoning_format")
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
         raise bad_request(f"'reasoning_format' must be one of {', '.join(REASONING_FORMATS)}, got "
                           f"{reasoning_format!r}", "reasoning_format")
     effort = get_str(body, "reasoning_effort")
     kwargs = get_field(body, "chat_template_kwargs", (dict,), "an object")
-    return ChatOptions(template_kwargs=kwargs or {}, reasoning_format=reasoning_format, reasoning_effort=effort)
+    return ChatOptions(template_kwargs=kwargs or {}, reasoning_format=reasoning_format, reasoning_effort=effort,
+                       continue_final=prefill)
 
 
 def _tool_choice(body: dict, tools: list[dict] | None) -> str | dict:
@@ -224,19 +237,27 @@ class ChatOutput(ChoicesOutput):
     the usage chunk (include_usage) and [DONE]. As llama-server: the role chunk's content is null, every
     chunk has a system_fingerprint, and the last one before [DONE] (and the whole body) has `timings`."""
 
-    def __init__(self, req: GenRequest, meta: ResponseMeta):
+    def __init__(self, req: GenRequest, meta: ResponseMeta, raw=None):
+        """raw (a llamacpp_out.CompletionOutput fed the same events): llama-server's `__verbose`, the result
+        as /completion gives it (its prompt as the template rendered it), beside `timings`."""
         super().__init__(req, meta)
-        self._opened = False
+        self._opened, self.raw = False, raw
+
+    def _telemetry(self) -> dict:
+        usage = self.usage()
+        return {"timings": timings_body(usage), **({"__verbose": self.raw.body()} if self.raw else {})}
 
     def feed(self, ev: Delta | Finish) -> list[str]:
         self.record(ev)
+        if self.raw is not None:
+            self.raw.feed(ev)
         if not self.req.stream:
             return []
         frames = self._open()
         if isinstance(ev, Finish):
             last = not self.req.include_usage and all(c.finish for c in self.choices)
             frames.append(self._chunk(ev.index, {}, finish_reason=CHAT_FINISH_REASONS[ev.reason],
-                                      extra={"timings": timings_body(self.usage())} if last else {}))
+                                      extra=self._telemetry() if last else {}))
             return frames
         delta = {}
         if ev.reasoning:
@@ -256,8 +277,7 @@ class ChatOutput(ChoicesOutput):
         frames = self._open()
         if self.req.include_usage:
             usage = self.usage()
-            frames.append(frame({**self._head(), "choices": [], "usage": usage_body(usage),
-                                 "timings": timings_body(usage)}))
+            frames.append(frame({**self._head(), "choices": [], "usage": usage_body(usage), **self._telemetry()}))
         return frames + [DONE]
 
     def body(self) -> dict:
@@ -265,7 +285,7 @@ class ChatOutput(ChoicesOutput):
         return {"id": self.meta.id, "object": "chat.completion", "created": self.meta.created,
                 "model": self.meta.model, "system_fingerprint": BUILD_INFO,
                 "choices": [self._choice_body(i) for i in range(self.req.n)], "usage": usage_body(usage),
-                "timings": timings_body(usage)}
+                **self._telemetry()}
 
     def _choice_body(self, i: int) -> dict:
         state = self.choices[i]

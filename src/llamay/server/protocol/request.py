@@ -55,7 +55,7 @@ class ChatOptions:
     reasoning_format: str | None = None  # chat/reasoning.py's modes; None: the server's
     reasoning_effort: str | None = None  # OpenAI's; accepted, not run
     thinking: Mapping[str, Any] | None = None  # Anthropic's `thinking`; accepted, not run
-    continue_final: bool = False  # Anthropic's prefill (the last message is the assistant's); accepted, not run
+    continue_final: bool = False  # prefill: the reply continues the last (assistant) message's text
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class LlamaOptions:
     grammar: str | None = None  # GBNF constraining the output
     return_tokens: bool = False  # /completion results carry their token ids
     response_fields: tuple[str, ...] = ()  # /completion results keep only these
+    verbose: bool | None = None  # chat results carry `__verbose` (the raw result, its prompt); None: serve -v's
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,16 @@ def timings_body(usage: Usage) -> dict:
     """cache_n: prompt tokens found computed; prompt_n: those evaluated; predicted_n: tokens generated;
     draft_n / draft_n_accepted (when drafts were verified): speculative tokens checked / emitted;
     cache_n_disk / cache_n_shared (when either tier served some): of cache_n, those read from the disk and
-    the shared tier. Rates are 0 where nothing was timed."""
+    the shared tier. Rates are 0 where nothing was timed; the generation rate is over the decode steps, one
+    fewer than the tokens (the first comes from the prompt's logits, timed in prompt_ms), as llama-server's."""
     prompt_n = usage.prompt_eval_count
     prompt_ms, predicted_ms = usage.prompt_eval_ns / 1e6, usage.eval_ns / 1e6
     return {"cache_n": usage.cached_tokens,
             "prompt_n": prompt_n, "prompt_ms": prompt_ms, "prompt_per_token_ms": _ratio(prompt_ms, prompt_n),
             "prompt_per_second": _ratio(1e3 * prompt_n, prompt_ms),
             "predicted_n": usage.completion_tokens, "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": _ratio(predicted_ms, usage.completion_tokens),
-            "predicted_per_second": _ratio(1e3 * usage.completion_tokens, predicted_ms),
+            "predicted_per_token_ms": _ratio(predicted_ms, max(usage.completion_tokens - 1, 0)),
+            "predicted_per_second": _ratio(1e3 * max(usage.completion_tokens - 1, 0), predicted_ms),
             **({"draft_n": usage.drafted_tokens, "draft_n_accepted": usage.accepted_tokens}
                if usage.drafted_tokens else {}),
             **({"cache_n_disk": usage.disk_tokens, "cache_n_shared": usage.shared_tokens}

@@ -3,7 +3,8 @@
 // Continuing the newest answer of a context appends to it; anything else (an edit, a regenerate, a reply to
 // an older answer) forks the context at that message (?messages=k), so the branch shares the pages of
 // everything before it. A context that is gone (freed, expired, a restart) is made again from the
-// messages: the prefix cache still has their pages.
+// messages: the prefix cache still has their pages. A reply stopped by the user is kept as far as it got
+// and marked "stopped", as llama-server's web UI keeps it; it is part of what the next message sends.
 import { api, el, markdown, openSse, uid, bytes } from "./util.js";
 import * as sidebar from "./sidebar.js";
 
@@ -213,8 +214,12 @@ function messageView(n) {
   const busy = !!controller;
   if (n.role === "user") who.append(el("button", { onclick: () => { n.editing = true; renderMessages(); }, disabled: busy }, "edit"));
   else who.append(el("button", { onclick: () => answer(conv.nodes[n.parent], true), disabled: busy }, "regenerate"));
+  if (n.stopped) {
+    who.append(el("span", { class: "badge stopped", title: "you stopped this reply: it is kept as far as it got and " +
+                            "sent with the next message; regenerate replaces it" }, "stopped"));
+  }
   if (n.ctx) who.append(el("span", { class: "muted" }, n.ctx));
-  const box = el("div", { class: `msg ${n.role}`, "data-role": n.role }, who);
+  const box = el("div", { class: `msg ${n.role}${n.stopped ? " stopped" : ""}`, "data-role": n.role }, who);
   if (n.reasoning) box.append(el("details", {}, el("summary", {}, "reasoning"), el("div", {}, n.reasoning)));
   if (n.editing) box.append(editor(n));
   else box.append(n.role === "assistant" ? markdown(n.content) : el("div", { class: "text" }, n.content));
@@ -223,7 +228,10 @@ function messageView(n) {
                   el("pre", {}, c.function.arguments)));
   }
   if (n.error) box.append(el("div", { class: "error" }, n.error));
-  if (n.stopped) box.append(el("div", { class: "muted" }, "stopped"));
+  if (n.stopped) {
+    box.append(el("div", { class: "muted", "data-stopped": "" },
+                  n.content || n.reasoning ? "Stopped by you: the rest was not generated." : "Stopped before any text."));
+  }
   const f = n.figures;
   if (f) {
     box.append(el("div", { class: "figures", "data-figures": "" },
@@ -233,10 +241,14 @@ function messageView(n) {
   return box;
 }
 
-function renderMessages() {
+// The message pane is the chat's scroll area: it follows a growing reply while it is scrolled to the end
+// (or always, with toEnd), and stays where the reader left it otherwise.
+function renderMessages(toEnd = false) {
   const list = document.getElementById("messages");
   if (!list) return;
+  const atEnd = toEnd || list.scrollHeight - list.scrollTop - list.clientHeight < 40;
   list.replaceChildren(...(conv.leaf ? path(conv.leaf).map(messageView) : [el("p", { class: "muted" }, "Say something.")]));
+  if (atEnd) list.scrollTop = list.scrollHeight;
   const stop = document.getElementById("stop");
   if (stop) stop.disabled = !controller;
 }
@@ -290,15 +302,15 @@ export function render() {
     el("div", { class: "sidebar card" },
        el("button", { class: "primary", onclick: fresh, style: "width: 100%" }, "New chat"),
        el("div", { id: "conversations" })),
-    el("div", {},
+    el("div", { class: "pane" },
        el("div", { id: "messages", class: "messages" }),
-       el("div", { class: "card" },
+       el("div", { class: "card composer" },
           el("textarea", { id: "prompt", rows: 3, placeholder: "Message (Enter sends, Shift+Enter: new line)",
             onkeydown: (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } } }),
           el("div", { class: "row" }, el("button", { id: "send", class: "primary", onclick: send }, "Send"),
              el("button", { id: "stop", onclick: () => controller?.abort(), disabled: !controller }, "Stop")))),
     settingsView()));
-  renderMessages();
+  renderMessages(true);
   listConversations();
 }
 
