@@ -9,12 +9,19 @@ from llamay.kernels import _lib
 from llamay.kernels.matmul import QWeight, matmul, quantize_act
 from llamay.kernels.quantize import quantize_rows
 
-TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q6_K"]
+TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K"]
 
 
 def weight(name: str, m: int, k: int, seed: int) -> QWeight:
-    """m rows quantized by the project's quantizer from random floats (real scales, every value used)"""
-    w = np.random.default_rng(seed).standard_normal((m, k)).astype(np.float32) * 0.05
+    """m rows quantized by the project's quantizer from random floats (real scales, every value used);
+    IQ4_NL, which it does not write: random nibbles under random f16 scales"""
+    rng = np.random.default_rng(seed)
+    if name == "IQ4_NL":
+        blocks = np.empty((m * k // 32, 18), np.uint8)
+        blocks[:, :2] = (rng.standard_normal(len(blocks)) * 0.01).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        blocks[:, 2:] = rng.integers(0, 256, (len(blocks), 16), dtype=np.uint8)
+        return QWeight(blocks.reshape(-1), name, m, k)
+    w = rng.standard_normal((m, k)).astype(np.float32) * 0.05
     return QWeight(quantize_rows(w, name).reshape(-1), name, m, k)
 
 
@@ -66,9 +73,10 @@ def test_row_slices(name):
 
 def test_native_paths_repack_by_default():
     """repacked() without force regroups only where the path has x16 tiles of its own"""
-    w = weight("Q4_0", 32, 256, 0)
-    for path in _lib.available():
-        with _lib.using(path):
-            assert w.repacked().x16 == (path == "avx512")
-    assert weight("Q4_1", 32, 256, 0).repacked(force=True).x16 is False  # no layout for it
+    for name in TYPES:
+        w = weight(name, 32, 256, 0)
+        for path in _lib.available():
+            with _lib.using(path):
+                assert w.repacked().x16 == (path != "portable"), (name, path)  # AVX2, AVX-VNNI, AVX-512 tiles
+    assert weight("Q3_K", 32, 256, 0).repacked(force=True).x16 is False  # no layout for it
     assert weight("Q4_0", 15, 256, 0).repacked(force=True).x16 is False  # under one group

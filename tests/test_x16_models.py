@@ -1,6 +1,7 @@
 """Regrouped weights at load (LoadOptions.repack): a model's logits are the same bits with and without it,
-on every kernel path, prefill and token by token, on real files (Gemma 3 270M Q4_K_M holds Q4_K, Q6_K and
-Q8_0 matrices; they are regrouped on any CPU here, forced where the path has no x16 tiles of its own)."""
+on every kernel path, prefill and token by token, on real files (SmolLM2-135M Q4_1 holds Q4_1 and Q8_0
+matrices, Gemma 3 270M Q4_K_M Q5_0, Q4_K, Q6_K and Q8_0; every one is regrouped on any CPU here, forced
+where the path has no x16 tiles of its own)."""
 import numpy as np
 import pytest
 
@@ -16,26 +17,35 @@ def forced(monkeypatch):
     monkeypatch.setattr(QWeight, "repacked", lambda self, n_threads=None, force=False: real(self, n_threads, True))
 
 
-def regrouped(llm) -> int:
+def matrices(llm) -> list:
     d = llm.decoder
-    ws = [w for layer in d.layers for w in vars(layer).values() if isinstance(w, QWeight)] + [d.output[0]]
-    return sum(w.x16 for w in ws)
+    return [w for layer in d.layers for w in vars(layer).values() if isinstance(w, QWeight)] + [d.output[0]]
 
 
-def test_gemma_same_bits_with_and_without_regrouping(gemma_path, forced):
+def regrouped(llm) -> int:
+    return sum(w.x16 for w in matrices(llm))
+
+
+@pytest.mark.parametrize("model", ["smollm_path", "gemma_path"])
+def test_same_bits_with_and_without_regrouping(model, request, forced):
+    path = request.getfixturevalue(model)
     ids = list(range(2, 40))
-    plain = llamay.load(gemma_path, repack=False, n_ctx=256)
+    plain = llamay.load(path, repack=False, n_ctx=256)
     want = plain.logits(ids)
-    llm = llamay.load(gemma_path, n_ctx=256)
-    assert regrouped(plain) == 0 and regrouped(llm) >= 40  # the Q4_K, Q6_K and Q8_0 matrices
-    for path, got in _lib.each_path(lambda: llm.logits(ids)).items():
-        assert np.array_equal(got, want), path
+    llm = llamay.load(path, n_ctx=256)
+    assert not any(w.x16 for w in matrices(plain)) and all(w.x16 for w in matrices(llm))
+    for kernels, got in _lib.each_path(lambda: llm.logits(ids)).items():
+        assert np.array_equal(got, want), kernels
     step = [llm.eval_last(ids[:i]) for i in (1, 2, 3)]  # decode steps reuse the cached prefix
     assert all(np.array_equal(s, want[i - 1]) for s, i in zip(step, (1, 2, 3)))
 
 
-def test_regrouped_file_pages_leave_resident_memory(gemma_path):
-    """the copied matrices' mapped pages are given back (the copy is what runs); the others stay mapped"""
+def test_regrouped_file_pages_leave_resident_memory(gemma_path, monkeypatch):
+    """the copied matrices' mapped pages are given back (the copy is what runs); the others stay mapped
+    (every matrix of the file has an x16 layout: its Q5_0 ones are kept in the GGML layout here)"""
+    real = QWeight.repacked
+    monkeypatch.setattr(QWeight, "repacked", lambda self, n_threads=None, force=False:
+                        self if self.qtype.name == "Q5_0" else real(self, n_threads, force))
     llm = llamay.load(gemma_path, n_ctx=256)
     if not regrouped(llm):
         pytest.skip("this CPU's path has no x16 tiles: nothing was copied")

@@ -5,7 +5,7 @@
  * state. Each ISA's versions are only in units named for it, <topic>_avx2.c, _avxvnni.c, _avx512.c, whose
  * whole body is under #if LY_X86 and whose kernels carry that ISA's target attribute (x86.h); headers
  * with intrinsics (x86.h, avx2.h, avx512.h and the templates q32_x8.h, qk_x8.h, qk_direct.h,
- * qk_unpack.h) are included only there. arm64 the same: <topic>_neon.c, _dotprod.c, _i8mm.c under
+ * qk_unpack.h, x16_x8*.h) are included only there. arm64 the same: <topic>_neon.c, _dotprod.c, _i8mm.c under
  * #if LY_ARM64, attributes and intrinsics from arm.h (the templates q32_a4.h, qk_a4.h, a4_dot.h only there).
  * A unit exports its entries (kernels.h) and may call a lower
  * level's (AVX-512 falls back to AVX2 for few tokens). Only this file says which entry a path runs. */
@@ -130,11 +130,13 @@ static void add_avx2(ly_kernel_table *k) {
     put_tiles(k->tile, ly_tiles_q32_avx2);
     put_tiles(k->tile, ly_tiles_float_avx2);
     put_tiles(k->tile, ly_tiles_qk_avx2);
+    put_tiles(k->tile_x16, ly_tiles_x16_avx2);
 }
 
 static void add_avxvnni(ly_kernel_table *k) {
     put_tiles(k->tile, ly_tiles_q32_avxvnni);
     put_tiles(k->tile, ly_tiles_qk_avxvnni);
+    put_tiles(k->tile_x16, ly_tiles_x16_avxvnni);
 }
 
 static void add_avx512(ly_kernel_table *k) {
@@ -146,6 +148,7 @@ static void add_avx512(ly_kernel_table *k) {
     put_tiles(k->tile, ly_tiles_float_avx512);
     put_tiles(k->tile, ly_tiles_qk_avx512);
     put_tiles(k->tile_x16, ly_tiles_x16_avx512);
+    put_tiles(k->tile_x16, ly_tiles_x16_ext_avx512);
 }
 #endif
 

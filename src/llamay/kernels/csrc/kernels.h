@@ -57,7 +57,7 @@ ly_tile_fn ly_tiles_q32_portable(int type);   /* q32.c: Q4_0 .. Q8_0, IQ4_NL, IQ
 ly_tile_fn ly_tiles_float_portable(int type); /* qfloat.c: F32, F16, BF16 */
 ly_tile_fn ly_tiles_qk_portable(int type);    /* qk.c: Q2_K .. Q6_K */
 ly_tile_fn ly_tiles_iq_portable(int type);    /* iq.c: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M */
-ly_tile_fn ly_tiles_x16_portable(int type);   /* x16.c: Q4_0, Q8_0, Q4_K, Q6_K, through the path's GGML tile */
+ly_tile_fn ly_tiles_x16_portable(int type);   /* x16.c: the types with an x16 layout, through the path's GGML tile */
 
 float ly_sum_avx2(const float *x, int64_t d);
 float ly_sumsq_avx2(const float *x, int64_t d);
@@ -75,9 +75,11 @@ void ly_delta_pass2_avx2(float *S, const float *k, const float *delta, const flo
 ly_tile_fn ly_tiles_q32_avx2(int type);   /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
 ly_tile_fn ly_tiles_float_avx2(int type);
 ly_tile_fn ly_tiles_qk_avx2(int type);
+ly_tile_fn ly_tiles_x16_avx2(int type);   /* the types with an x16 layout */
 
 ly_tile_fn ly_tiles_q32_avxvnni(int type); /* as AVX2's */
 ly_tile_fn ly_tiles_qk_avxvnni(int type);
+ly_tile_fn ly_tiles_x16_avxvnni(int type);
 
 void ly_attend_group_f16_avx512(const ly_att *at, float *s);
 void ly_conv_row_avx512(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
@@ -89,6 +91,7 @@ ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
 ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
 ly_tile_fn ly_tiles_x16_avx512(int type);  /* Q4_0, Q8_0, Q4_K, Q6_K in the x16 layout */
+ly_tile_fn ly_tiles_x16_ext_avx512(int type); /* Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K in the x16 layout */
 
 float ly_sum_neon(const float *x, int64_t d);
 float ly_sumsq_neon(const float *x, int64_t d);

@@ -13,6 +13,11 @@ static const x16_layout LAYOUTS[] = {
     {LY_Q8_0, 34, 32, 2, {{2, 32, 4}, {0, 2, 2}}},
     {QK_Q4_K, 144, 256, 3, {{16, 128, 4}, {0, 4, 2}, {4, 12, 4}}},
     {QK_Q6_K, 210, 256, 4, {{0, 128, 4}, {128, 64, 4}, {192, 16, 1}, {208, 2, 2}}},
+    {LY_Q4_1, 20, 32, 2, {{4, 16, 4}, {0, 4, 2}}},
+    {LY_Q5_0, 22, 32, 3, {{6, 16, 4}, {2, 4, 4}, {0, 2, 2}}},
+    {LY_Q5_1, 24, 32, 3, {{8, 16, 4}, {4, 4, 4}, {0, 4, 2}}},
+    {LY_IQ4_NL, 18, 32, 2, {{2, 16, 4}, {0, 2, 2}}},
+    {QK_Q5_K, 176, 256, 4, {{48, 128, 4}, {16, 32, 4}, {0, 4, 2}, {4, 12, 4}}},
 };
 
 const x16_layout *ly_x16_layout(int type) {
@@ -123,6 +128,11 @@ VIA_ROWS(q4_0_via_rows, LY_Q4_0)
 VIA_ROWS(q8_0_via_rows, LY_Q8_0)
 VIA_ROWS(q4k_via_rows, QK_Q4_K)
 VIA_ROWS(q6k_via_rows, QK_Q6_K)
+VIA_ROWS(q4_1_via_rows, LY_Q4_1)
+VIA_ROWS(q5_0_via_rows, LY_Q5_0)
+VIA_ROWS(q5_1_via_rows, LY_Q5_1)
+VIA_ROWS(iq4_nl_via_rows, LY_IQ4_NL)
+VIA_ROWS(q5k_via_rows, QK_Q5_K)
 
 ly_tile_fn ly_tiles_x16_portable(int type) {
     switch (type) {
@@ -130,6 +140,11 @@ ly_tile_fn ly_tiles_x16_portable(int type) {
     case LY_Q8_0: return q8_0_via_rows;
     case QK_Q4_K: return q4k_via_rows;
     case QK_Q6_K: return q6k_via_rows;
+    case LY_Q4_1: return q4_1_via_rows;
+    case LY_Q5_0: return q5_0_via_rows;
+    case LY_Q5_1: return q5_1_via_rows;
+    case LY_IQ4_NL: return iq4_nl_via_rows;
+    case QK_Q5_K: return q5k_via_rows;
     default: return NULL;
     }
 }

@@ -14,6 +14,11 @@
  *   Q8_0 (34): qs (2, 32, es 4: 8 vectors) | d (0, 2, es 2)
  *   Q4_K (144): qs (16, 128, es 4: 32 vectors) | d, dmin (0, 4, es 2: [2][16] f16) | scales (4, 12, es 4)
  *   Q6_K (210): ql (0, 128, es 4) | qh (128, 64, es 4) | scales (192, 16, es 1: [16][16] int8) | d (208, 2, es 2)
+ *   Q4_1 (20): qs (4, 16, es 4) | d, m (0, 4, es 2: [2][16] f16)
+ *   Q5_0 (22): qs (6, 16, es 4) | qh (2, 4, es 4: 1 vector, lane i = row i's qh) | d (0, 2, es 2)
+ *   Q5_1 (24): qs (8, 16, es 4) | qh (4, 4, es 4) | d, m (0, 4, es 2)
+ *   IQ4_NL (18): as Q4_0
+ *   Q5_K (176): qs (48, 128, es 4) | qh (16, 32, es 4: 8 vectors) | d, dmin (0, 4, es 2) | scales (4, 12, es 4)
  * Region starts are 64-byte aligned in a group whenever the group is (all regions' unit sizes are
  * multiples of 32, and of 64 for an even unit count). */
 #ifndef LLAMAY_X16_H
