@@ -55,3 +55,13 @@ def test_regrouped_file_pages_leave_resident_memory(gemma_path, monkeypatch):
     ids = list(range(2, 20))
     assert np.array_equal(llm.logits(ids), llamay.load(gemma_path, repack=False, n_ctx=256).logits(ids))
     del reader
+
+
+def test_models_of_one_file_share_the_regrouped_copy(gemma_path, forced):
+    """a second model of the same file takes the first one's regrouped matrices (one copy in memory)"""
+    a, b = llamay.load(gemma_path, n_ctx=256), llamay.load(gemma_path, n_ctx=256)
+    assert regrouped(a) and a.decoder.output[0] is b.decoder.output[0]
+    assert all(x is y for x, y in zip(vars(a.decoder.layers[0]).values(), vars(b.decoder.layers[0]).values())
+               if isinstance(x, QWeight))
+    ids = list(range(2, 20))
+    assert np.array_equal(a.logits(ids), b.logits(ids))

@@ -148,9 +148,11 @@ class GGUFReader:
                 if size < 24:
                     raise GGUFError(f"{self.path}: not a GGUF file (only {size} bytes)")
                 self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                st = os.fstat(f.fileno())
         except OSError as e:
             raise GGUFError(f"{self.path}: cannot open: {e.strerror}") from e
         self.file_size = size
+        self.identity = (st.st_dev, st.st_ino, size, st.st_mtime_ns)  # which file, as it is now
         self.buffer = memoryview(self._mmap)
         cur = _Cursor(self.buffer, self.path)
         self._parse(cur)
@@ -230,14 +232,26 @@ class GGUFReader:
         t = self.tensors[name]
         return np.frombuffer(self.buffer, dtype=np.uint8, count=t.n_bytes, offset=t.offset)
 
+    def _span(self, view: np.ndarray) -> tuple[int, int] | None:
+        """[lo, hi) byte offsets in the file of a view of data(), or None for a view of anything else"""
+        base = np.frombuffer(self.buffer, np.uint8, count=1).ctypes.data
+        lo, hi = view.ctypes.data - base, view.ctypes.data - base + view.nbytes
+        return (lo, hi) if 0 <= lo < hi <= self.file_size else None
+
+    def locate(self, view: np.ndarray) -> tuple | None:
+        """(the file's identity, the view's offset): the same for the same bytes of the same unchanged file,
+        whichever reader mapped it; None for a view of anything else"""
+        span = self._span(view)
+        return (self.identity, span[0], span[1]) if span else None
+
     def release(self, view: np.ndarray):
         """Tells the kernel this process is done with the mapped pages under a view of data() (a copy of
         them is used instead): they leave the process's resident memory and stay in the page cache, read
         back on a later touch. A view of anything else is left alone."""
-        base = np.frombuffer(self.buffer, np.uint8, count=1).ctypes.data
-        lo, hi = view.ctypes.data - base, view.ctypes.data - base + view.nbytes
-        if not (0 <= lo < hi <= self.file_size) or not hasattr(self._mmap, "madvise"):
+        span = self._span(view)
+        if span is None or not hasattr(self._mmap, "madvise"):
             return
+        lo, hi = span
         page = mmap.PAGESIZE
         lo, hi = -(-lo // page) * page, hi // page * page  # whole pages only
         if hi > lo:

@@ -22,7 +22,7 @@ from .forward import ForwardGraph, Head
 from .lora import layer_terms
 from .recurrent import MIXERS
 from .arch import ArchSpec
-from .weights import Embedding, load_weights, matrices, repacked
+from .weights import Embedding, load_weights, matrices, regrouped, repacked
 
 MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, prefill chunks
 
@@ -39,8 +39,8 @@ class Decoder:
          self.ple) = load_weights(reader, spec, n_ctx)
         if repack:
             old = self.layers + [self.output[0]]
-            self.layers = [repacked(layer, nthreads) for layer in self.layers]
-            self.output = (self.output[0].repacked(nthreads), self.output[1])
+            self.layers = [repacked(layer, reader, nthreads) for layer in self.layers]
+            self.output = (regrouped(self.output[0], reader, nthreads), self.output[1])
             for was, now in zip(matrices(old), matrices(self.layers + [self.output[0]])):
                 if now.x16 and not was.x16:  # the file's pages of what was copied leave resident memory
                     reader.release(was.raw)

@@ -3,6 +3,7 @@ present, every tensor in the file expected, each of the shape and type its entry
 any kernel sees it. Matrices stay as block bytes mapped from the file."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -264,10 +265,27 @@ def matrices(items) -> list[QWeight]:
     return out
 
 
-def repacked(layer: Layer, n_threads: int) -> Layer:
-    """The layer with each of its matrices (its mixer's too) as QWeight.repacked makes them."""
+# (file identity, byte offset of the tensor) -> its regrouped matrix, while any model holds it: models of
+# one file in a process (tests, a server's reloads, a draft beside its target) share one copy
+_REGROUPED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def regrouped(w: QWeight, reader: GGUFReader, n_threads: int) -> QWeight:
+    """w as QWeight.repacked makes it, the copy shared with any other model of the same file."""
+    key = reader.locate(w.raw)
+    hit = _REGROUPED.get(key) if key else None
+    if hit is not None and (hit.qtype, hit.m, hit.k) == (w.qtype, w.m, w.k):
+        return hit
+    new = w.repacked(n_threads)
+    if key and new.x16:
+        _REGROUPED[key] = new
+    return new
+
+
+def repacked(layer: Layer, reader: GGUFReader, n_threads: int) -> Layer:
+    """The layer with each of its matrices (its mixer's too) regrouped (regrouped())."""
     def one(w):
-        return w.repacked(n_threads) if isinstance(w, QWeight) else w
+        return regrouped(w, reader, n_threads) if isinstance(w, QWeight) else w
     new = {f.name: one(getattr(layer, f.name)) for f in fields(layer) if isinstance(getattr(layer, f.name), QWeight)}
     return replace(layer, **new, mix={k: one(w) for k, w in layer.mix.items()})
 

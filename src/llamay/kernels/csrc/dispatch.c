@@ -148,7 +148,6 @@ static void add_avx512(ly_kernel_table *k) {
     put_tiles(k->tile, ly_tiles_float_avx512);
     put_tiles(k->tile, ly_tiles_qk_avx512);
     put_tiles(k->tile_x16, ly_tiles_x16_avx512);
-    put_tiles(k->tile_x16, ly_tiles_x16_ext_avx512);
 }
 #endif
 

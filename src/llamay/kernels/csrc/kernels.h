@@ -91,7 +91,6 @@ ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
 ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
 ly_tile_fn ly_tiles_x16_avx512(int type);  /* Q4_0, Q8_0, Q4_K, Q6_K in the x16 layout */
-ly_tile_fn ly_tiles_x16_ext_avx512(int type); /* Q4_1, Q5_0, Q5_1, IQ4_NL, Q5_K in the x16 layout */
 
 float ly_sum_neon(const float *x, int64_t d);
 float ly_sumsq_neon(const float *x, int64_t d);

@@ -1,4 +1,5 @@
-/* AVX-512 VNNI tiles for weights in the x16 layout (x16.h): Q4_0, Q8_0, Q4_K and Q6_K, bit-identical to
+/* AVX-512 VNNI tiles for weights in the x16 layout (x16.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K
+ * and Q6_K, bit-identical to
  * the GGML tiles (q32.h's and qk.h's sequences, one row per lane). A group's blocks come from one
  * contiguous stream: a 32-block of 16 rows is 4 (4-bit) or 8 (8-bit) plain loads, masked into 8 vectors of
  * unsigned values, V[j] lane i = values 4j .. 4j + 3 of row i; vpdpbusd with the broadcast activations
@@ -23,8 +24,8 @@ LY_INLINE __m512 f16x16(const uint8_t *p) {
 typedef struct {
     const ly_act *a;
     int64_t k, nb;
-    const uint8_t *pf; /* the next group (NULL: no prefetching), fetched a share per unit of this one: */
-    int64_t pf_step;   /* its bytes over the units, so that it is in cache when its turn comes */
+    const uint8_t *pf; /* the next group (NULL: no prefetching), fetched a share per 32-block of this one: */
+    int64_t pf_step;   /* its bytes over the blocks, so that it is in cache when its turn comes */
     const int32_t *sx; /* many tokens: [t - t0][block] the activation block sums (times Q4_0's or Q8_0's
                         * offset), computed once per tile; NULL: computed as they are needed */
     int64_t t0;
@@ -38,21 +39,24 @@ LY_INLINE int32_t sx_times(const src_t *s, int64_t t, int64_t b, int mul) {
 }
 
 /* A group's regions are several streams at once, each a few KB: too short for the hardware prefetchers. */
-LY_INLINE void prefetch_next(const src_t *s, int64_t unit) {
+LY_INLINE void prefetch_next(const src_t *s, int64_t b) {
     if (!s->pf) return;
-    for (const uint8_t *p = s->pf + unit * s->pf_step, *e = p + s->pf_step; p < e; p += 64)
+    for (const uint8_t *p = s->pf + b * s->pf_step, *e = p + s->pf_step; p < e; p += 64)
         _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
-/* A block's per-row float and integer factors: Q4_0/Q8_0 d; Q4_K d, dmin, sa = scale, sb = min;
- * Q6_K d, sa, sb = the scales of its two 16-value halves. */
+/* A block's per-row float and integer factors: the 32-block formats' d (and m as dmin); Q4_K and Q5_K d,
+ * dmin, sa = scale, sb = min; Q6_K d, sa, sb = the scales of its two 16-value halves. */
 typedef struct {
     __m512 d, dmin;
     __m512i sa, sb;
 } terms_t;
 
-/* Q4_0's and Q8_0's values are stored unsigned, plus this (Q8_0's by flipping the top bit) */
-#define OFFSET(type) ((type) == LY_Q8_0 ? 128 : (type) == LY_Q4_0 ? 8 : 1)
+/* The signed formats' values are used unsigned, plus this (Q8_0's by flipping the top bit, IQ4_NL's table
+ * shifted); the dot of the unsigned values minus offset * sx is the dot of the signed ones */
+#define OFFSET(type) ((type) == LY_Q8_0 || (type) == LY_IQ4_NL ? 128 : (type) == LY_Q4_0 ? 8 : (type) == LY_Q5_0 ? 16 : 1)
+#define HAS_MIN(type) ((type) == LY_Q4_1 || (type) == LY_Q5_1)
+#define K_MIN(type) ((type) == QK_Q4_K || (type) == QK_Q5_K)
 
 /* Tokens per pass over a buffered group: Q6_K keeps two dots per token (its halves' scales differ) */
 #define NT_OF(type) ((type) == QK_Q6_K ? 4 : NT_MAX)
@@ -81,7 +85,7 @@ LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *
         const int32_t *s16 = s->a->s16 + (t + u) * (s->k / 16) + 2 * b;
         const __m512 dx = _mm512_set1_ps(s->a->d[(t + u) * s->nb + b]);
         __m512 c;
-        if (type == QK_Q4_K) {
+        if (K_MIN(type)) {
             __m512i raw = _mm512_mullo_epi32(tm->sa, lo[u]);
             __m512i corr = _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(sx_times(s, t + u, b, 1)));
             c = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(raw)),
@@ -91,7 +95,11 @@ LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *
             __m512i corr = _mm512_add_epi32(_mm512_mullo_epi32(tm->sa, _mm512_set1_epi32(32 * s16[0])),
                                             _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(32 * s16[1])));
             c = _mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(raw, corr)));
-        } else { /* dot of the unsigned values minus offset * sx is the dot of the signed ones */
+        } else if (HAS_MIN(type)) { /* weight = d * u + m, u >= 0 */
+            c = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(lo[u])),
+                              _mm512_mul_ps(_mm512_mul_ps(tm->dmin, dx),
+                                            _mm512_set1_ps((float)sx_times(s, t + u, b, 1))));
+        } else {
             __m512i isum = _mm512_sub_epi32(lo[u], _mm512_set1_epi32(sx_times(s, t + u, b, OFFSET(type))));
             c = _mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(isum));
         }
@@ -99,11 +107,24 @@ LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *
     }
 }
 
-/* Q4_0's 4 T-form vectors (values 0..15 low nibbles, 16..31 high) or Q8_0's 8 (stored signed: + 128 by
- * flipping the top bit) of block b, and its d */
+/* bit 4 of byte e of lane i in V[j] <- bit 4j + e of lane i of qh (row i's qh): every byte of a lane picks
+ * the qh byte holding its bit, one bit per byte is tested, 16 added where set */
+LY_INLINE void add_high_bits(__m512i qh, __m512i V[8]) {
+    for (int j = 0; j < 8; j++) {
+        const int sb = (j / 2) * 0x01010101;
+        const __m512i sel = _mm512_set4_epi32(0x0c0c0c0c + sb, 0x08080808 + sb, 0x04040404 + sb, sb);
+        const __m512i bit = _mm512_set1_epi32((int)(0x08040201u << (4 * (j % 2))));
+        __mmask64 m = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sel), bit);
+        V[j] = _mm512_mask_add_epi8(V[j], m, V[j], _mm512_set1_epi8(16));
+    }
+}
+
+/* A 32-block format's block b: the 4 T-form vectors of nibbles (values 0..15 low, 16..31 high; Q5_0 and
+ * Q5_1 with their qh bits as 16, IQ4_NL through its table + 128) or Q8_0's 8 (stored signed: + 128 by
+ * flipping the top bit), and its d (and m). Regions: qs | qh (Q5_0, Q5_1: 64 bytes a block) | d (m). */
 LY_INLINE void unpack_q32(int type, const uint8_t *grp, int64_t nb, int64_t b, __m512i V[8], terms_t *tm) {
-    const int eight = type == LY_Q8_0, vec_bytes = eight ? 512 : 256;
-    const uint8_t *qs = grp + b * vec_bytes;
+    const int eight = type == LY_Q8_0, vec_bytes = eight ? 512 : 256, qh = type == LY_Q5_0 || type == LY_Q5_1;
+    const uint8_t *qs = grp + b * vec_bytes, *dreg = grp + nb * vec_bytes + (qh ? nb * 64 : 0);
     if (eight) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
         for (int j = 0; j < 8; j++) V[j] = _mm512_xor_si512(vload(qs + 64 * j), flip);
@@ -115,7 +136,15 @@ LY_INLINE void unpack_q32(int type, const uint8_t *grp, int64_t nb, int64_t b, _
             V[j + 4] = _mm512_and_si512(_mm512_srli_epi16(T, 4), m4);
         }
     }
-    tm->d = f16x16(grp + nb * vec_bytes + b * 32);
+    if (qh) add_high_bits(vload(grp + nb * 256 + b * 64), V);
+    if (type == LY_IQ4_NL) {
+        const __m512i table = _mm512_add_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)LY_KV_IQ4NL)),
+                                              _mm512_set1_epi8((char)0x80));
+        for (int j = 0; j < 8; j++) V[j] = _mm512_shuffle_epi8(table, V[j]);
+    }
+    const int dstep = HAS_MIN(type) ? 64 : 32;
+    tm->d = f16x16(dreg + b * dstep);
+    if (HAS_MIN(type)) tm->dmin = f16x16(dreg + b * dstep + 32);
 }
 
 /* Q4_K superblock sb: the 12 scale bytes of 16 rows (T-form) -> bytes of sc[0..3] | sc[4..7] and of the
@@ -125,8 +154,9 @@ typedef struct {
     __m512 d, dmin;
 } q4k_sb;
 
-LY_INLINE void q4k_superblock(const uint8_t *grp, int64_t ns, int64_t sb, q4k_sb *h) {
-    const uint8_t *dm = grp + ns * 2048 + sb * 64, *scl = grp + ns * 2048 + ns * 64 + sb * 192;
+LY_INLINE void q4k_superblock(int type, const uint8_t *grp, int64_t ns, int64_t sb, q4k_sb *h) {
+    const int64_t qh = type == QK_Q5_K ? ns * 512 : 0; /* Q5_K's qh region sits between qs and d, dmin */
+    const uint8_t *dm = grp + ns * 2048 + qh + sb * 64, *scl = grp + ns * 2048 + qh + ns * 64 + sb * 192;
     const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f);
     const __m512i hi2 = _mm512_set1_epi32(0x30303030);
     const __m512i w0 = vload(scl), w1 = vload(scl + 64), w2 = vload(scl + 128);
@@ -139,11 +169,20 @@ LY_INLINE void q4k_superblock(const uint8_t *grp, int64_t ns, int64_t sb, q4k_sb
     h->dmin = f16x16(dm + 32);
 }
 
-/* Q4_K block B of superblock sb: nibble B % 2 of qs vectors 8 (B / 2) .. + 7 */
-LY_INLINE void unpack_q4k(const uint8_t *grp, int64_t sb, int B, const q4k_sb *h, __m512i V[8], terms_t *tm) {
-    const uint8_t *qs = grp + sb * 2048 + (B / 2) * 512;
-    const __m512i m4 = _mm512_set1_epi8(15), byte = _mm512_set1_epi32(0xff);
-    for (int j = 0; j < 8; j++) V[j] = _mm512_and_si512(_mm512_srli_epi16(vload(qs + 64 * j), 4 * (B % 2)), m4);
+/* Q4_K block B of superblock sb: nibble B % 2 of qs vectors 8 (B / 2) .. + 7; Q5_K's plus bit B of each
+ * byte of its superblock's 8 qh vectors as 16 */
+LY_INLINE void unpack_q4k(int type, const uint8_t *grp, int64_t ns, int64_t sb, int B, const q4k_sb *h, __m512i V[8],
+                          terms_t *tm) {
+    const uint8_t *qs = grp + sb * 2048 + (B / 2) * 512, *qh = grp + ns * 2048 + sb * 512;
+    const __m512i m4 = _mm512_set1_epi8(15), byte = _mm512_set1_epi32(0xff), b4 = _mm512_set1_epi8(16);
+    for (int j = 0; j < 8; j++) {
+        V[j] = _mm512_and_si512(_mm512_srli_epi16(vload(qs + 64 * j), 4 * (B % 2)), m4);
+        if (type == QK_Q5_K) {
+            __m512i q = vload(qh + 64 * j);
+            q = B < 4 ? _mm512_slli_epi16(q, 4 - B) : B > 4 ? _mm512_srli_epi16(q, B - 4) : q;
+            V[j] = _mm512_or_si512(V[j], _mm512_and_si512(q, b4));
+        }
+    }
     tm->sa = _mm512_and_si512(_mm512_srli_epi32(h->sc[B / 4], 8 * (B % 4)), byte);
     tm->sb = _mm512_and_si512(_mm512_srli_epi32(h->mn[B / 4], 8 * (B % 4)), byte);
     tm->d = h->d;
@@ -176,17 +215,17 @@ typedef struct {
 /* Each block of a group in order: unpacked, then either stepped at once for NT tokens (buf NULL) or stored */
 LY_INLINE void walk(int type, const uint8_t *grp, const src_t *s, int64_t t, int NT, __m512 acc[NT_MAX],
                     const group_buf *buf) {
-    const int kq = type == QK_Q4_K || type == QK_Q6_K;
+    const int kq = type == QK_Q4_K || type == QK_Q5_K || type == QK_Q6_K;
     const int64_t units = kq ? s->nb / 8 : s->nb;
     for (int64_t u = 0; u < units; u++) {
-        prefetch_next(s, u);
         q4k_sb h;
-        if (type == QK_Q4_K) q4k_superblock(grp, units, u, &h);
+        if (K_MIN(type)) q4k_superblock(type, grp, units, u, &h);
         for (int B = 0; B < (kq ? 8 : 1); B++) {
             const int64_t b = kq ? u * 8 + B : u;
+            prefetch_next(s, b); /* a share per 32-block: per superblock it came in bursts the stream stalled on */
             __m512i V[8];
             terms_t tm;
-            if (type == QK_Q4_K) unpack_q4k(grp, u, B, &h, V, &tm);
+            if (K_MIN(type)) unpack_q4k(type, grp, units, u, B, &h, V, &tm);
             else if (type == QK_Q6_K) unpack_q6k(grp, units, u, B, V, &tm);
             else unpack_q32(type, grp, s->nb, b, V, &tm);
             if (buf) {
@@ -225,7 +264,6 @@ LY_INLINE void buffered(int type, const group_buf *buf, const src_t *s, int64_t 
 LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
     const int64_t nb = a->k / 32, group_bytes = GROUP * (int64_t)row_bytes;
-    const int64_t units = type == QK_Q4_K || type == QK_Q6_K ? nb / 8 : nb;
     group_buf buf = {NULL, NULL};
     int32_t *sx = NULL;
     if (t1 - t0 >= FEW) {
@@ -241,7 +279,7 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
     for (int64_t r = r0; r < r1; r += GROUP) {
         const uint8_t *grp = w + r * row_bytes; /* group r / 16 starts at 16 (r / 16) row_bytes */
         const int nrows = r1 - r < GROUP ? (int)(r1 - r) : GROUP;
-        const src_t s = {a, a->k, nb, r + GROUP < r1 ? grp + group_bytes : NULL, group_bytes / units, sx, t0};
+        const src_t s = {a, a->k, nb, r + GROUP < r1 ? grp + group_bytes : NULL, group_bytes / nb, sx, t0};
         if (!buf.V) {
             if (t1 - t0 == 2) direct(type, grp, &s, t0, 2, y + r, ldy, nrows);
             else direct(type, grp, &s, t0, 1, y + r, ldy, nrows);
@@ -271,15 +309,25 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
         tile(TYPE, w, rb, r0, r1, a, t0, t1, y, ldy);                                                       \
     }
 TILE_X16(q4_0, LY_Q4_0)
+TILE_X16(q4_1, LY_Q4_1)
+TILE_X16(q5_0, LY_Q5_0)
+TILE_X16(q5_1, LY_Q5_1)
 TILE_X16(q8_0, LY_Q8_0)
+TILE_X16(iq4_nl, LY_IQ4_NL)
 TILE_X16(q4k, QK_Q4_K)
+TILE_X16(q5k, QK_Q5_K)
 TILE_X16(q6k, QK_Q6_K)
 
 ly_tile_fn ly_tiles_x16_avx512(int type) {
     switch (type) {
     case LY_Q4_0: return q4_0;
+    case LY_Q4_1: return q4_1;
+    case LY_Q5_0: return q5_0;
+    case LY_Q5_1: return q5_1;
     case LY_Q8_0: return q8_0;
+    case LY_IQ4_NL: return iq4_nl;
     case QK_Q4_K: return q4k;
+    case QK_Q5_K: return q5k;
     case QK_Q6_K: return q6k;
     default: return NULL;
     }
