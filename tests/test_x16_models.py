@@ -2,12 +2,15 @@
 on every kernel path, prefill and token by token, on real files (SmolLM2-135M Q4_1 holds Q4_1 and Q8_0
 matrices, Gemma 3 270M Q4_K_M Q5_0, Q4_K, Q6_K and Q8_0; every one is regrouped on any CPU here, forced
 where the path has no x16 tiles of its own)."""
+import weakref
+
 import numpy as np
 import pytest
 
 import llamay
 from llamay.kernels import _lib
 from llamay.kernels.matmul import QWeight
+from llamay.models import weights
 
 
 @pytest.fixture
@@ -46,6 +49,7 @@ def test_regrouped_file_pages_leave_resident_memory(gemma_path, monkeypatch):
     real = QWeight.repacked
     monkeypatch.setattr(QWeight, "repacked", lambda self, n_threads=None, force=False:
                         self if self.qtype.name == "Q5_0" else real(self, n_threads, force))
+    monkeypatch.setattr(weights, "_REGROUPED", weakref.WeakValueDictionary())  # not another test's model's copies
     llm = llamay.load(gemma_path, n_ctx=256)
     if not regrouped(llm):
         pytest.skip("this CPU's path has no x16 tiles: nothing was copied")
