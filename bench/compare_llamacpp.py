@@ -28,7 +28,7 @@ N_PP, N_TG = 512, 128
 
 
 def llamay_runner(path, threads, depths=()):
-    llm = llamay.load(path, threads=threads, n_ctx=max((1024, *(d + N_TG + 64 for d in depths))))
+    llm = llamay.load(path, threads=threads, n_ctx=1024)
     ids = bench_tokens(llm.n_vocab, N_PP)
     prompt = llm.tokenize("Once upon a time", parse_special=True)
     out = {"pp": lambda: N_PP / time_prefill(llm, ids), "tg": lambda: N_TG / time_decode(llm, N_TG, prompt)}

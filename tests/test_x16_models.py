@@ -43,8 +43,9 @@ def test_same_bits_with_and_without_regrouping(model, request, forced):
     assert all(np.array_equal(s, want[i - 1]) for s, i in zip(step, (1, 2, 3)))
 
 
-def test_regrouped_file_pages_leave_resident_memory(gemma_path, monkeypatch):
-    """the copied matrices' mapped pages are given back (the copy is what runs); the others stay mapped
+def test_some_matrices_regrouped_and_others_mapped_give_the_same_logits(gemma_path, monkeypatch):
+    """a model whose copied matrices' pages were given back and whose others stay mapped computes the same bits
+    (that release drops the pages: test_gguf_reader.test_release_drops_a_tensors_pages_from_resident_memory)
     (every matrix of the file has an x16 layout: its Q5_0 ones are kept in the GGML layout here)"""
     real = QWeight.repacked
     monkeypatch.setattr(QWeight, "repacked", lambda self, n_threads=None, force=False:
