@@ -29,7 +29,8 @@ def test_generate_parses_sglang_sampling_params_with_its_defaults():
     ({}, "text"), ({"text": "a", "input_ids": [1]}, "text"), ({"input_ids": [-1]}, "input_ids"),
     ({"text": "a", "sampling_params": {"top_k": -2}}, "top_k"),
     ({"text": "a", "sampling_params": {"regex": "a+"}}, "sampling_params.regex"),
-    ({"text": ["a", "b"], "stream": True}, "stream"), ({"text": "a", "nonsense": 1}, "nonsense")])
+    ({"text": ["a", "b"], "stream": True}, "stream"), ({"text": "a", "nonsense": 1}, "nonsense"),
+    ({"text": ["a"] * (sglang.MAX_PROMPTS + 1)}, "text"), ({"input_ids": [[1]] * (sglang.MAX_PROMPTS + 1)}, "input_ids")])
 def test_generate_refuses_what_it_cannot_run_naming_the_field(body, param):
     with pytest.raises(ProtocolError) as e:
         sglang.parse_generate(body)

@@ -15,6 +15,7 @@ from .request import FRESH_SEED, GenRequest, LlamaOptions, Sampling
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 SGLANG_DEFAULTS = Sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)  # its defaults: every filter off
 DONE = "data: [DONE]\n\n"
+MAX_PROMPTS = 64  # prompts in one batched /generate: each becomes a sequence of its own
 # sampling_params llamay runs: name -> (lo, hi) for numbers
 _NUMBERS = {"temperature": (0, None), "top_p": (0, 1), "min_p": (0, 1), "frequency_penalty": (-2, 2),
             "presence_penalty": (-2, 2), "repetition_penalty": (0, None)}
@@ -56,12 +57,15 @@ def _prompts(body: dict) -> list[str | list[int]]:
     text, ids = body.get("text"), body.get("input_ids")
     if (text is None) == (ids is None):
         raise bad_request("give exactly one of text or input_ids", "text")
+    field = "text" if text is not None else "input_ids"
+    batch = (text if isinstance(text, list) else [text]) if text is not None else \
+        (ids if ids and isinstance(ids[0], list) else [ids])
+    if len(batch) > MAX_PROMPTS:
+        raise bad_request(f"{field} holds {len(batch)} prompts; at most {MAX_PROMPTS} in one request", field)
     if text is not None:
-        batch = text if isinstance(text, list) else [text]
         if not batch or not all(isinstance(t, str) and t for t in batch):
             raise bad_request("text must be a non-empty string or a list of them", "text")
         return batch
-    batch = ids if ids and isinstance(ids[0], list) else [ids]
     for one in batch:
         if not isinstance(one, list) or not one or not all(_is_id(t) for t in one):
             raise bad_request("input_ids must be a non-empty list of token ids, or a list of them", "input_ids")
