@@ -82,7 +82,7 @@ def main():
     ap.add_argument("-m", "--model", default=None)
     ap.add_argument("-t", "--threads", default="1,2")
     ap.add_argument("--ctx", type=int, default=256, help="decode position")
-    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--prefill", type=int, default=512, help="0: decode only")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     print(machine.describe())
@@ -90,10 +90,12 @@ def main():
     print(f"model: {llm.path}")
     for t in (int(x) for x in args.threads.split(",")):
         show(f"decode at {args.ctx}, {t} threads", profile(llm, 1, args.ctx, t, args.reps), 1)
-        show(f"prefill {args.prefill}, {t} threads", profile(llm, args.prefill, 0, t, max(args.reps // 10, 2)),
-             args.prefill)
+        if args.prefill:
+            show(f"prefill {args.prefill}, {t} threads", profile(llm, args.prefill, 0, t, max(args.reps // 10, 2)),
+                 args.prefill)
         print(f"decode, {t} threads: {fused_against_separate(llm, 1, args.ctx, t, args.reps * 10)}")
-        print(f"prefill, {t} threads: {fused_against_separate(llm, args.prefill, 0, t, max(args.reps // 4, 3))}")
+        if args.prefill:
+            print(f"prefill, {t} threads: {fused_against_separate(llm, args.prefill, 0, t, max(args.reps // 4, 3))}")
     print(f"after: {machine.load()}")
 
 
