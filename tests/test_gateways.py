@@ -1,9 +1,9 @@
-"""Two `llamay serve` workers (subprocesses, each with --peers naming the other) behind the real SGLang Model
-Gateway (smg, sglang-router 0.3.2) and the real vllm-router 0.1.17, each with --policy cache_aware: the worker
-registers under its model's name, every API the gateway carries answers, a shared prefix keeps to one worker
-(cached tokens; vllm-router reads /render's ids), a named context is reachable through the gateway whichever
-worker it lands on, and a killed worker costs no request made after the kill, every answer the same as before
-it. Skipped where a gateway is not installed."""
+"""Two `llamay serve` workers (subprocesses, each with --peers naming the other and one --api-key) behind the
+real SGLang Model Gateway (smg, sglang-router 0.3.2) and the real vllm-router 0.1.17, each with --policy
+cache_aware and the workers' key: the worker registers under its model's name, every API the gateway carries
+answers, a shared prefix keeps to one worker (cached tokens; vllm-router reads /render's ids), a named context
+is reachable through the gateway whichever worker it lands on, and a killed worker costs no request made after
+the kill, every answer the same as before it. Skipped where a gateway is not installed."""
 import json
 import os
 import re
@@ -24,7 +24,8 @@ from conftest import free_port
 
 GATEWAYS = {"smg": "sglang_router", "vllm": "vllm_router"}
 PREFIX = "You are a careful assistant who answers in one line and never more than that, whatever is asked. " * 2
-J = {"content-type": "application/json"}
+KEY = "gateway-test-key"  # the workers' --api-key, given to each gateway's --api-key (docs/GATEWAYS.md)
+AUTH = {"authorization": f"Bearer {KEY}"}
 # a request to a dead worker fails over only if its breaker opens before the request's retries (attempts in
 # all) run out; the default of 10 failures let 2 requests fail (docs/GATEWAYS.md, "A dead worker")
 RESILIENCE = ["--cb-failure-threshold", "3", "--retry-max-retries", "5"]
@@ -50,7 +51,8 @@ class Worker:
         env = {**os.environ, "PYTHONPATH": str(Path(llamay.__file__).parent.parent)}  # the llamay under test
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from llamay.cli.main import main; main()", "serve", "-m", str(model),
-             "-a", "tiny", "--threads", "1", "-c", "512", "--port", str(port), "--peers", f"http://127.0.0.1:{peer}"],
+             "-a", "tiny", "--threads", "1", "-c", "512", "--port", str(port), "--peers", f"http://127.0.0.1:{peer}",
+             "--api-key", KEY],
             stdout=subprocess.DEVNULL, stderr=open(log, "w"), env=env)
 
     def lines(self) -> list[str]:
@@ -64,7 +66,7 @@ class Worker:
 def _gateway_argv(kind: str, port: int, urls: list[str]) -> list[str]:
     common = ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls, "--policy", "cache_aware",
               "--prometheus-port", str(free_port()), "--retry-initial-backoff-ms", "20",
-              "--retry-max-backoff-ms", "200", *RESILIENCE]
+              "--retry-max-backoff-ms", "200", "--api-key", KEY, *RESILIENCE]
     if kind == "smg":
         return [shutil.which("smg") or "smg", "launch", *common]
     return [sys.executable, "-m", "vllm_router.launch_router", *common]
@@ -95,17 +97,31 @@ def stack(request, tiny_pair, tmp_path_factory):
             w.proc.wait(timeout=30)
 
 
-def _ask(url, path, body, **kw):
-    return httpx.post(url + path, json=body, timeout=60, **kw)
+def _ask(url, path, body, headers=AUTH):
+    return httpx.post(url + path, json=body, timeout=60, headers=headers)
 
 
 def test_the_worker_registers_with_its_model_name_and_every_probe_is_answered(stack):
     kind, url, workers = stack
     if kind == "smg":  # smg lists the models its workers registered with (it was "unknown")
-        assert [m["id"] for m in httpx.get(url + "/v1/models", timeout=10).json()["data"]] == ["tiny"]
+        assert [m["id"] for m in httpx.get(url + "/v1/models", timeout=10, headers=AUTH).json()["data"]] == ["tiny"]
     refused = [line for w in workers for line in w.lines() if re.search(r" - 4\d\d ", line)]
-    # left: smg 0.3.2's gRPC probe (an HTTP/2 preface; it then uses HTTP)
+    # left: smg 0.3.2's gRPC probe (an HTTP/2 preface, 401 under a key, else 404; it then uses HTTP)
     assert all(" PRI * " in line for line in refused) and (kind == "smg" or not refused), refused
+
+
+def test_with_the_workers_key_each_gateway_reaches_every_route(stack):
+    """--api-key (the workers' key) given to the gateway: smg checks a client's key itself and sends its own
+    on its probes; vllm-router passes a client's key on its OpenAI routes and puts its own in place of the
+    client's on every route it passes through, which any client then reaches without a key."""
+    kind, url, _ = stack
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    assert _ask(url, "/v1/chat/completions", chat, headers={}).status_code == 401
+    assert _ask(url, "/v1/chat/completions", chat).status_code == 200
+    if kind == "vllm":
+        claude = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+        assert _ask(url, "/v1/messages", claude).status_code == 200
+        assert _ask(url, "/v1/messages", claude, headers={}).status_code == 200
 
 
 def test_every_api_the_gateway_carries_answers(stack):
@@ -123,7 +139,7 @@ def test_every_api_the_gateway_carries_answers(stack):
     body = whole.json()
     assert body["meta_info"]["completion_tokens"] == 4 == len(body["output_ids"])
     assert body["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
-    with httpx.stream("POST", url + "/generate", timeout=60, json={
+    with httpx.stream("POST", url + "/generate", timeout=60, headers=AUTH, json={
             "text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 4, "temperature": 0,
                                                               "ignore_eos": True}}) as r:
         frames = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
