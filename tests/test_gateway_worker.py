@@ -1,6 +1,6 @@
 """What the gateways call on a worker, without a gateway: SGLang's /generate converter alone, sampling
-values at the gateways' "off" on every API, and the control routes, vLLM's /tokenize and the vLLM-named
-metrics on a real server (a tiny model in a thread of this process)."""
+values at the gateways' "off" on every API, and the control routes, vLLM's /tokenize and /render routes and
+the vLLM-named metrics on a real server (a tiny model in a thread of this process)."""
 import re
 
 import httpx
@@ -111,6 +111,44 @@ def test_vllm_tokenize_and_detokenize_bodies_beside_llama_servers(server):
     assert back.json() == {"content": text, "prompt": text}
     assert httpx.post(server.url + "/detokenize", json={"tokens": llama["tokens"]}, timeout=30).json() == \
         {"content": text}
+
+
+RENDERED = {"/v1/chat/completions": {"messages": [{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": "hello"}], "max_tokens": 3},
+            "/v1/completions": {"prompt": "hello world", "max_tokens": 3, "temperature": 0, "stop": ["\n"]},
+            "/v1/responses": {"instructions": "Be brief.", "input": "hello", "max_output_tokens": 3}}
+
+
+@pytest.mark.parametrize("path", sorted(RENDERED))
+def test_vllm_render_answers_the_prompt_ids_the_request_runs(server, path):
+    """vLLM's GenerateRequest (completions: a list of one): the token ids are the prompt the same body runs
+    (its prompt_tokens, and /tokenize's for the chat template's text), with its sampling under vLLM's names."""
+    body = {"model": "tiny", **RENDERED[path]}
+    answer = httpx.post(server.url + path + "/render", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    rendered = answer.json()[0] if path == "/v1/completions" else answer.json()
+    assert isinstance(answer.json(), list) == (path == "/v1/completions")
+    assert set(rendered) == {"request_id", "token_ids", "assistant_tokens_mask", "token_offsets", "features",
+                             "sampling_params", "model", "stream", "stream_options", "cache_salt", "priority",
+                             "kv_transfer_params"}
+    assert rendered["model"] == "tiny" and rendered["stream"] is False and rendered["features"] is None
+    run = httpx.post(server.url + path, json=body, timeout=60).json()["usage"]
+    assert len(rendered["token_ids"]) == run.get("prompt_tokens", run.get("input_tokens"))
+    if path == "/v1/chat/completions":
+        assert rendered["token_ids"] == httpx.post(server.url + "/tokenize", json=body, timeout=30).json()["tokens"]
+    if path == "/v1/completions":
+        assert rendered["token_ids"] == httpx.post(server.url + "/tokenize", json={"content": "hello world"},
+                                                   timeout=30).json()["tokens"]
+        assert rendered["sampling_params"]["temperature"] == 0 and rendered["sampling_params"]["stop"] == ["\n"]
+    params = rendered["sampling_params"]
+    assert params["max_tokens"] == 3 and params["n"] == 1 and params["top_k"] == 40  # llama.cpp's default
+
+
+def test_vllm_render_refuses_as_the_request_would(server):
+    too_long = httpx.post(server.url + "/v1/responses/render", json={"input": "x" * 2000}, timeout=30)
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "context_length_exceeded"
+    bad = httpx.post(server.url + "/v1/chat/completions/render", json={"messages": []}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
 
 
 def test_vllm_named_metrics_carry_the_servers_values(server):

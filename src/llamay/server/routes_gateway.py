@@ -1,18 +1,22 @@
 """What the SGLang Model Gateway (smg) and vllm-router call on a worker beyond the OpenAI routes: SGLang's
 registration and control routes (/server_info, /model_info and their get_ forms, /get_load, /flush_cache,
-/health_generate, /version), SGLang's native /generate, and vLLM's /tokenize and /detokenize body shapes
-(routes_extras.py sends those bodies here). Observed against sglang-router 0.3.2 and vllm-router 0.1.17."""
+/health_generate, /version), SGLang's native /generate, vLLM's /render routes and its /tokenize and
+/detokenize body shapes (routes_extras.py sends those bodies here). Observed against sglang-router 0.3.2 and
+vllm-router 0.1.17."""
 from __future__ import annotations
+
+import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from .http import CLIENT_GONE, api, off_loop, read_json
-from .prepare import with_server_defaults
+from .prepare import prepare, with_server_defaults
 from .protocol import openai
 from .protocol import sglang as proto
 from .protocol.base import bad_request
 from .protocol.timings import BUILD_INFO
+from .protocol.vllm_render import generate_request
 from .registry import Loaded
 from .render import render
 from .responder import RunOptions
@@ -135,3 +139,26 @@ async def vllm_tokenize(request: Request, body: dict) -> JSONResponse:
     strs = [loaded.llm.tokenizer.piece(i).decode("utf-8", "replace") for i in ids] \
         if body.get("return_token_strs") else None
     return JSONResponse({"count": len(ids), "max_model_len": loaded.llm.n_ctx, "tokens": ids, "token_strs": strs})
+
+
+# vLLM's render routes: path -> (the body's parser, its request ids' prefix, answered as a list)
+RENDERS = {"/v1/chat/completions/render": (openai.parse_chat, "chatcmpl-", False),
+           "/v1/completions/render": (openai.parse_completion, "cmpl-", True),
+           "/v1/responses/render": (openai.parse_responses, "resp_", False)}
+
+
+def _render_route(parse, prefix: str, listed: bool):
+    async def render_route(request: Request):
+        """The prompt's tokens and sampling as the same body sent to the API would run them, not run."""
+        registry = request.app.state.registry
+        req = with_server_defaults(parse(await read_json(request)), registry.settings)
+        loaded = await registry.get(req.model, req.keep_alive)
+        run = await off_loop(request, lambda cancel: prepare(loaded, req, cancel=cancel))
+        model = registry.reply_name(req.model, loaded.info.name)
+        body = generate_request(run.req, run.ids, run.params, model, loaded.llm.n_ctx, prefix + uuid.uuid4().hex)
+        return JSONResponse([body] if listed else body)
+    return render_route
+
+
+for _path, _spec in RENDERS.items():
+    router.post(_path)(api(openai)(_render_route(*_spec)))
