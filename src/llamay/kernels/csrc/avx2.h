@@ -5,11 +5,13 @@
 #include "lanes.h"
 #include "mathfn.h"
 
-/* ly_lanes_reduce of the 8 lanes of acc */
+/* ly_lanes_reduce of the 8 lanes of acc, in registers (a store and eight scalar loads stalled on
+ * store-to-load forwarding): halves give l_i + l_{i+4}, then (l0+l4) + (l2+l6) and (l1+l5) + (l3+l7),
+ * then their sum: the tree of lanes.h, add for add. */
 LY_AVX2 static inline float ly_lanes_reduce_avx2(__m256 acc) {
-    float l[8];
-    _mm256_storeu_ps(l, acc);
-    return ly_lanes_reduce(l);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
 /* ly_exp, 8 wide */
