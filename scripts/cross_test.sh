@@ -6,7 +6,8 @@
 #   scripts/cross_test.sh aarch64        cross-build with aarch64-linux-gnu-gcc (or CC=clang-16: --target),
 #                                        static, run under qemu-aarch64: CPU detection on three CPU models,
 #                                        then -cpu max with each path forced
-#   scripts/cross_test.sh windows        cross-build with x86_64-w64-mingw32-gcc (static), run under Wine
+#   scripts/cross_test.sh windows        cross-build with x86_64-w64-mingw32-gcc (static; tiny_logits linked
+#                                        to the core as a DLL, as a Windows wheel ships it), run under Wine
 #                                        (WINE, else wine64 or Debian's /usr/lib/wine/wine64) if present
 #   scripts/cross_test.sh logits [LIB]   native and aarch64, then: the logits' digest is the same on every
 #                                        path of both architectures
@@ -50,9 +51,12 @@ else # one compiler per source, two at a time
     ls src/llamay/kernels/csrc/*.c | xargs -P 2 -I{} sh -c "$CC_ ${FLAGS[*]} -c {} -o $out/core/\$(basename {} .c).o"
     core=("$out"/core/*.o)
 fi
-for prog in selftest tiny_logits; do
-    "$CC_" "${FLAGS[@]}" -o "$out/$prog$exe" "tests/csrc/$prog.c" "${core[@]}" "${LINK[@]}" -lm
-done
+"$CC_" "${FLAGS[@]}" -o "$out/selftest$exe" tests/csrc/selftest.c "${core[@]}" "${LINK[@]}" -lm
+if [ "$target" = windows ]; then # tiny_logits through the DLL as setup.py links it there (exports: LY_API only)
+    "$CC_" -shared -s "${core[@]}" "${LINK[@]}" -o "$out/_kernels.dll"
+    core=("$out/_kernels.dll")
+fi
+"$CC_" "${FLAGS[@]}" -o "$out/tiny_logits$exe" tests/csrc/tiny_logits.c "${core[@]}" "${LINK[@]}" -lm
 
 # the logits' digest: one value over every path and thread count of this build
 logits() {

@@ -120,10 +120,13 @@ def test_verify_passes_on_the_default_model(capsys, smollm_path):
 @pytest.mark.model
 def test_bench_json_reports_positive_rates(capsys, smollm_path):
     import json
+
+    from llamay.kernels import _lib
     code, out, _ = run_cli(capsys, "bench", "-m", str(smollm_path), "--prefill", "16", "--decode", "4",
                            "-r", "1", "--json")
     r = json.loads(out)
     assert code == 0 and r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["n_prefill"] == 16
+    assert r["kernels"] == _lib.current()
 
 
 def test_serve_warns_only_off_loopback():

@@ -38,6 +38,7 @@ def run(args):
         return
     print(f"model        {r.model}")
     print(f"threads      {r.threads}")
+    print(f"kernels      {r.kernels}")
     print(f"prefill {r.n_prefill:<4} {r.prefill_tok_s:8.1f} tok/s")
     print(f"decode  {r.n_decode:<4} {r.decode_tok_s:8.1f} tok/s")
     print(f"load {r.load_s:.3f} s, first token {r.first_token_s:.3f} s after open")

@@ -13,6 +13,7 @@ import numpy as np
 class BenchResult:
     model: str
     threads: int
+    kernels: str  # the kernel path that ran (LLAMAY_KERNELS, else the best this CPU runs)
     n_prefill: int
     n_decode: int
     prefill_tok_s: float
@@ -65,6 +66,7 @@ def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: in
               reps: int = 3, kv: str = "f16", progress=None) -> BenchResult:
     """progress(runs done, runs in all): the first token, then each timed prefill and decode."""
     from .. import load
+    from ..kernels import _lib
     total, done = 1 + 2 * reps, [0]
 
     def timed(fn, *a):
@@ -81,7 +83,7 @@ def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: in
     ids = bench_tokens(llm.n_vocab, n_prefill)
     pp = [timed(time_prefill, llm, ids) for _ in range(reps)]
     tg = [timed(time_decode, llm, n_decode, ids[:1]) for _ in range(reps)]
-    return BenchResult(path, llm.threads, n_prefill, n_decode, n_prefill / statistics.median(pp),
+    return BenchResult(path, llm.threads, _lib.current(), n_prefill, n_decode, n_prefill / statistics.median(pp),
                        n_decode / statistics.median(tg), pp, tg, load_s, first_token_s)
 
 

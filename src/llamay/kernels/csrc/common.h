@@ -10,7 +10,12 @@
 #include <string.h>
 #include <math.h>
 
+/* The functions Python calls (the kernels package declares them by name): a Windows DLL exports only these. */
+#ifdef _WIN32
+#define LY_API __declspec(dllexport)
+#else
 #define LY_API __attribute__((visibility("default")))
+#endif
 
 /* 1 where the x86 ISA units (x86.h) are compiled; LY_ARM64: where the arm64 ones (arm.h) are. Elsewhere
  * only the portable path exists. */
