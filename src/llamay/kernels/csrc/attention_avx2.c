@@ -88,26 +88,42 @@ LY_AVX2 void ly_kv_acc_avx2(int type, float *o, float p, const uint8_t *v, int64
 /* ---- the grouped f16 kernel ---- */
 LY_AVX2 void ly_att_weights_avx2(float *s, int64_t n, int64_t G, float scale, float softcap, const float *sinks,
                                  float *sum) {
+    float max[LY_MAX_GROUP];
     for (int64_t g = 0; g < G; g++) {
         float *sg = s + g * n, m = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
+        int64_t j = 0;
+        if (softcap == 0.0f) { /* max_ps(x, m) is x > m ? x : m, the scalar test lane by lane; a maximum does
+                                * not depend on the order it is taken in (a NaN never enters it) */
+            __m256 mv = _mm256_set1_ps(-INFINITY);
+            for (; j + 8 <= n; j += 8) {
+                __m256 x = _mm256_mul_ps(_mm256_loadu_ps(sg + j), _mm256_set1_ps(scale));
+                _mm256_storeu_ps(sg + j, x);
+                mv = _mm256_max_ps(x, mv);
+            }
+            float l[8];
+            _mm256_storeu_ps(l, mv);
+            for (int i = 0; i < 8; i++) if (l[i] > m) m = l[i];
+        }
+        for (; j < n; j++) {
             float sj = sg[j] * scale;
             if (softcap != 0.0f) sj = softcap * tanhf(sj / softcap);
             sg[j] = sj;
             if (sj > m) m = sj;
         }
         if (sinks && sinks[g] > m) m = sinks[g];
-        int64_t j = 0;
-        for (; j + 8 <= n; j += 8) {
+        max[g] = m;
+        for (j = 0; j + 8 <= n; j += 8) {
             __m256 x = _mm256_sub_ps(_mm256_loadu_ps(sg + j), _mm256_set1_ps(m));
             __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(LY_ATT_DROP), _CMP_NLT_UQ); /* as x < DROP is false */
             _mm256_storeu_ps(sg + j, _mm256_and_ps(ly_exp_avx2(x), keep));
         }
         for (; j < n; j++) sg[j] = ly_att_weight(sg[j] - m);
-        float total = 0.0f;
-        for (j = 0; j < n; j++) total = total + sg[j];
-        sum[g] = sinks ? total + ly_att_weight(sinks[g] - m) : total;
     }
+    /* each head's sum in key order; the heads' chains side by side (one add's latency per key, not G) */
+    float total[LY_MAX_GROUP] = {0};
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t g = 0; g < G; g++) total[g] = total[g] + s[g * n + j];
+    for (int64_t g = 0; g < G; g++) sum[g] = sinks ? total[g] + ly_att_weight(sinks[g] - max[g]) : total[g];
 }
 
 #define BODY LY_AVX2 static inline __attribute__((always_inline))
