@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The C core's checks without Python: tests/csrc/selftest.c (every kernel path against the portable one, byte
-# for byte) and tests/csrc/tiny_logits.c (a tiny two-layer decoder's logits, one digest per path).
+# for byte) and tests/csrc/tiny_logits.c (a tiny two-layer decoder's logits, one digest per path); and, with
+# Python, the real models' logits on arm64 (python-logits).
 #   scripts/cross_test.sh native [LIB]   build with ${CC:-cc} (with LIB, a built _kernels library: link to it
 #                                        instead of the sources); every path this CPU runs
 #   scripts/cross_test.sh aarch64        cross-build with aarch64-linux-gnu-gcc (or CC=clang-16: --target),
@@ -11,10 +12,13 @@
 #                                        (WINE, else wine64 or Debian's /usr/lib/wine/wine64) if present
 #   scripts/cross_test.sh logits [LIB]   native and aarch64, then: the logits' digest is the same on every
 #                                        path of both architectures
+#   scripts/cross_test.sh python-logits [MODEL ...]   the real engine and models, not the tiny decoder: an
+#                                        arm64 CPython under qemu against the host's (scripts/arm64_python.sh)
 # Flags as setup.py's. Prints what it compared; exits non-zero on any difference (3: a tool is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-native}
+[ "$target" != python-logits ] || exec scripts/arm64_python.sh "${@:2}"
 
 if [ "$target" = logits ]; then
     native=$("$0" native ${2:+"$2"}) || { echo "$native"; exit 1; }
@@ -36,7 +40,7 @@ aarch64) CC_=${CC:-aarch64-linux-gnu-gcc}; LINK=(-static); RUN=(qemu-aarch64 -cp
 windows) CC_=x86_64-w64-mingw32-gcc; LINK=(-static -lsynchronization)
          wine=${WINE:-$(command -v wine64 || ls /usr/lib/wine/wine64 2>/dev/null || true)}
          RUN=(env WINEDEBUG=-all WINEPREFIX="$PWD/build/wineprefix" "$wine") ;;
-*) echo "usage: $0 native [LIB] | aarch64 | windows | logits [LIB]" >&2; exit 2 ;;
+*) echo "usage: $0 native [LIB] | aarch64 | windows | logits [LIB] | python-logits [MODEL ...]" >&2; exit 2 ;;
 esac
 command -v "$CC_" >/dev/null || { echo "$CC_ not found" >&2; exit 3; }
 [ "$target" != aarch64 ] || command -v qemu-aarch64 >/dev/null || { echo "qemu-aarch64 not found" >&2; exit 3; }
