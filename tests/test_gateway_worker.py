@@ -2,6 +2,7 @@
 values at the gateways' "off" on every API, and the control routes, vLLM's /tokenize and /render routes and
 the vLLM-named metrics on a real server (a tiny model in a thread of this process)."""
 import re
+import socket
 
 import httpx
 import pytest
@@ -164,3 +165,21 @@ def test_vllm_named_metrics_carry_the_servers_values(server):
     own = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("llamay_prompt"))
     assert values["vllm:prefix_cache_queries_total"] == own["llamay_prompt_tokens_total"]
     assert values["vllm:prefix_cache_hits_total"] == own["llamay_prompt_cache_hit_tokens_total"]
+
+
+def _preface(url: str) -> bytes:
+    """HTTP/2's connection preface on a raw socket, as smg's gRPC probe opens (prior knowledge) -> the reply."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        return sock.recv(4096)
+
+
+def test_an_http2_preface_is_a_505_not_a_missing_route_even_under_a_key(server, tiny_pair):
+    assert _preface(server.url).startswith(b"HTTP/1.1 505 ")
+    keyed = LiveServer(["-m", str(tiny_pair[0]), "--threads", "1", "-c", "128", "--api-key", "k"])
+    try:
+        assert _preface(keyed.url).startswith(b"HTTP/1.1 505 ")
+        assert httpx.get(keyed.url + "/v1/models", timeout=10).status_code == 401  # the key still guards the rest
+    finally:
+        keyed.stop()

@@ -121,6 +121,10 @@ class Guard:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "http" and scope["method"] == "PRI":  # HTTP/2's preface (smg's gRPC probe)
+            await Response("HTTP/2 is not served here: this server speaks HTTP/1.1\n", 505,
+                           media_type="text/plain")(scope, receive, send)
+            return
         check = _Check(self.settings, scope)
         refusal = check.refusal()
         if refusal is not None and scope["type"] == "websocket":
