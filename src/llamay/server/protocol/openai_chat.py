@@ -53,6 +53,12 @@ def parse_chat(body: Any) -> GenRequest:
     extra_sampling, llama = parse_extras(body)
     llama = dataclasses.replace(llama, grammar=get_str(body, "grammar") or None)  # llama-server's GBNF field
     parsed = [parse_message(i, m) for i, m in enumerate(messages)]
+    chat = _chat_options(body, parsed)
+    if chat.continue_final and isinstance(messages[-1].get("content"), list):
+        # the text parts of the message the reply continues are joined by a blank line (llama.cpp's
+        # common_chat_msg::render_content), those of every other message by a newline
+        last = len(messages) - 1
+        parsed[last]["content"] = message_text(messages[last]["content"], f"messages[{last}]", True, "\n\n")
     return GenRequest(
         model=model, messages=parsed, stream=stream,
         include_usage=include_usage, n=parse_n(body), stop=parse_stop(body),
@@ -60,7 +66,7 @@ def parse_chat(body: Any) -> GenRequest:
         sampling=Sampling(**{**parse_sampling(body), **extra_sampling}), sampling_defaults=OPENAI_DEFAULTS,
         logprobs=logprobs, top_logprobs=top_logprobs, tools=tools, format=parse_response_format(body),
         tool_options=ToolOptions(_tool_choice(body, tools), get_bool(body, "parallel_tool_calls") is not False),
-        chat=_chat_options(body, parsed), llama=llama)
+        chat=chat, llama=llama)
 
 
 def _tool_call(call: Any, where: str) -> dict:
@@ -85,6 +91,9 @@ def parse_message(i: int, msg: Any) -> dict:
     name = get_str(msg, "name", f"{where}.name")
     if name:
         out["name"] = name
+    reasoning = get_str(msg, "reasoning_content", f"{where}.reasoning_content")
+    if reasoning:  # an earlier turn's reasoning: templates that render it (Qwen3's, ...) get it, as llama.cpp's
+        out["reasoning_content"] = reasoning
     if role == "assistant" and msg.get("tool_calls") is not None:
         calls = get_field(msg, "tool_calls", (list,), "an array", f"{where}.tool_calls")
         out["tool_calls"] = [_tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
@@ -96,8 +105,8 @@ def parse_message(i: int, msg: Any) -> dict:
     return out
 
 
-def message_text(content: Any, where: str, is_assistant: bool) -> str:
-    """A string, or text parts joined by newlines (as llama.cpp and vLLM join them); null only for an
+def message_text(content: Any, where: str, is_assistant: bool, join: str = "\n") -> str:
+    """A string, or text parts joined by `join` (a newline, as llama.cpp and vLLM join them); null only for an
     assistant turn (tool calls only). Media parts are refused: the models served here are text-only."""
     if isinstance(content, str):
         return content
@@ -105,7 +114,7 @@ def message_text(content: Any, where: str, is_assistant: bool) -> str:
         return ""
     if not isinstance(content, list):
         raise bad_request(f"'{where}.content' must be a string or an array of content parts", f"{where}.content")
-    return "\n".join(_part_text(part, f"{where}.content[{j}]", is_assistant) for j, part in enumerate(content))
+    return join.join(_part_text(part, f"{where}.content[{j}]", is_assistant) for j, part in enumerate(content))
 
 
 def _part_text(part: Any, where: str, is_assistant: bool) -> str:
