@@ -324,6 +324,8 @@ def test_server_defaults_template_and_pooling_flags(flagged, url):
     text = post(flagged, "/apply-template", messages=HI)["prompt"]
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert post(flagged, "/v1/chat/completions/input_tokens", messages=HI)["input_tokens"] == len(tokens(url, text))
+    # Anthropic's count too is of the prompt the server's template renders (it counted the model's own)
+    assert post(flagged, "/v1/messages/count_tokens", messages=HI)["input_tokens"] == len(tokens(url, text))
     chat = post(flagged, "/v1/chat/completions", messages=HI)
     assert chat["choices"][0]["message"]["content"] == complete(url, prompt=text, n_predict=8, temperature=0)["content"]
     rows = post(flagged, "/embeddings", content="Hello world")[0]["embedding"]
