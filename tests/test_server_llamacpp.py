@@ -414,6 +414,13 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
             parsed(*argv)
 
 
+def test_long_flags_may_be_spelled_with_underscores_as_llama_server_reads_them():
+    argv = serve_llamacpp.dashed(["serve", "--backend_sampling", "--ctx_size=64", "--slot_save_path", "a_b", "-n", "1"])
+    assert argv == ["serve", "--backend-sampling", "--ctx-size=64", "--slot-save-path", "a_b", "-n", "1"]
+    args = build_parser().parse_args(argv)
+    assert (args.backend_sampling, args.ctx_size, args.slot_save_path) == (True, 64, "a_b")
+
+
 # ---- __verbose, prefill, embeddings in the metrics ----------------------------------------------------------
 
 def test_verbose_is_the_raw_result_of_the_rendered_prompt(url, model, flagged):
