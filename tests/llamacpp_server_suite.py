@@ -42,6 +42,12 @@ EXCLUDED: dict[str, str] = {
     f"{_U}slot_save.py::test_slot_save_restore_with_two_images": f"{_NO_MODEL} (tinygemma3)",
     f"{_U}compat_anthropic.py::test_anthropic_thinking_with_reasoning_model": f"{_NO_MODEL} (DeepSeek-R1-Distill-"
                                                                               "Qwen-7B)",
+    f"{_U}compat_anthropic.py::test_anthropic_vision_base64_with_multimodal_model": f"{_NO_MODEL} (tinygemma3 "
+                                                                                    "with its projector)",
+    f"{_U}security.py::test_local_media_file": f"{_NO_MODEL} (tinygemma3 with its projector)",
+    f"{_U}chat_completion.py::test_return_progress[64-4-False]": "expects stories260K's token counts (a prompt of "
+                                                                 "over 128 tokens: 4 reports at -b 64; SmolLM2's "
+                                                                 "70 tokens make 3)",
     f"{_U}slot_save.py::test_slot_save_restore": "expects stories260K's text and token counts (prompt_n 21, "
                                                  "n_saved 84)",
     f"{_U}slot_save.py::test_slot_erase": "expects stories260K's text and token counts (prompt_n 21)",
@@ -89,9 +95,15 @@ KEPT: dict[str, str] = {
                                            "allows it (llama-server lets every origin in by default)",
     f"{_U}security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": "no built-in tools (--tools)",
     f"{_U}security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": "no MCP CORS proxy (--ui-mcp-proxy)",
-    f"{_U}security.py::test_local_media_file": "no images (--media-path): llamay serves text models",
-    f"{_U}compat_anthropic.py::test_anthropic_vision": "no images: llamay serves text models",
-    f"{_U}compat_anthropic.py::test_anthropic_tool_result_with_image": "no images: llamay serves text models",
+    f"{_U}compat_anthropic.py::test_anthropic_vision_format_accepted": "an image for a text model is a 400 (the "
+                                                                       "client's error, which SDKs do not retry), "
+                                                                       "where llama-server answers 500",
+    f"{_U}compat_anthropic.py::test_anthropic_tool_result_with_image": "an image for a text model is a 400, where "
+                                                                       "llama-server answers 500",
+    f"{_U}compat_oai_responses.py::test_responses_stream_with_llama_telemetry": "a response cut by "
+                                                                                "max_output_tokens ends with "
+                                                                                "response.incomplete, as OpenAI's "
+                                                                                "(llama-server: response.completed)",
     f"{_U}compat_anthropic.py::test_anthropic_empty_messages": "an empty conversation is a 400 (Anthropic's API "
                                                                "refuses it too), not a default prompt",
     f"{_U}stream.py::": "no router mode nor resumable streams (/v1/stream): one server, the models of its store",
@@ -102,22 +114,7 @@ KEPT: dict[str, str] = {
 }
 
 # nodeid prefix -> a difference not fixed yet, and not on purpose (to do)
-OPEN: dict[str, str] = {
-    f"{_U}metrics.py::test_metrics_timings_on_prompt_progress": "return_progress (prompt progress events) is refused",
-    f"{_U}compat_oai_responses.py::test_responses_stream_with_llama_telemetry": "no prompt_progress nor timings "
-                                                                                "in Responses stream events",
-    f"{_U}compat_anthropic.py::test_anthropic_thinking_history_in": "thinking blocks of earlier turns are not "
-                                                                   "given to the template as reasoning_content",
-    f"{_U}completion.py::test_n_probs_post_sampling": "post_sampling_probs (probabilities after the samplers) is "
-                                                      "refused",
-    f"{_U}completion.py::test_n_probs_post_backend_sampling": "post_sampling_probs is refused (and --backend-sampling "
-                                                              "is not a flag)",
-    f"{_U}chat_completion.py::test_chat_template_assistant_prefill[prefill1-": "a prefill's text parts: llama-server "
-                                                                           "joins them with a blank line, llamay "
-                                                                           "with a newline (as every message's)",
-    f"{_U}chat_completion.py::test_return_progress": "return_progress (prompt progress events) is refused (the "
-                                                     "batch counts also follow stories260K's tokens)",
-}
+OPEN: dict[str, str] = {}
 
 
 def suite_dir(cache: Path) -> Path:

@@ -91,12 +91,29 @@ def test_sdk_request_with_tools_and_system_is_parsed():
     assert req.messages == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "call it", "tool_calls": [
             {"id": "toolu_1", "type": "function",
              "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
         {"role": "tool", "content": "18C", "tool_call_id": "toolu_1"},
         {"role": "user", "content": "And\ntomorrow?"},
     ]
+
+
+def test_thinking_blocks_are_the_turns_reasoning_content():
+    """As llama-server: an assistant's thinking blocks joined as they come (merged turns' too) are its
+    reasoning_content; redacted_thinking, and thinking in a user turn, are accepted and left out."""
+    req = parse_messages(BASE | {"messages": [
+        {"role": "user", "content": [{"type": "thinking", "thinking": "mine", "signature": "s"},
+                                     {"type": "text", "text": "Q"}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "a", "signature": "s"},
+                                          {"type": "redacted_thinking", "data": "x"},
+                                          {"type": "thinking", "thinking": "b", "signature": "s"},
+                                          {"type": "text", "text": "A"}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "c", "signature": "s"}]},
+        {"role": "user", "content": "Q2"}]})
+    assert req.messages == [{"role": "user", "content": "Q"},
+                            {"role": "assistant", "content": "A", "reasoning_content": "abc"},
+                            {"role": "user", "content": "Q2"}]
 
 
 def test_defaults_leave_unset_samplers_to_llamacpp():

@@ -24,7 +24,7 @@ from llamay.server.protocol.base import ProtocolError, ResponseMeta
 from llamay.server.protocol.llamacpp_infill import FimVocab, Infill, infill_ids, missing
 from llamay.server.protocol.llamacpp_out import pick_fields
 from llamay.server.protocol.llamacpp_params import mixed_ids, parse_prompts
-from llamay.server.protocol.openai import ChatOutput, error_body as openai_error_body, parse_chat
+from llamay.server.protocol.openai import ChatOutput, error_body as openai_error_body, parse_chat, parse_responses
 from llamay.server.protocol.request import FRESH_SEED, GenRequest, LlamaOptions, OllamaOptions, Sampling
 from llamay.server.protocol.timings import timings_body
 from llamay.tokenizer import Tokenizer
@@ -106,18 +106,22 @@ OFF = [("mirostat", 0), ("typical_p", 1.0), ("top_n_sigma", -1.0), ("dynatemp_ra
        ("dry_multiplier", 0.0), ("min_keep", 1), ("n_indent", 0), ("t_max_predict_ms", 0), ("adaptive_target", -1.0),
        ("post_sampling_probs", False), ("timings_per_token", False), ("return_progress", False)]
 ON = [("mirostat", 2), ("typical_p", 0.9), ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("xtc_probability", 0.5),
-      ("dry_multiplier", 0.8), ("min_keep", 5), ("n_indent", 4), ("t_max_predict_ms", 100), ("adaptive_target", 0.5),
-      ("post_sampling_probs", True), ("return_progress", True)]
+      ("dry_multiplier", 0.8), ("min_keep", 5), ("n_indent", 4), ("t_max_predict_ms", 100), ("adaptive_target", 0.5)]
 
 
-def test_timings_per_token_is_accepted_and_typed():
-    """llama-server's timings_per_token: taken either way (the last chunk carries `timings`); not a boolean: 400."""
+@pytest.mark.parametrize("name", ["timings_per_token", "return_progress", "post_sampling_probs"])
+def test_stream_telemetry_and_post_sampling_probs_are_taken_and_typed(name):
+    """llama-server's timings_per_token, return_progress, post_sampling_probs: LlamaOptions fields (the
+    Responses route takes the first two); not a boolean: 400."""
+    chat = {"messages": [{"role": "user", "content": "a"}]}
     for value in (True, False):
-        assert proto.parse_completion({"prompt": "a", "timings_per_token": value})[0].prompt == "a"
-        assert parse_chat({"messages": [{"role": "user", "content": "a"}], "timings_per_token": value}).messages
+        assert getattr(proto.parse_completion({"prompt": "a", name: value})[0].llama, name) is value
+        assert getattr(parse_chat({**chat, name: value}).llama, name) is value
+        if name != "post_sampling_probs":
+            assert getattr(parse_responses({"input": "a", name: value}).llama, name) is value
     with pytest.raises(ProtocolError) as e:
-        proto.parse_completion({"prompt": "a", "timings_per_token": "yes"})
-    assert e.value.status == 400 and e.value.param == "timings_per_token"
+        proto.parse_completion({"prompt": "a", name: "yes"})
+    assert e.value.status == 400 and e.value.param == name
 
 
 def test_per_request_lora_ids_and_scales():

@@ -127,6 +127,21 @@ def test_parse_chat_from_the_sdk_request():
     assert req.messages[3] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
 
 
+def test_earlier_reasoning_goes_to_the_template_and_a_prefills_parts_join_by_a_blank_line():
+    """As llama-server: a message's reasoning_content is the template's (Qwen3's renders it in <think>); the
+    text parts of the assistant message the reply continues join by a blank line, every other's by a newline."""
+    parts = [{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}]
+    req = parse_chat({"messages": [{"role": "user", "content": parts},
+                                   {"role": "assistant", "content": "", "reasoning_content": "think"},
+                                   {"role": "user", "content": "go"}, {"role": "assistant", "content": parts}]})
+    assert req.messages[0]["content"] == "Wh\nill" and req.messages[3]["content"] == "Wh\n\nill"
+    assert req.messages[1] == {"role": "assistant", "content": "", "reasoning_content": "think"}
+    assert req.chat.continue_final
+    closed = parse_chat({"messages": req.messages[:3] + [{"role": "assistant", "content": parts}],
+                         "continue_final_message": False})
+    assert closed.messages[3]["content"] == "Wh\nill" and not closed.chat.continue_final
+
+
 def test_parse_chat_defaults_follow_openai_and_leave_llamacpp_extras_unset():
     req = parse_chat(CHAT)
     assert req.run_sampling().given() == {"temperature": 1.0, "top_p": 1.0}

@@ -217,3 +217,25 @@ def test_never_draws_masked_tokens():
     logits[allowed] = 0.0
     sampler = Sampler(_params(seed=3))
     assert {sampler.sample(logits, []) for _ in range(3000)} == set(allowed)
+
+
+@pytest.mark.parametrize("kwargs", [dict(top_k=5), dict(top_p=0.9), dict(min_p=0.1), dict(), dict(top_k=3, top_p=0.5)])
+def test_drawn_logprobs_are_the_distribution_drawn_from(kwargs):
+    """post_sampling_probs: after every filter and the temperature, the survivors' softmax, likeliest first."""
+    sampler = Sampler(_params(temperature=0.7, seed=3, **kwargs))
+    tok = sampler.sample(LOGITS, [])
+    kept = [int(i) for i in filter_candidates(LOGITS.copy(), sampler.params)]
+    probs = dict(zip(kept, _softmax([float(LOGITS[i]) / 0.7 for i in kept])))
+    logprob, top = sampler.drawn_logprobs(tok, 4)
+    assert tok in probs and math.exp(logprob) == pytest.approx(probs[tok])
+    want = sorted(probs, key=lambda i: (-probs[i], i))[:4]
+    assert [i for i, _ in top] == want
+    assert [math.exp(lp) for _, lp in top] == pytest.approx([probs[i] for i in want])
+    if len(kept) <= 4:
+        assert sum(math.exp(lp) for _, lp in top) == pytest.approx(1.0)
+
+
+def test_drawn_logprobs_of_greedy_are_the_choice_alone():
+    sampler = Sampler(_params(temperature=0))
+    tok = sampler.sample(LOGITS, [])
+    assert sampler.drawn_logprobs(tok, 10) == (0.0, [(4, 0.0)])

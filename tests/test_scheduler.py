@@ -8,7 +8,7 @@ import pytest
 
 import llamay
 from llamay.engine.sampling import SamplingParams
-from llamay.engine.scheduler import Done, Job, Overloaded, Piece, Scheduler
+from llamay.engine.scheduler import Done, Job, Overloaded, Piece, Prefill, Scheduler
 
 PROMPTS = ["The capital of France is", "Once upon a time, there was a", "def fibonacci(n):", "1, 2, 3, 4,",
            "The quick brown fox"]
@@ -90,6 +90,30 @@ def test_choices_fork_the_prompt_and_a_repeat_hits_the_prefix_cache(llm):
         assert _state_clean(sched) == []
     finally:
         sched.close()
+
+
+@pytest.mark.model
+def test_a_job_that_asks_hears_its_prompt_computed_chunk_by_chunk(llm):
+    """Job.progress (llama-server's return_progress): a Prefill when admitted (processed == cached), one after
+    each pass that computed part of the prompt (32 tokens a pass here), all before the first Piece; the
+    tokens are those of a job that did not ask."""
+    llm.reset()
+    sched = Scheduler(lambda: llm.context_store, llm.tokenizer, llm.n_ctx, batch=32, start=False)
+    prompt = llm.tokenize("the quick brown fox jumps over the lazy dog " * 8)
+    plain = [ev.token for ev in sched.run(Job(prompt, GREEDY, None, max_tokens=4)) if isinstance(ev, Piece)]
+    llm.reset()
+    for cached in (0, len(prompt) - 1):  # the second time, all but the last token are in the prefix cache
+        got = list(sched.run(Job(prompt, GREEDY, None, max_tokens=4, progress=True)))
+        first_piece = next(i for i, ev in enumerate(got) if isinstance(ev, Piece))
+        steps = [ev for ev in got if isinstance(ev, Prefill)]
+        assert all(isinstance(ev, Prefill) for ev in got[:first_piece]) and len(steps) == first_piece
+        assert {(ev.total, ev.cached) for ev in steps} == {(len(prompt), cached)}
+        want = [cached] + [min(n, len(prompt)) for n in range(32, len(prompt) + 32, 32)] if not cached \
+            else [cached, len(prompt)]
+        assert [ev.processed for ev in steps] == want
+        assert steps[0].prompt_ns == 0 and all(ev.prompt_ns > 0 for ev in steps[1:])
+        assert [ev.token for ev in got if isinstance(ev, Piece)] == plain
+    sched.close()
 
 
 @pytest.mark.model

@@ -324,6 +324,8 @@ def test_server_defaults_template_and_pooling_flags(flagged, url):
     text = post(flagged, "/apply-template", messages=HI)["prompt"]
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert post(flagged, "/v1/chat/completions/input_tokens", messages=HI)["input_tokens"] == len(tokens(url, text))
+    # Anthropic's count too is of the prompt the server's template renders (it counted the model's own)
+    assert post(flagged, "/v1/messages/count_tokens", messages=HI)["input_tokens"] == len(tokens(url, text))
     chat = post(flagged, "/v1/chat/completions", messages=HI)
     assert chat["choices"][0]["message"]["content"] == complete(url, prompt=text, n_predict=8, temperature=0)["content"]
     rows = post(flagged, "/embeddings", content="Hello world")[0]["embedding"]
@@ -410,6 +412,13 @@ def test_flags_map_to_settings(tmp_path, fixtures_dir):
     for argv in (["--top-p", "2"], ["--temp", "-1"], ["-n", "-2"], ["--pooling", "max"], ["--reasoning", "yes"]):
         with pytest.raises(SystemExit):
             parsed(*argv)
+
+
+def test_long_flags_may_be_spelled_with_underscores_as_llama_server_reads_them():
+    argv = serve_llamacpp.dashed(["serve", "--backend_sampling", "--ctx_size=64", "--slot_save_path", "a_b", "-n", "1"])
+    assert argv == ["serve", "--backend-sampling", "--ctx-size=64", "--slot-save-path", "a_b", "-n", "1"]
+    args = build_parser().parse_args(argv)
+    assert (args.backend_sampling, args.ctx_size, args.slot_save_path) == (True, 64, "a_b")
 
 
 # ---- __verbose, prefill, embeddings in the metrics ----------------------------------------------------------

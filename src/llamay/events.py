@@ -1,6 +1,7 @@
 """What generation produces, for every layer above it: Delta (new output of one choice, with its
-logprobs and tool-call parts) and Finish (a choice ended, with its Usage). Plain data; imports nothing of
-llamay, so the tool-call parser, the engine and the server all read the same types."""
+logprobs and tool-call parts), Finish (a choice ended, with its Usage) and, when a request asked, Progress
+(how far its prompt is computed). Plain data; imports nothing of llamay, so the tool-call parser, the
+engine and the server all read the same types."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Delta:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    usage: Usage | None = None  # the choice's usage so far, when the request asked (llama-server's timings_per_token)
 
 
 @dataclass
@@ -78,3 +80,19 @@ class Finish:
     usage: Usage  # the usage of this choice's sequence (prompt counted in every choice)
     context: list[int] | None = None  # every token of the sequence: prompt and generated (Ollama's `context`)
     stop_sequence: str | None = None  # the stop string that ended it (reason 'stop'), if one did
+
+
+@dataclass
+class Progress:
+    """How far the prompt is computed (llama-server's prompt_progress, for a stream that asked): once when its
+    generation starts (processed == cached), then after each forward pass that computed part of it, the last
+    with processed == total; all before the first Delta."""
+    total: int  # the prompt's tokens
+    cached: int  # of them, found computed
+    processed: int  # of them, computed now (the cached ones included)
+    prompt_ns: int  # since the generation started, at the end of the last pass (0 before the first)
+
+    def usage(self) -> Usage:
+        """The usage so far: the part computed counts as the prompt (so its evaluated tokens are processed -
+        cached), nothing generated yet."""
+        return Usage(self.processed, self.cached, prompt_eval_ns=self.prompt_ns)

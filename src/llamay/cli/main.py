@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from . import bench, cache, ctx, embed, ps, pull, quantize, route, run, serve, store_cmds, tokenize, verify
+from . import (bench, cache, ctx, embed, ps, pull, quantize, route, run, serve, serve_llamacpp, store_cmds, tokenize,
+               verify)
 from .. import __version__, env
 from ..gguf import GGUFError
 from ..models import UnsupportedModel
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # a llama-server command line
+        argv = serve_llamacpp.dashed(argv)
     args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "prompt_pos", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
         args.prompt_pos = extra[0]  # `run MODEL -n 8 PROMPT`: argparse takes both positionals at the first one

@@ -95,7 +95,15 @@ ACCEPTED = ((("-ub", "--ubatch-size"), True, "one forward pass takes the whole b
             (("--cache-ram", "-cram"), True, "the prefix cache lives in the KV pages (--kv-budget)"),
             (("--no-cache-idle-slots",), False, "idle slots hold no K/V of their own"),
             (("--no-mmproj",), False, "no multimodal projector is loaded"),
-            (("--no-context-shift",), False, "llamay never shifts a context (--context-shift is refused)"))
+            (("--no-context-shift",), False, "llamay never shifts a context (--context-shift is refused)"),
+            (("-bs", "--backend-sampling"), False, "sampling runs on the CPU, with the same result"))
+
+
+def dashed(argv: list[str]) -> list[str]:
+    """A long flag spelled with underscores (--backend_sampling) as the dashed one, as llama-server's parser
+    reads every flag."""
+    return [a.split("=", 1)[0].replace("_", "-") + a[len(a.split("=", 1)[0]):] if a.startswith("--") else a
+            for a in argv]
 
 
 def _add_accepted_args(p: argparse.ArgumentParser):

@@ -26,7 +26,7 @@ from ..kv import OutOfPages
 from ..settings import SCHEDULER, SPEC
 from ..tokenizer import IncrementalDecoder
 from . import constrain, draft
-from .job import Done, Job, Piece
+from .job import Done, Job, Piece, Prefill
 from .context_store import ContextStore
 from .sampling import Sampler, SamplingParams, logprobs
 from .stops import StopMatcher
@@ -221,6 +221,7 @@ class Scheduler:
         by_ctx = {s.ctx: s for s in self.running}
         for ctx, chunk in items[len(decode):]:
             by_ctx[ctx].history += chunk
+            self._progress(by_ctx[ctx])
         at = 0
         for seq, tokens in zip(wants, drafts + [[]] * (len(wants) - len(decode))):
             self._isolated(seq, self._verify, seq, tokens, logits[at:at + 1 + len(tokens)])
@@ -347,8 +348,8 @@ class Scheduler:
             ctx, got = job.ctx, store.resume(job.ctx, job.prompt)
             history, todo, n_cached = got.computed, got.todo, len(got.computed)
             cut, last_logits = got.matcher, got.last_logits
-        job.cached_tokens = n_cached
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
+        job.cached_tokens, job.prompt_tokens = n_cached, seq.n_prompt
         seq.n_disk = store.tier_tokens.get("disk", 0) - before.get("disk", 0)
         seq.n_shared = store.tier_tokens.get("shared", 0) - before.get("shared", 0)
         seq.drafter = self._drafter(mode, ctx)
@@ -356,8 +357,16 @@ class Scheduler:
         if job.grammar is None and not job.prompt:
             seq.grammar = cut
         self.running.append(seq)
+        self._progress(seq)
         if not todo:  # a context continued as it is: its last logits are known
             self._isolated(seq, self._logits_ready, seq, last_logits)
+
+    def _progress(self, seq: _Seq):
+        """A Prefill of how far seq's prompt is, when its job asked."""
+        if seq.job.progress:
+            done = len(seq.history) > seq.n_cached
+            seq.job.sink(Prefill(seq.n_prompt, seq.n_cached, len(seq.history),
+                                 time.perf_counter_ns() - seq.t_start if done else 0))
 
     def _logits_ready(self, seq: _Seq, logits: np.ndarray):
         """The sequence's prompt (or last token) is computed: fork choices if first time, then sample."""
@@ -411,9 +420,12 @@ class Scheduler:
             return self._finish(seq, "stop")
         complete = constrain.accept(seq.grammar, tok, self.tokenizer.eog_ids)
         seq.n_gen += 1
-        logprob, top = logprobs(logits, tok, seq.job.logprobs)
+        k = seq.job.logprobs
+        logprob, top = seq.sampler.drawn_logprobs(tok, k) if seq.job.post_sampling and k is not None \
+            else logprobs(logits, tok, k)
         text = seq.matcher.feed(seq.detok.add(tok))
-        seq.job.sink(Piece(seq.index, text, tok, logprob, top))
+        now = time.perf_counter_ns()
+        seq.job.sink(Piece(seq.index, text, tok, logprob, top, seq.t_prefilled - seq.t_start, now - seq.t_prefilled))
         seq.next_tok = tok
         if seq.matcher.stopped or complete:
             return self._finish(seq, "stop")

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .http import api, off_loop, read_json
+from .prepare import with_server_defaults
 from .protocol import anthropic as proto
 from .render import render
 from .responder import RunOptions
@@ -24,7 +25,9 @@ async def messages(request: Request):
 @router.post("/v1/messages/count_tokens")
 @api(proto)
 async def count_tokens(request: Request):
+    registry = request.app.state.registry
     req = proto.parse_count_tokens(await read_json(request))
-    loaded = await request.app.state.registry.get(req.model, req.keep_alive)
-    ids = await off_loop(request, render, loaded, req)
+    loaded = await registry.get(req.model, req.keep_alive)
+    # the prompt /v1/messages would run: the server's --chat-template and --reasoning too
+    ids = await off_loop(request, render, loaded, with_server_defaults(req, registry.settings))
     return JSONResponse(proto.count_tokens_body(len(ids)))

@@ -1,14 +1,16 @@
 """A prepared request's generation, streamed: its job submitted to the model's scheduler, and the engine's
 pieces carried back to the event loop as Delta / Finish events (tokens -> text, the reasoning split, tool
-calls read, logprobs)."""
+calls read, logprobs), with Progress events and per-Delta usage for a stream that asked (llama-server's
+return_progress, timings_per_token)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 from ..chat.reasoning import ReasoningSplitter, opened
-from ..engine import Done, GrammarError, Job, OutOfPages, Overloaded, Piece
-from ..events import Delta, Finish, TokenLogprob, TopLogprob, Usage
+from ..engine import Done, GrammarError, Job, OutOfPages, Overloaded, Piece, Prefill
+from ..events import Delta, Finish, Progress, TokenLogprob, TopLogprob, Usage
 from ..toolcall.formats import CallFormat
 from ..toolcall.harmony import HarmonyReader, is_harmony
 from ..toolcall.parser import CallParser
@@ -20,9 +22,9 @@ from .protocol.request import GenRequest
 
 class Generation:
     """A submitted job and the way back: making one queues the job (ProtocolError 503 at once when the
-    queue is full); events() yields Delta / Finish as they come; closing events() early, or cancel(),
-    cancels the job (its pages are freed at the scheduler's next step). The caller counted the model busy
-    before; the first cancel() gives that back."""
+    queue is full); events() yields Delta / Finish (and Progress) as they come; closing events() early, or
+    cancel(), cancels the job (its pages are freed at the scheduler's next step). The caller counted the
+    model busy before; the first cancel() gives that back."""
 
     def __init__(self, loaded: Loaded, req: GenRequest, prep: Prepared, ctx: int | None = None, on_close=None):
         self.loaded, self.req, self.on_close, self.calls = loaded, req, on_close, prep.calls
@@ -41,7 +43,8 @@ class Generation:
             raise ProtocolError(400, str(e), param="spec") from None
         self.job = Job(prep.ids, prep.params, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev),
                        req.max_tokens, req.stop, req.n, req.top_logprobs if req.logprobs else None, ctx,
-                       prep.grammar, lora=lora, spec=spec)
+                       prep.grammar, lora=lora, spec=spec, progress=req.stream and req.llama.return_progress,
+                       post_sampling=req.llama.post_sampling_probs)
         self.dones: list[Done] = []
         try:
             loaded.scheduler.submit(self.job)
@@ -60,21 +63,27 @@ class Generation:
             if self.on_close:
                 self.on_close()
 
-    async def events(self) -> AsyncIterator[Delta | Finish]:
+    async def events(self) -> AsyncIterator[Delta | Finish | Progress]:
         req, tokenizer = self.req, self.loaded.llm.tokenizer
         template = req.chat.template or self.loaded.llm.metadata.get("tokenizer.chat_template", "")
         mode = req.chat.reasoning_format or "auto"
         splitters = [reader_for(template, self.calls, mode, self.thinking) for _ in range(req.n)]
         held: list[list[int]] = [[] for _ in range(req.n)]  # tokens sampled since each choice's last delta
+        # each choice's usage so far, for timings_per_token (the prompt's size known once the job is admitted)
+        running = [Usage() for _ in range(req.n)] if req.llama.timings_per_token else None
         try:
             while len(self.dones) < req.n:
                 ev = await self.queue.get()
+                if isinstance(ev, Prefill):
+                    yield Progress(ev.total, ev.cached, ev.processed, ev.prompt_ns)
+                    continue
                 if isinstance(ev, Piece):
                     content, reasoning, calls = splitters[ev.index].feed(ev.text)
                     logprobs = [_logprob(tokenizer, ev)] if ev.logprob is not None else []
                     held[ev.index] += [ev.token] if ev.token >= 0 else []
+                    usage = self._so_far(running[ev.index], ev) if running else None
                     if content or reasoning or logprobs or calls:
-                        yield Delta(ev.index, content, reasoning, logprobs, calls, held[ev.index])
+                        yield Delta(ev.index, content, reasoning, logprobs, calls, held[ev.index], usage)
                         held[ev.index] = []
                     continue
                 if ev.reason == "error":
@@ -93,6 +102,14 @@ class Generation:
                 yield Finish(ev.index, reason, usage, ev.tokens, ev.stop_sequence)
         finally:
             self.cancel()  # a no-op for the job once every choice is done
+
+    def _so_far(self, usage: Usage, ev: Piece) -> Usage:
+        """usage updated by a choice's piece -> a copy of it (a Delta's own)."""
+        if ev.token >= 0:
+            usage.prompt_tokens, usage.cached_tokens = self.job.prompt_tokens or 0, self.job.cached_tokens or 0
+            usage.completion_tokens += 1
+            usage.prompt_eval_ns, usage.eval_ns = ev.prompt_ns, ev.eval_ns
+        return dataclasses.replace(usage)
 
 
 def reader_for(template_source: str, calls: CallFormat | None, reasoning_format: str = "auto",

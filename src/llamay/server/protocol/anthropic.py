@@ -22,7 +22,6 @@ __all__ = [
 ]
 
 JOIN = "\n"  # between text blocks of one message, and between merged consecutive same-role messages
-_THINKING_BLOCKS = ("thinking", "redacted_thinking")
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none", "tool": None}  # -> GenRequest's tool_choice
 
 
@@ -106,8 +105,12 @@ def _message(message: Any, where: str) -> list[dict]:
 
 
 def _blocks(role: str, blocks: list, where: str) -> list[dict]:
+    """A message's blocks -> chat-template messages. An assistant's thinking blocks are its reasoning_content
+    (joined as they come, as llama.cpp joins them), which templates that render earlier reasoning (Qwen3's,
+    ...) show; a redacted_thinking block is accepted and left out (its text is not readable)."""
     out: list[dict] = []
     texts: list[str] = []
+    thoughts: list[str] = []
     tool_calls: list[dict] = []
     for j, block in enumerate(blocks):
         path = f"{where}.{j}"
@@ -121,12 +124,16 @@ def _blocks(role: str, blocks: list, where: str) -> list[dict]:
                 out.append({"role": "user", "content": JOIN.join(texts)})
                 texts = []
             out.append(_tool_result(block, path))
+        elif kind == "thinking" and role == "assistant":
+            thoughts.append(block["thinking"] if isinstance(block.get("thinking"), str) else "")
         elif kind in ("tool_use", "tool_result"):
             raise bad_request(f"{path}: a {kind} block cannot appear in a {role} message", path)
-        elif kind not in _THINKING_BLOCKS:  # earlier reasoning echoed back is accepted, not re-rendered
+        elif kind not in ("thinking", "redacted_thinking"):  # a user's echoed thinking: accepted, left out
             raise _unsupported(kind, path)
     if role == "assistant":
         msg: dict = {"role": "assistant", "content": JOIN.join(texts)}
+        if "".join(thoughts):
+            msg["reasoning_content"] = "".join(thoughts)
         return [msg | {"tool_calls": tool_calls}] if tool_calls else [msg]
     if texts or not out:
         out.append({"role": "user", "content": JOIN.join(texts)})
@@ -183,6 +190,8 @@ def _append_merged(out: list[dict], msg: dict) -> None:
         out.append(msg)
         return
     last["content"] = JOIN.join(t for t in (last["content"], msg["content"]) if t)
+    if msg.get("reasoning_content"):
+        last["reasoning_content"] = last.get("reasoning_content", "") + msg["reasoning_content"]
     if msg.get("tool_calls"):
         last["tool_calls"] = last.get("tool_calls", []) + msg["tool_calls"]
 

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...engine.sampling import SamplingParams
-from ...events import Delta, Finish, TokenLogprob, Usage
+from ...events import Delta, Finish, Progress, TokenLogprob, Usage
 from .base import ProtocolError, ResponseMeta
 from .llamacpp_params import RANDOM_SEED, RUN_ORDER
 from .openai_common import frame
 from .request import GenRequest
-from .timings import BUILD_INFO, timings_body
+from .timings import BUILD_INFO, chunk_timings, progress_fields, timings_body
 
 STOP_TYPES = {"stop": "eos", "length": "limit"}  # a stop string makes it "word"
 # generation_settings of the samplers llamay does not run: each at its off value (llama.cpp's defaults)
@@ -82,8 +82,13 @@ def _logit_bias(req: GenRequest, eog_ids: tuple[int, ...]) -> list[dict]:
     return [{"bias": None if math.isinf(v) else v, "token": t} for t, v in bias.items()]
 
 
-def probs_entry(t: TokenLogprob) -> dict:
-    """One generated token of completion_probabilities, with its top alternatives."""
+def probs_entry(t: TokenLogprob, post_sampling: bool = False) -> dict:
+    """One generated token of completion_probabilities, with its top alternatives; post_sampling (the
+    distribution drawn from): as probabilities, `prob` and `top_probs`, those of probability 0 left out."""
+    if post_sampling:
+        top = [{"id": x.id, "token": x.token, "bytes": x.bytes, "prob": math.exp(x.logprob)} for x in t.top]
+        return {"id": t.id, "token": t.token, "bytes": t.bytes, "prob": math.exp(t.logprob),
+                "top_probs": [x for x in top if x["prob"] > 0]}
     return {"id": t.id, "token": t.token, "bytes": t.bytes, "logprob": t.logprob,
             "top_logprobs": [{"id": x.id, "token": x.token, "bytes": x.bytes, "logprob": x.logprob} for x in t.top]}
 
@@ -105,7 +110,9 @@ class CompletionOutput:
         self.n_prompt = prompt.prompt_tokens
         self.choices = [_Choice() for _ in range(req.n)]
 
-    def feed(self, ev: Delta | Finish) -> list[str]:
+    def feed(self, ev: Delta | Finish | Progress) -> list[str]:
+        if isinstance(ev, Progress):
+            return [frame(self._part(0, "", [], 0, progress_fields(self.req, ev)))] if self.req.stream else []
         choice = self.choices[ev.index]
         if isinstance(ev, Finish):
             choice.finish = ev
@@ -116,11 +123,15 @@ class CompletionOutput:
         choice.probs += ev.logprobs
         if not self.req.stream or not (text or ev.tokens):
             return []
-        part = {"index": self.first + ev.index, "content": text, "tokens": ev.tokens, "stop": False,
-                "id_slot": self.meta.slot, "tokens_predicted": len(choice.tokens), "tokens_evaluated": self.n_prompt}
+        part = self._part(ev.index, text, ev.tokens, len(choice.tokens), chunk_timings(ev.usage))
         if self.req.logprobs:
-            part["completion_probabilities"] = [probs_entry(t) for t in ev.logprobs]
+            part["completion_probabilities"] = [probs_entry(t, self.req.llama.post_sampling_probs) for t in ev.logprobs]
         return [frame(part)]
+
+    def _part(self, i: int, text: str, tokens: list[int], n_predicted: int, extra: dict) -> dict:
+        """A streamed partial result of choice i (llama-server's to_json_non_oaicompat)."""
+        return {"index": self.first + i, "content": text, "tokens": tokens, "stop": False, "id_slot": self.meta.slot,
+                "tokens_predicted": n_predicted, "tokens_evaluated": self.n_prompt, **extra}
 
     def end(self) -> list[str]:
         return []
@@ -152,7 +163,7 @@ class CompletionOutput:
                "stopping_word": finish.stop_sequence or "",
                "tokens_cached": usage.prompt_tokens + usage.completion_tokens, "timings": timings_body(usage)}
         if req.logprobs and not streamed:
-            out["completion_probabilities"] = [probs_entry(t) for t in choice.probs]
+            out["completion_probabilities"] = [probs_entry(t, req.llama.post_sampling_probs) for t in choice.probs]
         return pick_fields(out, req.llama.response_fields)
 
 

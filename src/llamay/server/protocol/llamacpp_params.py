@@ -31,7 +31,7 @@ _OFF: dict[str, tuple[Callable[[Any, dict], bool], str]] = {
     "t_max_predict_ms": (lambda v, b: v <= 0, "0"),
     "reasoning_budget_tokens": (lambda v, b: v < 0, "-1"),
 }
-_OFF_FLAGS = ("post_sampling_probs", "return_progress", "grammar_lazy", "reasoning_control")
+_OFF_FLAGS = ("grammar_lazy", "reasoning_control")
 
 # `samplers`: llama.cpp's names (and its aliases) -> canonical; the chars form by llama.cpp's letters
 _SAMPLER_NAMES = {"dry": "dry", "top_k": "top_k", "top_p": "top_p", "top_n_sigma": "top_n_sigma",
@@ -80,12 +80,13 @@ def parse_samplers(body: dict) -> dict[str, Any]:
 
 def parse_extras(body: dict) -> tuple[dict[str, Any], LlamaOptions]:
     """The llama-server fields its routes take beside OpenAI's -> (Sampling fields, LlamaOptions):
-    repeat_last_n, samplers, ignore_eos, id_slot, lora, spec; cache_prompt (accepted; the prefix cache is
-    always on, and a hit gives the same tokens as a miss), timings_per_token (accepted; the last chunk of
-    a stream carries `timings`, as without it) and verbose, after check_off."""
+    repeat_last_n, samplers, ignore_eos, id_slot, lora, spec, verbose, the stream's telemetry
+    (timings_per_token, return_progress), post_sampling_probs; cache_prompt and backend_sampling are
+    accepted (the prefix cache is always on, and a hit gives the same tokens as a miss; sampling runs where
+    it runs, with the same result), after check_off."""
     check_off(body)
     get_bool(body, "cache_prompt")
-    get_bool(body, "timings_per_token")
+    get_bool(body, "backend_sampling")
     sampling = parse_samplers(body)
     repeat_last_n = get_int(body, "repeat_last_n", -1)  # -1: the whole history
     if repeat_last_n is not None:
@@ -93,7 +94,13 @@ def parse_extras(body: dict) -> tuple[dict[str, Any], LlamaOptions]:
     ignore_eos, id_slot, lora = bool(get_bool(body, "ignore_eos")), get_int(body, "id_slot", -1), parse_lora(body)
     return sampling, LlamaOptions(id_slot=None if id_slot in (None, -1) else id_slot, ignore_eos=ignore_eos,
                                   lora=None if lora is None else tuple(lora), spec=parse_speculation(body),
-                                  verbose=get_bool(body, "verbose"))
+                                  verbose=get_bool(body, "verbose"), **parse_telemetry(body),
+                                  post_sampling_probs=bool(get_bool(body, "post_sampling_probs")))
+
+
+def parse_telemetry(body: dict) -> dict[str, bool]:
+    """What a stream reports beside the output (LlamaOptions fields): timings_per_token, return_progress."""
+    return {name: bool(get_bool(body, name)) for name in ("timings_per_token", "return_progress")}
 
 
 def parse_speculation(body: dict) -> str | None:

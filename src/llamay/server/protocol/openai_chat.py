@@ -6,8 +6,9 @@ import dataclasses
 from typing import Any
 
 from ...chat.reasoning import MODES as REASONING_FORMATS
-from ...events import Delta, Finish, TokenLogprob, ToolCallDelta
+from ...events import Delta, Finish, Progress, TokenLogprob, ToolCallDelta
 from .base import ResponseMeta, bad_request
+from .llamacpp_out import probs_entry
 from .llamacpp_params import parse_extras
 from .openai_common import (
     DONE,
@@ -32,7 +33,7 @@ from .openai_common import (
     usage_body,
 )
 from .request import ChatOptions, GenRequest, Sampling, ToolOptions
-from .timings import BUILD_INFO, timings_body
+from .timings import BUILD_INFO, chunk_timings, progress_fields, timings_body
 
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MEDIA_PARTS = {"image_url", "input_audio", "file"}
@@ -53,6 +54,12 @@ def parse_chat(body: Any) -> GenRequest:
     extra_sampling, llama = parse_extras(body)
     llama = dataclasses.replace(llama, grammar=get_str(body, "grammar") or None)  # llama-server's GBNF field
     parsed = [parse_message(i, m) for i, m in enumerate(messages)]
+    chat = _chat_options(body, parsed)
+    if chat.continue_final and isinstance(messages[-1].get("content"), list):
+        # the text parts of the message the reply continues are joined by a blank line (llama.cpp's
+        # common_chat_msg::render_content), those of every other message by a newline
+        last = len(messages) - 1
+        parsed[last]["content"] = message_text(messages[last]["content"], f"messages[{last}]", True, "\n\n")
     return GenRequest(
         model=model, messages=parsed, stream=stream,
         include_usage=include_usage, n=parse_n(body), stop=parse_stop(body),
@@ -60,7 +67,7 @@ def parse_chat(body: Any) -> GenRequest:
         sampling=Sampling(**{**parse_sampling(body), **extra_sampling}), sampling_defaults=OPENAI_DEFAULTS,
         logprobs=logprobs, top_logprobs=top_logprobs, tools=tools, format=parse_response_format(body),
         tool_options=ToolOptions(_tool_choice(body, tools), get_bool(body, "parallel_tool_calls") is not False),
-        chat=_chat_options(body, parsed), llama=llama)
+        chat=chat, llama=llama)
 
 
 def _tool_call(call: Any, where: str) -> dict:
@@ -85,6 +92,9 @@ def parse_message(i: int, msg: Any) -> dict:
     name = get_str(msg, "name", f"{where}.name")
     if name:
         out["name"] = name
+    reasoning = get_str(msg, "reasoning_content", f"{where}.reasoning_content")
+    if reasoning:  # an earlier turn's reasoning: templates that render it (Qwen3's, ...) get it, as llama.cpp's
+        out["reasoning_content"] = reasoning
     if role == "assistant" and msg.get("tool_calls") is not None:
         calls = get_field(msg, "tool_calls", (list,), "an array", f"{where}.tool_calls")
         out["tool_calls"] = [_tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
@@ -96,8 +106,8 @@ def parse_message(i: int, msg: Any) -> dict:
     return out
 
 
-def message_text(content: Any, where: str, is_assistant: bool) -> str:
-    """A string, or text parts joined by newlines (as llama.cpp and vLLM join them); null only for an
+def message_text(content: Any, where: str, is_assistant: bool, join: str = "\n") -> str:
+    """A string, or text parts joined by `join` (a newline, as llama.cpp and vLLM join them); null only for an
     assistant turn (tool calls only). Media parts are refused: the models served here are text-only."""
     if isinstance(content, str):
         return content
@@ -105,7 +115,7 @@ def message_text(content: Any, where: str, is_assistant: bool) -> str:
         return ""
     if not isinstance(content, list):
         raise bad_request(f"'{where}.content' must be a string or an array of content parts", f"{where}.content")
-    return "\n".join(_part_text(part, f"{where}.content[{j}]", is_assistant) for j, part in enumerate(content))
+    return join.join(_part_text(part, f"{where}.content[{j}]", is_assistant) for j, part in enumerate(content))
 
 
 def _part_text(part: Any, where: str, is_assistant: bool) -> str:
@@ -223,7 +233,10 @@ def call_deltas(parts: list[ToolCallDelta]) -> list[dict]:
     return list(entries.values())
 
 
-def chat_logprob(t: TokenLogprob) -> dict:
+def chat_logprob(t: TokenLogprob, post_sampling: bool = False) -> dict:
+    """One token's logprobs entry; post_sampling: llama-server's probabilities after the samplers instead."""
+    if post_sampling:
+        return probs_entry(t, True)
     return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
             "top_logprobs": [{"token": x.token, "logprob": x.logprob, "bytes": x.bytes} for x in t.top]}
 
@@ -235,7 +248,8 @@ class ChatOutput(ChoicesOutput):
     places choices by list position, so every index must exist before any later one is touched),
     then content/reasoning chunks as fed, a finish chunk per choice with an empty delta, and in end()
     the usage chunk (include_usage) and [DONE]. As llama-server: the role chunk's content is null, every
-    chunk has a system_fingerprint, and the last one before [DONE] (and the whole body) has `timings`."""
+    chunk has a system_fingerprint, and the last one before [DONE] (and the whole body) has `timings`; a
+    stream that asked has a role chunk with `prompt_progress` per Progress event and `timings` on every chunk."""
 
     def __init__(self, req: GenRequest, meta: ResponseMeta, raw=None):
         """raw (a llamacpp_out.CompletionOutput fed the same events): llama-server's `__verbose`, the result
@@ -247,7 +261,10 @@ class ChatOutput(ChoicesOutput):
         usage = self.usage()
         return {"timings": timings_body(usage), **({"__verbose": self.raw.body()} if self.raw else {})}
 
-    def feed(self, ev: Delta | Finish) -> list[str]:
+    def feed(self, ev: Delta | Finish | Progress) -> list[str]:
+        if isinstance(ev, Progress):
+            return [self._chunk(0, {"role": "assistant", "content": None}, extra=progress_fields(self.req, ev))] \
+                if self.req.stream else []
         self.record(ev)
         if self.raw is not None:
             self.raw.feed(ev)
@@ -267,8 +284,8 @@ class ChatOutput(ChoicesOutput):
         if ev.tool_calls:
             delta["tool_calls"] = call_deltas(ev.tool_calls)
         if delta or ev.logprobs:
-            logprobs = {"content": [chat_logprob(t) for t in ev.logprobs], "refusal": None} if ev.logprobs else None
-            frames.append(self._chunk(ev.index, delta, logprobs=logprobs))
+            frames.append(self._chunk(ev.index, delta, logprobs=self._logprobs(ev.logprobs) if ev.logprobs else None,
+                                      extra=chunk_timings(ev.usage)))
         return frames
 
     def end(self) -> list[str]:
@@ -293,10 +310,12 @@ class ChatOutput(ChoicesOutput):
         reasoning = "".join(state.reasoning)
         if reasoning:
             message["reasoning_content"] = reasoning
-        logprobs = {"content": [chat_logprob(t) for t in state.logprobs], "refusal": None} \
-            if self.req.logprobs else None
+        logprobs = self._logprobs(state.logprobs) if self.req.logprobs else None
         return {"index": i, "message": message, "logprobs": logprobs,
                 "finish_reason": CHAT_FINISH_REASONS[state.finish.reason]}
+
+    def _logprobs(self, tokens: list[TokenLogprob]) -> dict:
+        return {"content": [chat_logprob(t, self.req.llama.post_sampling_probs) for t in tokens], "refusal": None}
 
     def _open(self) -> list[str]:
         if self._opened:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...events import Delta, Finish, TokenLogprob
+from ...events import Delta, Finish, Progress, TokenLogprob
 from .base import ResponseMeta, bad_request
 from .llamacpp_params import parse_extras
 from .openai_common import (
@@ -27,6 +27,7 @@ from .openai_common import (
     usage_body,
 )
 from .request import GenRequest, Sampling
+from .timings import chunk_timings, progress_fields
 
 from .openai_chat import parse_response_format
 
@@ -91,13 +92,16 @@ def _top_dict(t: TokenLogprob) -> dict[str, float]:
 class CompletionOutput(ChoicesOutput):
     """Engine events -> text_completion body or chunks (same object type), then the usage chunk
     (include_usage) and [DONE]. A raw completion has no reasoning channel: any text the engine
-    labelled reasoning is model text and goes into `text` before the content."""
+    labelled reasoning is model text and goes into `text` before the content. A stream that asked has an
+    empty chunk with `prompt_progress` per Progress event and `timings` on every chunk (llama-server's)."""
 
     def __init__(self, req: GenRequest, meta: ResponseMeta):
         super().__init__(req, meta)
         self._chars = [0] * req.n  # characters of text sent so far per choice (for text_offset)
 
-    def feed(self, ev: Delta | Finish) -> list[str]:
+    def feed(self, ev: Delta | Finish | Progress) -> list[str]:
+        if isinstance(ev, Progress):
+            return [self._chunk(0, "", None, None, progress_fields(self.req, ev))] if self.req.stream else []
         state = self.record(ev)
         if isinstance(ev, Finish):
             return [self._chunk(ev.index, "", None, FINISH_REASONS[ev.reason])] if self.req.stream else []
@@ -108,7 +112,7 @@ class CompletionOutput(ChoicesOutput):
         self._chars[ev.index] += len(text)
         if not self.req.stream or not (text or logprobs):
             return []
-        return [self._chunk(ev.index, text, logprobs, None)]
+        return [self._chunk(ev.index, text, logprobs, None, chunk_timings(ev.usage))]
 
     def end(self) -> list[str]:
         if not self.req.stream:
@@ -135,9 +139,10 @@ class CompletionOutput(ChoicesOutput):
         return {"id": self.meta.id, "object": "text_completion", "created": self.meta.created,
                 "model": self.meta.model}
 
-    def _chunk(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> str:
+    def _chunk(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
+               extra: dict | None = None) -> str:
         chunk = {**self._head(), "choices": [{"text": text, "index": index, "logprobs": logprobs,
-                                              "finish_reason": finish_reason}]}
+                                              "finish_reason": finish_reason}], **(extra or {})}
         if self.req.include_usage:
             chunk["usage"] = None
         return frame(chunk)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...events import Delta, Finish, TokenLogprob, ToolCallDelta, Usage
+from ...events import Delta, Finish, Progress, TokenLogprob, ToolCallDelta, Usage
 from .base import ProtocolError, ResponseMeta, bad_request
+from .llamacpp_params import parse_telemetry
 from .openai_common import (
     OPENAI_DEFAULTS,
     check_function,
@@ -22,7 +23,8 @@ from .openai_common import (
     require_body,
     optional_model,
 )
-from .request import GenRequest, ResponsesOptions, Sampling, ToolOptions
+from .request import GenRequest, LlamaOptions, ResponsesOptions, Sampling, ToolOptions
+from .timings import chunk_timings, progress_fields, timings_body
 
 ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
 TEXT_PARTS = {"input_text", "output_text"}  # output_text: assistant turns of the history
@@ -52,7 +54,7 @@ def parse_responses(body: Any) -> GenRequest:
         max_tokens=parse_max_tokens(body, "max_output_tokens"), sampling=Sampling(**parse_sampling(body)),
         sampling_defaults=OPENAI_DEFAULTS, logprobs=bool(top) or LOGPROBS_INCLUDE in include, top_logprobs=top or 0,
         tools=tools, tool_options=tool_options, format=None if fmt is None or fmt.get("type") == "text" else fmt,
-        responses=ResponsesOptions(instructions, body.get("metadata")))
+        responses=ResponsesOptions(instructions, body.get("metadata")), llama=LlamaOptions(**parse_telemetry(body)))
 
 
 def _parse_tools(body: dict) -> list[dict] | None:
@@ -216,7 +218,10 @@ class ResponsesOutput:
     content_part.done / item done, and completed (or incomplete) in end(). created and in_progress go out
     with the first fed event. Reasoning text opens a reasoning item; a switch between reasoning and
     content closes the open item and opens the next at the following output_index. A tool call is a
-    function_call item of its own: added, function_call_arguments delta(s) and done, item done."""
+    function_call item of its own: added, function_call_arguments delta(s) and done, item done. As
+    llama-server's: the completed (or incomplete) event has `timings`; a stream that asked has
+    `prompt_progress` on an in_progress event per Progress event (the first is the one after created) and
+    `timings` on every delta event."""
 
     def __init__(self, req: GenRequest, meta: ResponseMeta):
         self.req, self.meta = req, meta
@@ -225,20 +230,23 @@ class ResponsesOutput:
         self._items: list[_Item] = []
         self._finish: Finish | None = None
 
-    def feed(self, ev: Delta | Finish) -> list[str]:
+    def feed(self, ev: Delta | Finish | Progress) -> list[str]:
+        if isinstance(ev, Progress):
+            return self._progress(progress_fields(self.req, ev)) if self.req.stream else []
         frames = self._start()
         if isinstance(ev, Finish):
             self._finish = ev
             if not any(item.kind in ("message", "function_call") for item in self._items):
-                frames += self._append("message", "", [])
+                frames += self._append("message", "", [], {})
             frames += self._close("incomplete" if ev.reason == "length" else "completed")
         else:
+            extra = chunk_timings(ev.usage)
             if ev.reasoning:
-                frames += self._append("reasoning", ev.reasoning, [])
+                frames += self._append("reasoning", ev.reasoning, [], extra)
             if ev.content or ev.logprobs:
-                frames += self._append("message", ev.content, [responses_logprob(t) for t in ev.logprobs])
+                frames += self._append("message", ev.content, [responses_logprob(t) for t in ev.logprobs], extra)
             for part in ev.tool_calls:
-                frames += self._call_part(part)
+                frames += self._call_part(part, extra)
         return frames if self.req.stream else []
 
     def end(self) -> list[str]:
@@ -246,7 +254,7 @@ class ResponsesOutput:
             return []
         response = self.body()
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
-        return self._start() + [self._event(kind, response=response)]
+        return self._start() + [self._event(kind, response=response, timings=timings_body(self._finish.usage))]
 
     def body(self) -> dict:
         if self._finish is None:
@@ -266,14 +274,20 @@ class ResponsesOutput:
             self._event("response.failed", response=self._response(
                 "failed", done, error={"code": code, "message": err.message}))]
 
-    def _start(self) -> list[str]:
+    def _start(self, extra: dict | None = None) -> list[str]:
+        """created and in_progress (extra: fields of the latter), once."""
         if self._started:
             return []
         self._started = True
-        return [self._event(kind, response=self._response("in_progress", []))
-                for kind in ("response.created", "response.in_progress")]
+        return [self._event("response.created", response=self._response("in_progress", [])),
+                self._event("response.in_progress", response=self._response("in_progress", []), **(extra or {}))]
 
-    def _append(self, kind: str, text: str, logprobs: list[dict]) -> list[str]:
+    def _progress(self, extra: dict) -> list[str]:
+        """A Progress event's frames: the first in_progress event carries it, later ones one more each."""
+        return self._start(extra) or [self._event("response.in_progress", response=self._response("in_progress", []),
+                                                  **extra)]
+
+    def _append(self, kind: str, text: str, logprobs: list[dict], extra: dict) -> list[str]:
         frames = []
         item = self._items[-1] if self._items and self._items[-1].status == "in_progress" else None
         if item is None or item.kind != kind:
@@ -283,12 +297,12 @@ class ResponsesOutput:
         item.logprobs.extend(logprobs)
         where = self._where(item)
         if kind == "reasoning":
-            frames.append(self._event("response.reasoning_text.delta", **where, delta=text))
+            frames.append(self._event("response.reasoning_text.delta", **where, delta=text, **extra))
         else:
-            frames.append(self._event("response.output_text.delta", **where, delta=text, logprobs=logprobs))
+            frames.append(self._event("response.output_text.delta", **where, delta=text, logprobs=logprobs, **extra))
         return frames
 
-    def _call_part(self, part: ToolCallDelta) -> list[str]:
+    def _call_part(self, part: ToolCallDelta, extra: dict) -> list[str]:
         """A call's first part closes the open item and adds its function_call item; each non-empty
         argument fragment is one arguments delta."""
         frames = []
@@ -300,7 +314,7 @@ class ResponsesOutput:
         item.texts.append(part.arguments)
         if part.arguments:
             frames.append(self._event("response.function_call_arguments.delta", item_id=item.id,
-                                      output_index=self._items.index(item), delta=part.arguments))
+                                      output_index=self._items.index(item), delta=part.arguments, **extra))
         return frames
 
     def _open(self, kind: str, **fields) -> list[str]:

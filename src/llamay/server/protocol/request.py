@@ -70,6 +70,9 @@ class LlamaOptions:
     return_tokens: bool = False  # /completion results carry their token ids
     response_fields: tuple[str, ...] = ()  # /completion results keep only these
     verbose: bool | None = None  # chat results carry `__verbose` (the raw result, its prompt); None: serve -v's
+    timings_per_token: bool = False  # every streamed chunk carries `timings` (so far), not only the last
+    return_progress: bool = False  # a stream carries `prompt_progress` chunks while the prompt is computed
+    post_sampling_probs: bool = False  # logprobs are of the distribution drawn from, shown as probabilities
 
 
 @dataclass(frozen=True)

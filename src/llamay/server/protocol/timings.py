@@ -1,10 +1,12 @@
-"""llama-server's `timings` object (its native responses and OpenAI chat ones) and the build id it reports
-(ref: llama.cpp tools/server/server-common.cpp server_slot_stats::to_json)."""
+"""llama-server's `timings` object (its native responses and OpenAI chat ones), its stream telemetry
+(`prompt_progress`, per-chunk `timings`) and the build id it reports (ref: llama.cpp
+tools/server/server-common.cpp server_slot_stats::to_json, server-task.cpp result_prompt_progress)."""
 from __future__ import annotations
 
 from llamay import __version__
 
-from ...events import Usage
+from ...events import Progress, Usage
+from .request import GenRequest
 
 BUILD_INFO = f"llamay-{__version__}"  # /props build_info and OpenAI system_fingerprint
 
@@ -31,3 +33,16 @@ def timings_body(usage: Usage) -> dict:
 
 def _ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
+
+
+def progress_fields(req: GenRequest, ev: Progress) -> dict:
+    """A progress chunk's own fields: prompt_progress {total, cache, processed, time_ms}, and the timings so
+    far when the request asked for them on every chunk."""
+    progress = {"total": ev.total, "cache": ev.cached, "processed": ev.processed, "time_ms": ev.prompt_ns // 10**6}
+    timings = {"timings": timings_body(ev.usage())} if req.llama.timings_per_token else {}
+    return {"prompt_progress": progress, **timings}
+
+
+def chunk_timings(usage: Usage | None) -> dict:
+    """A streamed chunk's `timings` (a Delta's usage so far, set when the request asked for timings_per_token)."""
+    return {"timings": timings_body(usage)} if usage is not None else {}
