@@ -52,16 +52,17 @@ if [ ! -e "$site/.complete" ]; then
     touch "$site/.complete"
 fi
 
-# the package the host imports, copied, with its C core cross-built (objects rebuilt when a source or a
-# header is newer, or the flags changed)
+# the package the host imports, copied, with its C core cross-built from this checkout's sources (an installed
+# package carries no C sources; objects rebuilt when a source or a header is newer, or the flags changed)
 pkg=$("$PY" -c "import llamay, os; print(os.path.dirname(llamay.__file__))")
+csrc=src/llamay/kernels/csrc
 out=build/arm64-python
 FLAGS=(-DNDEBUG -fwrapv -fPIC -O3 -std=gnu11 -ffp-contract=off -fno-fast-math -Wall -pthread)
 mkdir -p "$out/obj"
 [ "$(cat "$out/obj/flags" 2>/dev/null)" = "${FLAGS[*]}" ] \
     || { rm -f "$out"/obj/*; echo "${FLAGS[*]}" > "$out/obj/flags"; }
-header=$(ls -t "$pkg"/kernels/csrc/*.h | head -1)
-for c in "$pkg"/kernels/csrc/*.c; do
+header=$(ls -t "$csrc"/*.h | head -1)
+for c in "$csrc"/*.c; do
     o=$out/obj/$(basename "$c" .c).o
     [ "$o" -nt "$c" ] && [ "$o" -nt "$header" ] || echo "$c"
 done | xargs -r -P 2 -I{} sh -c "aarch64-linux-gnu-gcc ${FLAGS[*]} -c {} -o $out/obj/\$(basename {} .c).o"

@@ -26,6 +26,10 @@ PROMPT = ">>> "
 TIMINGS = re.compile(r"prompt: (\d+) tokens \((\d+) cached\)")
 
 
+# how long an expected output may take: a hang's guard, not a speed check (a loaded machine is slow)
+HANG_S = 600
+
+
 class Terminal:
     """`python -m llamay.cli.main ARGV` with a pseudo-terminal as its stdin, stdout and stderr."""
 
@@ -49,7 +53,7 @@ class Terminal:
         self.out = (self.out + self._decode(data)).replace("\r\n", "\n")
         return bool(data)
 
-    def expect(self, text: str, timeout: float = 30) -> str:
+    def expect(self, text: str, timeout: float = HANG_S) -> str:
         """Reads until text -> what came before it (both consumed)."""
         deadline = time.monotonic() + timeout
         while text not in self.out:
@@ -59,7 +63,7 @@ class Terminal:
         before, _, self.out = self.out.partition(text)
         return before
 
-    def some(self, n_chars: int, timeout: float = 30):
+    def some(self, n_chars: int, timeout: float = HANG_S):
         """Waits until n_chars more are shown (not consumed)."""
         want, deadline = len(self.out) + n_chars, time.monotonic() + timeout
         while len(self.out) < want:
@@ -76,7 +80,7 @@ class Terminal:
         time.sleep(0.3)
         os.write(self.fd, byte)
 
-    def exit_code(self, timeout: float = 30) -> int:
+    def exit_code(self, timeout: float = HANG_S) -> int:
         deadline = time.monotonic() + timeout
         while self.code is None:
             assert time.monotonic() < deadline, f"the chat did not exit; the terminal shows: {self.out[-1500:]!r}"
@@ -110,7 +114,7 @@ def session(smollm_path, home):
     term = Terminal(["run", "-m", str(smollm_path), "--temp", "0", "-n", "8", "--verbose",
                      "--system", "You are a pirate."], home)
     try:
-        shown = {"start": term.expect(PROMPT, timeout=60)}
+        shown = {"start": term.expect(PROMPT, timeout=HANG_S)}
         for step in ["/?", "/nosuch arg", "/set temperature -1", "/set top_k many", "/set num_predict 0",
                      "/set top_k 5", "/show"]:
             shown[step] = term.line(step)
@@ -126,7 +130,7 @@ def session(smollm_path, home):
         term.expect("knight.\n")  # the echo; then the reply streams
         term.some(40)
         term.key(b"\x03")  # Ctrl-C during the reply
-        shown["ctrl-c in a reply"] = term.expect(PROMPT, timeout=20)
+        shown["ctrl-c in a reply"] = term.expect(PROMPT, timeout=HANG_S)
         term.line("/set num_predict 8")
         shown["after ctrl-c"] = term.line("Hi")
         shown["/show after"] = term.line("/show")
@@ -206,7 +210,7 @@ def test_a_loaded_chat_continues_without_prefilling_it_again(session, smollm_pat
     n_saved = int(re.search(r"Saved chat 's1' \((\d+) tokens\)", session["/save"]).group(1))
     term = Terminal(["run", "-m", str(smollm_path), "--temp", "0", "-n", "4", "--verbose"], home)
     try:
-        term.expect(PROMPT, timeout=60)
+        term.expect(PROMPT, timeout=HANG_S)
         assert f"Loaded chat 's1' (5 messages, {n_saved} tokens)" in term.line("/load s1")
         n_prompt, n_cached = cached(term.line("Go on."))
         assert n_cached == n_saved and n_prompt > n_saved  # only the new message was prefilled
@@ -221,7 +225,7 @@ def test_piped_lines_are_messages_and_bye_ends_them(smollm_path, home):
     """--interactive: a pipe's lines are the chat's (without it, the whole input is one message)."""
     proc = subprocess.run([sys.executable, "-m", "llamay.cli.main", "run", "-m", str(smollm_path), "--temp", "0",
                            "-n", "4", "--verbose", "--interactive"], input="Hi\n\n/load nothere\n/bye\nNot sent\n", capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "LLAMAY_HOME": str(home)})
+                          text=True, timeout=HANG_S, env={**os.environ, "LLAMAY_HOME": str(home)})
     assert proc.returncode == 0, proc.stderr
     assert len(TIMINGS.findall(proc.stderr)) == 1 and PROMPT not in proc.stdout and proc.stdout.strip()
     assert "error: no saved chat named 'nothere' (/save nothere makes one)" in proc.stderr
