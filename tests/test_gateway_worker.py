@@ -27,7 +27,7 @@ def test_generate_parses_sglang_sampling_params_with_its_defaults():
 
 
 @pytest.mark.parametrize("body, param", [
-    ({}, "text"), ({"text": "a", "input_ids": [1]}, "text"), ({"input_ids": [-1]}, "input_ids"),
+    ({}, "text"), ({"text": "a", "input_ids": [1]}, "text"), ({"input_ids": [-1]}, "input_ids"), ({"input_ids": 5}, "input_ids"), ({"input_ids": {"0": [1]}}, "input_ids"),
     ({"text": "a", "sampling_params": {"top_k": -2}}, "top_k"),
     ({"text": "a", "sampling_params": {"regex": "a+"}}, "sampling_params.regex"),
     ({"text": ["a", "b"], "stream": True}, "stream"), ({"text": "a", "nonsense": 1}, "nonsense"),

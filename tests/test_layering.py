@@ -11,7 +11,7 @@ ALLOWED = {name: set() for name in LEAVES} | {
     "kv": {"files", "settings"},
     "models": {"gguf", "kernels", "kv", "settings"},
     "quantize": {"gguf", "kernels", "files"},
-    "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings", "env"},
+    "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings", "env", "events"},
     "store": {"files", "gguf", "env", "defaults"},
     "server": {"engine", "chat", "toolcall", "store", "events", "defaults", "settings", "env", "files"},
     "route": {"server", "settings"},

@@ -8,7 +8,8 @@ import pytest
 
 import llamay
 from llamay.engine.sampling import SamplingParams
-from llamay.engine.scheduler import Done, Job, Overloaded, Piece, Prefill, Scheduler
+from llamay.engine.scheduler import Done, Job, Overloaded, Piece, Scheduler
+from llamay.events import Progress
 
 PROMPTS = ["The capital of France is", "Once upon a time, there was a", "def fibonacci(n):", "1, 2, 3, 4,",
            "The quick brown fox"]
@@ -94,7 +95,7 @@ def test_choices_fork_the_prompt_and_a_repeat_hits_the_prefix_cache(llm):
 
 @pytest.mark.model
 def test_a_job_that_asks_hears_its_prompt_computed_chunk_by_chunk(llm):
-    """Job.progress (llama-server's return_progress): a Prefill when admitted (processed == cached), one after
+    """Job.progress (llama-server's return_progress): a Progress when admitted (processed == cached), one after
     each pass that computed part of the prompt (32 tokens a pass here), all before the first Piece; the
     tokens are those of a job that did not ask."""
     llm.reset()
@@ -105,8 +106,8 @@ def test_a_job_that_asks_hears_its_prompt_computed_chunk_by_chunk(llm):
     for cached in (0, len(prompt) - 1):  # the second time, all but the last token are in the prefix cache
         got = list(sched.run(Job(prompt, GREEDY, None, max_tokens=4, progress=True)))
         first_piece = next(i for i, ev in enumerate(got) if isinstance(ev, Piece))
-        steps = [ev for ev in got if isinstance(ev, Prefill)]
-        assert all(isinstance(ev, Prefill) for ev in got[:first_piece]) and len(steps) == first_piece
+        steps = [ev for ev in got if isinstance(ev, Progress)]
+        assert all(isinstance(ev, Progress) for ev in got[:first_piece]) and len(steps) == first_piece
         assert {(ev.total, ev.cached) for ev in steps} == {(len(prompt), cached)}
         want = [cached] + [min(n, len(prompt)) for n in range(32, len(prompt) + 32, 32)] if not cached \
             else [cached, len(prompt)]

@@ -102,8 +102,12 @@ ACCEPTED = ((("-ub", "--ubatch-size"), True, "one forward pass takes the whole b
 def dashed(argv: list[str]) -> list[str]:
     """A long flag spelled with underscores (--backend_sampling) as the dashed one, as llama-server's parser
     reads every flag."""
-    return [a.split("=", 1)[0].replace("_", "-") + a[len(a.split("=", 1)[0]):] if a.startswith("--") else a
-            for a in argv]
+    return [_dashed(a) if a.startswith("--") else a for a in argv]
+
+
+def _dashed(arg: str) -> str:
+    flag, eq, value = arg.partition("=")
+    return flag.replace("_", "-") + eq + value
 
 
 def _add_accepted_args(p: argparse.ArgumentParser):

@@ -10,7 +10,7 @@ _EXPORTS = {
     ".scheduler": ("Scheduler", "Overloaded"),
     ".session": ("Session",),
     ".context_store": ("PageShare", "ShareExceeded"),
-    ".job": ("Job", "Done", "Piece", "Prefill"),
+    ".job": ("Job", "Done", "Piece"),
     # errors and readers of the layers below, for the server's error mapping and model checks
     "..kv": ("OutOfPages",),
     "..kv.snapshot_format": ("SnapshotError",),

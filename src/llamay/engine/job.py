@@ -1,5 +1,5 @@
 """What the scheduler takes and gives: a Job (one generation at the token level), its Pieces (one per
-sampled token), its Prefills (when asked) and one Done per choice."""
+sampled token), its Progress events (events.py, when asked) and one Done per choice."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from ..events import Progress
     from ..grammar import Grammar
 
 
@@ -19,7 +20,7 @@ class Job:
     and freed at the end, its tokens left cached. n > 1: the prompt is computed once and forked."""
     prompt: list[int]
     params: SamplingParams
-    sink: Callable[["Piece | Prefill | Done"], None]  # called on the scheduler thread; must not block
+    sink: Callable[["Piece | Progress | Done"], None]  # called on the scheduler thread; must not block
     max_tokens: int | None = None
     stops: list[str] = field(default_factory=list)
     n: int = 1
@@ -28,7 +29,7 @@ class Job:
     grammar: Grammar | None = None  # every choice's output is constrained by it
     lora: tuple | None = None  # a new context's adapters ((name, scale), ...); None: the default ones
     spec: str | None = None  # speculative decoding (draft.MODES); None: the scheduler's (the LLM's spec)
-    progress: bool = False  # sink a Prefill when admitted and after each pass that computed part of the prompt
+    progress: bool = False  # sink a Progress when admitted and after each pass that computed part of the prompt
     post_sampling: bool = False  # logprobs are of the distribution drawn from (after the samplers)
     cancelled: bool = False  # set by cancel(); seen at the next step
     cached_tokens: int | None = None  # of the prompt, found computed: set when admitted, before any Piece
@@ -49,17 +50,6 @@ class Piece:
     top: list[tuple[int, float]] | None = None
     prompt_ns: int = 0
     eval_ns: int = 0
-
-
-@dataclass
-class Prefill:
-    """How far the prompt's computation is (Job.progress): when the job is admitted (processed == cached),
-    then after each forward pass that computed part of it (the last: processed == total, before the first
-    Piece). Counts include the tokens of the context a job continues."""
-    total: int  # the prompt's tokens
-    cached: int  # of them, found computed
-    processed: int  # of them, computed now (the cached ones included)
-    prompt_ns: int  # since admission, at the end of the last pass that computed part of it (0 before any)
 
 
 @dataclass

@@ -158,7 +158,7 @@ class Sampler:
         bias = params.logit_bias or {}
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
-        self._drawn: tuple[np.ndarray, np.ndarray] | None = None  # the last draw's candidates and scaled logits
+        self._drawn: tuple[np.ndarray, np.ndarray] | None = None  # the last draw's candidates and scaled logits (None: greedy)
 
     def sample(self, logits: np.ndarray, history: list[int], constrain=None) -> int:
         """logits: float32 [n_vocab], not modified; history: token ids so far (prompt and generated);
@@ -169,23 +169,23 @@ class Sampler:
         logits[self._bias_ids] += self._bias_values
         apply_penalties(logits, history, self.params)
         if self.params.temperature <= 0:
-            return self._greedy(int(np.argmax(logits)))
+            self._drawn = None
+            return int(np.argmax(logits))
         ids = filter_candidates(logits, self.params)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             scaled = logits[ids] / np.float32(self.params.temperature)
         if scaled.max() == np.inf:  # a temperature so small it overflows float32: its limit is greedy
-            return self._greedy(int(ids[np.argmax(logits[ids])]))
+            self._drawn = None
+            return int(ids[np.argmax(logits[ids])])
         self._drawn = ids, scaled
         return int(ids[self._draw(scaled)])
-
-    def _greedy(self, tok: int) -> int:
-        self._drawn = np.array([tok]), np.zeros(1, np.float32)
-        return tok
 
     def drawn_logprobs(self, tok: int, k: int) -> tuple[float, list[tuple[int, float]]]:
         """The last sample()'s distribution, the one its token was drawn from (after every sampler; greedy:
         the chosen token alone, probability 1): the log-probability of tok and those of the k likeliest
         (fewer when fewer candidates survived; ordered by probability, ties by lower id)."""
+        if self._drawn is None:  # nothing is allocated for this on a greedy step, which most are
+            return 0.0, [(tok, 0.0)][:k]
         ids, scaled = self._drawn
         logz = float(scaled.max()) + float(np.log(np.exp(scaled - scaled.max(), dtype=np.float64).sum()))
         logp = scaled.astype(np.float64) - logz

@@ -22,11 +22,12 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from ..events import Progress
 from ..kv import OutOfPages
 from ..settings import SCHEDULER, SPEC
 from ..tokenizer import IncrementalDecoder
 from . import constrain, draft
-from .job import Done, Job, Piece, Prefill
+from .job import Done, Job, Piece
 from .context_store import ContextStore
 from .sampling import Sampler, SamplingParams, logprobs
 from .stops import StopMatcher
@@ -362,10 +363,10 @@ class Scheduler:
             self._isolated(seq, self._logits_ready, seq, last_logits)
 
     def _progress(self, seq: _Seq):
-        """A Prefill of how far seq's prompt is, when its job asked."""
+        """A Progress of how far seq's prompt is, when its job asked."""
         if seq.job.progress:
             done = len(seq.history) > seq.n_cached
-            seq.job.sink(Prefill(seq.n_prompt, seq.n_cached, len(seq.history),
+            seq.job.sink(Progress(seq.n_prompt, seq.n_cached, len(seq.history),
                                  time.perf_counter_ns() - seq.t_start if done else 0))
 
     def _logits_ready(self, seq: _Seq, logits: np.ndarray):

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 
 from ..chat.reasoning import ReasoningSplitter, opened
-from ..engine import Done, GrammarError, Job, OutOfPages, Overloaded, Piece, Prefill
+from ..engine import Done, GrammarError, Job, OutOfPages, Overloaded, Piece
 from ..events import Delta, Finish, Progress, TokenLogprob, TopLogprob, Usage
 from ..toolcall.formats import CallFormat
 from ..toolcall.harmony import HarmonyReader, is_harmony
@@ -74,8 +74,8 @@ class Generation:
         try:
             while len(self.dones) < req.n:
                 ev = await self.queue.get()
-                if isinstance(ev, Prefill):
-                    yield Progress(ev.total, ev.cached, ev.processed, ev.prompt_ns)
+                if isinstance(ev, Progress):
+                    yield ev
                     continue
                 if isinstance(ev, Piece):
                     content, reasoning, calls = splitters[ev.index].feed(ev.text)

@@ -59,7 +59,7 @@ def _prompts(body: dict) -> list[str | list[int]]:
         raise bad_request("give exactly one of text or input_ids", "text")
     field = "text" if text is not None else "input_ids"
     batch = (text if isinstance(text, list) else [text]) if text is not None else \
-        (ids if ids and isinstance(ids[0], list) else [ids])
+        (ids if isinstance(ids, list) and ids and isinstance(ids[0], list) else [ids])
     if len(batch) > MAX_PROMPTS:
         raise bad_request(f"{field} holds {len(batch)} prompts; at most {MAX_PROMPTS} in one request", field)
     if text is not None:
