@@ -2,12 +2,15 @@
 server at a time on the same machine: a long system prompt, turns, a regenerated answer, an edited earlier
 message, a branch, and a restart of the server before the last turn. The conversation is kept as token ids
 (llama-server's /tokenize and /completion, which llamay serves too), each answer as the tokens the server
-generated, so a turn's prompt extends the last one's tokens exactly. Per turn: time to first token (a
-one-token completion of the turn's prompt) and the tokens the server prefilled for it (its timings'
-prompt_n), then the turn's answer (greedy) is generated and kept in the conversation. llama-server runs with its defaults (its context checkpoints included); llamay
-with its disk tier, so its restart finds the prefix and the recurrent state on disk.
+generated, so a turn's prompt extends the last one's tokens exactly. Messages are marked as ChatML marks
+them (`<|im_start|>role ... <|im_end|>`, the template of both the Qwen3.5 and the LFM2 files), as a chat
+request renders them; --plain writes `User:` / `Assistant:` text with no marker instead. Per turn: time to
+first token (a one-token completion of the turn's prompt) and the tokens the server prefilled for it (its
+timings' prompt_n), then the turn's answer (greedy) is generated and kept in the conversation. llama-server
+runs with its defaults (its context checkpoints included); llamay with its disk tier, so its restart finds
+the prefix and the recurrent state on disk.
 
-    python bench/agent_trace.py MODEL.gguf --llama-server PATH [-t 2] [--answer 24]"""
+    python bench/agent_trace.py MODEL.gguf --llama-server PATH [-t 2] [--answer 24] [--plain]"""
 import argparse
 import os
 import subprocess
@@ -62,18 +65,20 @@ class Server:
         return time.perf_counter() - t, out
 
 
-def trace(server: Server, answer: int) -> list[tuple[str, float, int]]:
+def trace(server: Server, answer: int, plain: bool) -> list[tuple[str, float, int]]:
     rows = []
 
     def user(text: str) -> list[int]:
-        return server.tokens("\nUser: " + text + "\nAssistant:")
+        if plain:
+            return server.tokens("\nUser: " + text + "\nAssistant:")
+        return server.tokens(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
 
     def ask(name: str, prompt: list[int]) -> list[int]:
         ttft, out = server.complete(prompt, 1)
         rows.append((name, ttft, int(out["timings"]["prompt_n"])))
-        return server.complete(prompt, answer)[1]["tokens"]
+        return server.complete(prompt, answer)[1]["tokens"] + ([] if plain else server.tokens("<|im_end|>\n"))
 
-    system = server.tokens(SYSTEM)
+    system = server.tokens(SYSTEM if plain else f"<|im_start|>system\n{SYSTEM}<|im_end|>\n")
     turn1 = system + user(USERS[0])
     a1 = ask("turn 1 (system + question)", turn1)
     turn2 = turn1 + a1 + user(USERS[1])
@@ -97,6 +102,7 @@ def main():
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--answer", type=int, default=24)
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    p.add_argument("--plain", action="store_true", help="messages as plain text, no chat-template markers")
     args = p.parse_args()
     print(machine.describe(args.threads))
     print(f"file: {os.path.basename(args.model)}")
@@ -111,7 +117,7 @@ def main():
         for name, server in servers.items():
             server.start()
             try:
-                results[name] = trace(server, args.answer)
+                results[name] = trace(server, args.answer, args.plain)
             finally:
                 server.stop()
     print(f"\n{'turn':38} {'llamay TTFT':>12} {'prefilled':>9} {'llama-server TTFT':>18} {'prefilled':>9} {'speedup':>8}")

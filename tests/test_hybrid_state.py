@@ -107,6 +107,33 @@ def test_a_branch_point_is_a_checkpoint(case):
     assert np.array_equal(ctx.logits, llm.logits(other)[-1]), name
 
 
+def test_an_edited_last_message_resumes_at_its_start(case):
+    """The state is checkpointed where each of a prompt's last messages starts (a turn marker, a control
+    token): a prompt that keeps the messages before it and changes the last one resumes at its marker,
+    prefilling only that message, to the same bits. Without the marker checkpoint it resumes at 0."""
+    name, _, ids, _, llm, _ = case
+    llm.reset()
+    tok = llm.tokenizer
+    mark = next(t for t in range(tok.n_vocab) if tok.is_control(t))
+    plain = [t for t in ids if not tok.is_control(t)]
+    at = len(plain) * 2 // 3
+    llm.create_context(plain[:at] + [mark] + plain[at:]).delete()
+    edited = plain[:at] + [mark] + plain[at:at + 2] + plain[at + 2:][::-1]
+    store = llm.context_store
+    before = store.n_prefilled
+    ctx = llm.create_context(edited)
+    assert ctx.n_cached == at and store.n_prefilled - before == len(edited) - at, name
+    assert np.array_equal(ctx.logits, llm.logits(edited)[-1]), name
+    llm.reset()  # a generation's prompt (the scheduler's chunks) is checkpointed there too
+    store = llm.context_store
+    list(llm.generate(plain[:at] + [mark] + plain[at:], max_tokens=1, temperature=0))
+    before = store.n_prefilled
+    list(llm.generate(edited, max_tokens=1, temperature=0))
+    stats = llm.stats
+    assert stats.cached_tokens == at and store.n_prefilled - before == len(edited) - at, name
+    assert stats.token_ids == [int(np.argmax(llm.logits(edited)[-1]))], name
+
+
 def test_a_cut_back_context_recomputes_to_the_same_bits(case):
     name, _, ids, _, llm, want = case
     llm.reset()

@@ -219,11 +219,25 @@ def test_show_llamay_model_uses_the_gguf_header(stores, capsys):
     assert out.split("  License\n")[1].strip() == "MIT License"
 
 
-def test_show_missing_and_invalid(stores):
+def test_show_missing_and_invalid(stores, tmp_path):
     with pytest.raises(CLIError, match="model 'nothere:latest' not found"):
         store_cmds.run_show(ns(name="nothere"))
     with pytest.raises(CLIError, match="invalid model name"):
-        store_cmds.run_show(ns(name="../etc/passwd"))
+        store_cmds.run_show(ns(name="a/"))
+    with pytest.raises(CLIError, match="^no such file: ../nothere/x.gguf$"):
+        store_cmds.run_show(ns(name="../nothere/x.gguf"))
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
+    with pytest.raises(CLIError, match="bad.gguf: "):
+        store_cmds.run_show(ns(name=str(tmp_path / "bad.gguf")))
+
+
+def test_show_of_a_gguf_file_reads_its_header(stores, capsys):
+    """A llama.cpp user's `show FILE`: the same rows from the file's header, the file as the source."""
+    path = str(find("mine:v1").model_path)
+    out = show(capsys, path)
+    assert row(out, "quantization") == gguf.LlamaFileType(7).name[7:] and row(out, "parameters") == "128"
+    assert row(out, "context length") == "2048" and row(out, "source") == f"file {path}"
+    assert "{% for m in messages %}" in out.split("  Template\n")[1]
 
 
 def test_rm(stores, capsys):

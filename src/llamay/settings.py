@@ -21,6 +21,9 @@ class LoadSettings:
     # state, allocated lazily), and bytes of state checkpoints kept for its prefix cache
     state_slots: int = 96
     state_checkpoints: int = 512 << 20
+    # and checkpointed where each of the last few messages of a prompt starts (a chat template's turn marker),
+    # so an edit of a recent message or a branch there resumes at that message, not a chunk before it
+    turn_checkpoints: int = 3
     # matrices the kernel path has x16 tiles for are regrouped 16 rows at a time at load (a copy in memory,
     # built once; the same bits): decode then streams each matrix at the memory's speed
     repack: bool = True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 
 from ..gguf import GGUFError, GGUFReader
@@ -19,10 +20,11 @@ from ..store import (
     all_models,
     find,
     gguf_config,
+    looks_like_path,
     ollama_store,
     parse_name,
 )
-from .common import CLIError, Command, table
+from .common import CLIError, Command, resolve_model, table
 
 TEMPLATE_LINES = 6
 
@@ -71,12 +73,14 @@ def _name(text: str) -> ModelName:
 
 def _header(m: StoredModel) -> GGUFReader | None:
     """The model layer's GGUF header; None when the manifest has no GGUF model layer."""
-    if m.model_path is None:
-        return None
+    return None if m.model_path is None else _read_header(m.model_path, m.name)
+
+
+def _read_header(path, name: str) -> GGUFReader:
     try:
-        return GGUFReader(m.model_path)
-    except GGUFError as e:
-        raise CLIError(f"{m.name}: {e}") from None
+        return GGUFReader(path)
+    except (GGUFError, OSError) as e:
+        raise CLIError(f"{name}: {e}") from None
 
 
 def _quant_arch(m: StoredModel) -> tuple[str, str]:
@@ -120,15 +124,15 @@ def _find(text: str) -> StoredModel:
     return m
 
 
-def _model_rows(m: StoredModel) -> tuple[list[tuple[str, str]], dict]:
-    reader = _header(m)
+def _model_rows(reader: GGUFReader | None, stored: dict, source: str) -> tuple[list[tuple[str, str]], dict]:
+    """stored: a store's config blob (over the header's)."""
     md = reader.metadata if reader is not None else {}
-    config = {**(gguf_config(reader) if reader is not None else {}), **m.config}
+    config = {**(gguf_config(reader) if reader is not None else {}), **stored}
     arch = config.get("model_family") or "-"
     return [("architecture", arch), ("parameters", config.get("model_type") or "-"),
             ("context length", str(md.get(f"{arch}.context_length", "-"))),
             ("embedding length", str(md.get(f"{arch}.embedding_length", "-"))),
-            ("quantization", config.get("file_type") or "-"), ("source", m.source)], md
+            ("quantization", config.get("file_type") or "-"), ("source", source)], md
 
 
 def _params_rows(params: dict) -> list[tuple[str, str]]:
@@ -155,27 +159,31 @@ def _first_lines(text: str, n: int) -> list[str]:
 
 
 def add_show_parser(p):
-    p.add_argument("name", help="model name, e.g. qwen2.5:0.5b")
+    p.add_argument("name", help="model name, e.g. qwen2.5:0.5b, or a GGUF file")
     p.add_argument("--arch", action="store_true",
-                   help="print the decoder's per-layer plan instead, one line per kind of layer "
-                        "(NAME may also be a GGUF file)")
+                   help="print the decoder's per-layer plan instead, one line per kind of layer")
 
 
 def run_show(args):
     if getattr(args, "arch", False):  # callers building args by hand may leave it out
         print("\n".join(_arch_lines(args.name)))
         return
-    m = _find(args.name)
-    rows, md = _model_rows(m)
+    if looks_like_path(args.name) or os.path.isfile(args.name):  # a llama.cpp user's file: its header alone
+        path = resolve_model(args.name)
+        reader, source, m = _read_header(path, args.name), f"file {os.path.abspath(path)}", None
+    else:
+        m = _find(args.name)
+        reader, source = _header(m), m.source
+    rows, md = _model_rows(reader, m.config if m else {}, source)
     out = [""] + _section("Model", _kv_lines(rows))
-    if m.params:
+    if m and m.params:
         out += _section("Parameters", _kv_lines(_params_rows(m.params)))
-    if m.system:
+    if m and m.system:
         out += _section("System", _first_lines(m.system, TEMPLATE_LINES))
-    template = m.template or md.get("tokenizer.chat_template")
+    template = (m and m.template) or md.get("tokenizer.chat_template")
     if template:
         out += _section("Template", _first_lines(str(template), TEMPLATE_LINES))
-    license_text = m.license or md.get("general.license")
+    license_text = (m and m.license) or md.get("general.license")
     if license_text:
         out += _section("License", _first_lines(str(license_text), 1)[:1])
     print("\n".join(out))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -13,6 +13,17 @@ import numpy as np
 def _key(ns: int, tokens: Sequence[int], n: int) -> bytes:
     return hashlib.blake2b(np.asarray(tokens[:n], np.int32).tobytes(), digest_size=16,
                            person=ns.to_bytes(8, "little")).digest()
+
+
+def turn_starts(tokens: Sequence[int], is_control: Callable[[int], bool], last: int) -> list[int]:
+    """The offsets k of tokens (at most the last `last`) where a chat template's message starts: a control
+    token with no control token among the three after it, the last of a run such as `<|im_end|> \\n
+    <|im_start|>` or `<|eot_id|><|start_header_id|>user<|end_header_id|>`. Not offset 0, nor one in the last
+    four tokens (an answer's own start: the prompt's last token is checkpointed anyway)."""
+    marks = [k for k, t in enumerate(tokens) if is_control(t)]
+    end = len(tokens) - 4
+    starts = [k for k, nxt in zip(marks, marks[1:] + [len(tokens) + 4]) if 1 <= k < end and nxt - k > 3]
+    return starts[-last:] if last > 0 else []
 
 
 class Checkpoints:

@@ -25,7 +25,7 @@ from ..kernels.ops import BatchMeta
 from ..kv import InvariantError, KVState, OutOfPages
 from ..models import Decoder
 from ..settings import LOAD, SCHEDULER
-from .checkpoints import Checkpoints
+from .checkpoints import Checkpoints, turn_starts
 
 PREFILL_MIN = 64  # a pass of at least this many tokens measures prefill speed (disk reads are weighed by it)
 EMA = 0.3  # the weight of a new measurement
@@ -89,14 +89,16 @@ class ShareExceeded(Exception):
 
 class ContextStore:
     def __init__(self, decoder: Decoder, n_pages: int, page_size: int, kv: str, budget_pages: int | None = None,
-                 pool=None, tiers=None, states=None):
+                 pool=None, tiers=None, states=None, is_control: Callable[[int], bool] | None = None):
         """pool, states: an existing page pool and StatePool of that shape to reuse (their contents are never
         read before being written: a fresh store holds no page or slot). tiers: the prefix cache's tiers below
-        memory (cache_tiers.CacheTiers)."""
+        memory (cache_tiers.CacheTiers). is_control: the tokenizer's, for where a hybrid's prompt messages
+        start (prompt_cuts)."""
         self.decoder, self.page_size = decoder, page_size
         self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
         self.states = states if states is not None else decoder.new_states(LOAD.state_slots)
         self.checkpoints = Checkpoints(LOAD.state_checkpoints if self.states is not None else 0)
+        self.is_control = is_control
         self._kv = KVState(n_pages, page_size, budget_pages)
         self._ctxs: dict[int, ContextState] = {}
         self.n_prefilled = 0  # tokens computed by forward passes (prefix hits excluded)
@@ -246,19 +248,29 @@ class ContextStore:
             raise
         return ctx, n_cached
 
+    def prompt_cuts(self, tokens: Sequence[int]) -> list[int]:
+        """Offsets in tokens about to be computed where a hybrid's state is checkpointed besides a pass's
+        end: the starts of its last messages, where an edit or a branch starts again ([] for other models)."""
+        if self.states is None or self.is_control is None:
+            return []
+        return turn_starts(tokens, self.is_control, LOAD.turn_checkpoints)
+
     def extend(self, ctx: int, tokens: list[int], all_logits: bool = False) -> np.ndarray:
         """Compute pending tokens and then tokens after the context's end -> logits of the last one
-        (of every one if all_logits)."""
+        (of every one if all_logits). A hybrid's state is checkpointed at prompt_cuts on the way."""
         rec = self._get(ctx)
         tokens, rec.pending = rec.pending + list(tokens), []
-        outs = []
-        for lo in range(0, len(tokens), SCHEDULER.batch):
-            part = tokens[lo:lo + SCHEDULER.batch]
-            last = lo + SCHEDULER.batch >= len(tokens)
+        if not tokens:
+            return rec.last_logits
+        cuts = set(self.prompt_cuts(tokens))
+        outs, lo = [], 0
+        for hi in sorted(cuts | set(range(SCHEDULER.batch, len(tokens), SCHEDULER.batch)) | {len(tokens)}):
+            part, last = tokens[lo:hi], hi == len(tokens)
             rows = None if all_logits else np.arange(len(part) - 1, len(part)) if last else np.zeros(0, np.int64)
             outs.append(self.compute([(ctx, part)], rows))
-        if not outs:
-            return rec.last_logits
+            if hi in cuts:
+                self.checkpoint(ctx)
+            lo = hi
         out = np.concatenate(outs) if all_logits else outs[-1]
         rec.last_logits = out[-1]
         return out if all_logits else out[-1]

@@ -81,7 +81,8 @@ class LLM:
         per_ctx, one_page = context_pages(self.spec, self.n_ctx, self.kv, self.page_size)
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
-        store = ContextStore(self.decoder, n_pages, self.page_size, self.kv, pool=pool, tiers=self.cache)
+        store = ContextStore(self.decoder, n_pages, self.page_size, self.kv, pool=pool, tiers=self.cache,
+                             is_control=self.tokenizer.is_control)
         store.default_lora = self.default_lora
         if self.kv_events is not None:
             store.watch(self.kv_events)

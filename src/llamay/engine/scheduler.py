@@ -51,6 +51,7 @@ class _Seq:
         self.n_prompt, self.n_cached, self.n_gen = len(history) + len(todo), n_cached, 0
         self.next_tok: int | None = None  # sampled, its K/V not computed yet
         self.redo: list[int] = []  # the end of history whose K/V a hybrid's rolled-back draft took back
+        self.cuts: list[int] = []  # a hybrid's prompt: len(todo) where a chunk ends at a message's start
         self.drafter = None  # draft.py / draft_model.py; None: no speculation
         self.n_drafted = self.n_accepted = self.n_draft_steps = 0
         self.n_disk = self.n_shared = 0  # of n_cached, tokens read from the disk and the shared tier
@@ -267,9 +268,12 @@ class Scheduler:
             if take < len(seq.todo) and take > ALIGN:
                 take -= (n + take) % ALIGN
             if store.states is not None and len(seq.todo) > 1:
-                # a hybrid model's state is checkpointed at each prompt chunk's end, the last one before
-                # the prompt's last token (where a regenerated answer starts again)
-                take = min(take, len(seq.todo) - 1)
+                # a hybrid model's state is checkpointed at each prompt chunk's end: the last one before
+                # the prompt's last token (where a regenerated answer starts again), others at the starts
+                # of the prompt's last messages (where an edit or a branch starts again)
+                while seq.cuts and seq.cuts[0] >= len(seq.todo):
+                    seq.cuts.pop(0)
+                take = min(take, len(seq.todo) - max(1, seq.cuts[0] if seq.cuts else 1))
                 marks.append(seq.ctx)
             chunk, seq.todo = seq.todo[:take], seq.todo[take:]
             items.append((seq.ctx, chunk))
@@ -350,6 +354,7 @@ class Scheduler:
             history, todo, n_cached = got.computed, got.todo, len(got.computed)
             cut, last_logits = got.matcher, got.last_logits
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
+        seq.cuts = [len(todo) - k for k in store.prompt_cuts(todo)]
         job.cached_tokens, job.prompt_tokens = n_cached, seq.n_prompt
         seq.n_disk = store.tier_tokens.get("disk", 0) - before.get("disk", 0)
         seq.n_shared = store.tier_tokens.get("shared", 0) - before.get("shared", 0)
