@@ -14,6 +14,7 @@ import llamay
 from arch_models import build, check_every_way, convert, float64_logits, hf_logits, sha256, token_ids
 from conftest import CACHE, ROOT
 from llamay.cli.main import main
+from llamay.cli.store_cmds import human_bytes
 from llamay.kv.snapshot_format import SnapshotError, read_snapshot, write_snapshot
 from llamay.models.describe import state_bytes
 
@@ -205,6 +206,9 @@ def test_show_prints_the_state_a_context_and_a_checkpoint_take(case, capsys):
     assert main(["show", "--arch", str(path)]) == 0
     kib = llm.context_store.states.bytes_per_slot / 1024
     assert f"recurrent state: {kib:.1f} KiB per context and per checkpoint" in capsys.readouterr().out, name
+    assert main(["show", str(path)]) == 0  # the plain show has it too, in Ollama's decimal units
+    want = human_bytes(llm.context_store.states.bytes_per_slot)
+    assert f"recurrent state     {want} per context and per checkpoint" in capsys.readouterr().out, name
 
 
 def test_a_restarted_model_resumes_from_a_state_record_on_disk(case, tmp_path):

@@ -129,10 +129,25 @@ def _model_rows(reader: GGUFReader | None, stored: dict, source: str) -> tuple[l
     md = reader.metadata if reader is not None else {}
     config = {**(gguf_config(reader) if reader is not None else {}), **stored}
     arch = config.get("model_family") or "-"
-    return [("architecture", arch), ("parameters", config.get("model_type") or "-"),
+    rows = [("architecture", arch), ("parameters", config.get("model_type") or "-"),
             ("context length", str(md.get(f"{arch}.context_length", "-"))),
             ("embedding length", str(md.get(f"{arch}.embedding_length", "-"))),
-            ("quantization", config.get("file_type") or "-"), ("source", source)], md
+            ("quantization", config.get("file_type") or "-")]
+    state = _state_bytes(md) if reader is not None else 0
+    if state:  # a hybrid's: what each context and each prefix-cache checkpoint holds besides its K/V
+        rows.append(("recurrent state", f"{human_bytes(state)} per context and per checkpoint"))
+    return rows + [("source", source)], md
+
+
+def _state_bytes(md: dict) -> int:
+    """A hybrid model's recurrent state in bytes; 0 for others and for a header llamay cannot run."""
+    from ..models import UnsupportedModel
+    from ..models.describe import state_bytes
+    from ..models.spec import arch_spec
+    try:
+        return state_bytes(arch_spec(md))
+    except (UnsupportedModel, GGUFError, KeyError, ValueError, TypeError):
+        return 0
 
 
 def _params_rows(params: dict) -> list[tuple[str, str]]:
