@@ -5,10 +5,8 @@ import codecs
 import fcntl
 import json
 import os
-import pty
 import re
 import select
-import signal
 import struct
 import subprocess
 import sys
@@ -30,16 +28,24 @@ TIMINGS = re.compile(r"prompt: (\d+) tokens \((\d+) cached\)")
 HANG_S = 600
 
 
+# the child's first step, after exec: the terminal on its standard input becomes its controlling terminal
+# (so Ctrl-C there is its SIGINT), then llamay's CLI replaces it. No Python runs between fork and exec: the
+# test process has threads (thread pools, servers), and a forked copy of it can deadlock on a lock one held.
+BOOT = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'llamay.cli.main', *sys.argv[1:]])")
+
+
 class Terminal:
     """`python -m llamay.cli.main ARGV` with a pseudo-terminal as its stdin, stdout and stderr."""
 
     def __init__(self, argv: list[str], home):
         env = {**os.environ, "LLAMAY_HOME": str(home), "TERM": "dumb"}
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: a wide terminal, so readline never wraps a line
-            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 400, 0, 0))
-            os.execve(sys.executable, [sys.executable, "-m", "llamay.cli.main", *argv], env)
-        self.pid, self.fd, self.out, self.code = pid, fd, "", None
+        fd, tty = os.openpty()
+        fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 400, 0, 0))  # wide: readline never wraps
+        proc = subprocess.Popen([sys.executable, "-c", BOOT, *argv], stdin=tty, stdout=tty, stderr=tty, env=env,
+                                start_new_session=True)
+        os.close(tty)
+        self.proc, self.fd, self.out = proc, fd, ""
         self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
 
     def _read(self, timeout: float) -> bool:
@@ -82,18 +88,15 @@ class Terminal:
 
     def exit_code(self, timeout: float = HANG_S) -> int:
         deadline = time.monotonic() + timeout
-        while self.code is None:
+        while self.proc.poll() is None:
             assert time.monotonic() < deadline, f"the chat did not exit; the terminal shows: {self.out[-1500:]!r}"
             self._read(0.05)
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.code = os.waitstatus_to_exitcode(status)
-        return self.code
+        return self.proc.returncode
 
     def close(self):
-        if self.code is None:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         os.close(self.fd)
 
 
