@@ -25,6 +25,7 @@ from llamay.server.routes_gate import Routes
 pytestmark = pytest.mark.model
 HTTP = httpx.Client(timeout=120)
 PROMPT = "The capital of France is"
+UNUSED = 49151  # SmolLM2's last token, marked unused in the served file (fim_model)
 HI = [{"role": "user", "content": "Hi"}]
 # SmolLM2 has no FIM tokens: a copy names four of its special tokens with llama.cpp's metadata keys (its
 # <reponame>, id 4, is FIM_REP by llama.cpp's texts)
@@ -67,14 +68,18 @@ def events(r: httpx.Response) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def fim_model(tmp_path_factory, smollm_path) -> Path:
-    """SmolLM2's file through gguf-py's reader and our writer, FIM's metadata keys added (uint32)."""
+    """SmolLM2's file through gguf-py's reader and our writer, FIM's metadata keys added (uint32), its last
+    token marked unused (a token with no text, as a padded vocabulary's are)."""
     import gguf
     r = gguf.GGUFReader(smollm_path)
     w = GGUFWriter()
     for f in r.fields.values():
         if not f.name.startswith("GGUF.") and f.name != "general.alignment":
             elem = int(f.types[1]) if len(f.types) > 1 else None
-            w.add(f.name, f.contents(), vtype=int(f.types[0]), elem_type=elem)
+            value = f.contents()
+            if f.name == "tokenizer.ggml.token_type":
+                value[UNUSED] = int(gguf.TokenType.UNUSED)
+            w.add(f.name, value, vtype=int(f.types[0]), elem_type=elem)
     for role, tok in FIM.items():
         w.add(f"tokenizer.ggml.fim_{role}_token_id", tok, vtype=4)
     for t in r.tensors:
@@ -125,6 +130,17 @@ def test_completion_equals_v1_completions_with_llama_servers_fields(url, model):
     settings = body["generation_settings"]
     assert (settings["n_predict"], settings["temperature"], settings["n_ctx"]) == (8, 0.0, 2048)
     assert body["tokens_cached"] == body["tokens_evaluated"] + 8
+
+
+def test_the_tokens_include_the_last_ones_that_show_no_text(fresh):
+    """A reply that ends in tokens with no text (an unused token, forced by logit_bias) still lists them:
+    they were held for the next text and dropped at the end."""
+    bias = [[UNUSED, 100]]
+    body = complete(fresh, prompt=PROMPT, n_predict=3, temperature=0, return_tokens=True, logit_bias=bias)
+    assert body["tokens"] == [UNUSED] * 3 and body["tokens_predicted"] == 3 and body["content"] == ""
+    got = events(HTTP.post(fresh + "/completion", json={"prompt": PROMPT, "n_predict": 3, "temperature": 0,
+                                                      "stream": True, "logit_bias": bias}))
+    assert [t for p in got for t in p.get("tokens", [])] == [UNUSED] * 3
 
 
 def test_stream_is_llama_servers_and_matches_the_whole(url):

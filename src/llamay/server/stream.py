@@ -93,7 +93,7 @@ class Generation:
                 self.dones.append(ev)
                 reader = splitters[ev.index]
                 content, reasoning, calls = reader.flush()
-                if content or reasoning or calls:
+                if content or reasoning or calls or held[ev.index]:  # tokens that showed no text are still output
                     yield Delta(ev.index, content, reasoning, tool_calls=calls, tokens=held[ev.index])
                 usage = Usage(ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens, self.load_ns,
                               ev.prompt_ns, ev.eval_ns, ev.total_ns + self.load_ns, ev.drafted_tokens,
