@@ -29,8 +29,9 @@ HANG_S = 600
 
 
 # the child's first step, after exec: the terminal on its standard input becomes its controlling terminal
-# (so Ctrl-C there is its SIGINT), then llamay's CLI replaces it. No Python runs between fork and exec: the
-# test process has threads (thread pools, servers), and a forked copy of it can deadlock on a lock one held.
+# (so Ctrl-C there is its SIGINT), then llamay's CLI replaces it. So no Python runs in a forked copy of the
+# threaded test process, as pty.fork's child did (unsafe with threads; it was not what made the session
+# show nothing when the suite ran as a detached background job, which is still open: issue 33).
 BOOT = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
         "os.execv(sys.executable, [sys.executable, '-m', 'llamay.cli.main', *sys.argv[1:]])")
 

@@ -158,7 +158,8 @@ class Sampler:
         bias = params.logit_bias or {}
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
-        self._drawn: tuple[np.ndarray, np.ndarray] | None = None  # the last draw's candidates and scaled logits (None: greedy)
+        # the last draw's candidates and scaled logits; None after a greedy step
+        self._drawn: tuple[np.ndarray, np.ndarray] | None = None
 
     def sample(self, logits: np.ndarray, history: list[int], constrain=None) -> int:
         """logits: float32 [n_vocab], not modified; history: token ids so far (prompt and generated);

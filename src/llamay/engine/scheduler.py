@@ -273,7 +273,7 @@ class Scheduler:
                 # of the prompt's last messages (where an edit or a branch starts again)
                 while seq.cuts and seq.cuts[0] >= len(seq.todo):
                     seq.cuts.pop(0)
-                take = min(take, len(seq.todo) - max(1, seq.cuts[0] if seq.cuts else 1))
+                take = min(take, len(seq.todo) - (seq.cuts[0] if seq.cuts else 1))  # cuts are > 4
                 marks.append(seq.ctx)
             chunk, seq.todo = seq.todo[:take], seq.todo[take:]
             items.append((seq.ctx, chunk))
