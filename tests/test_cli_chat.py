@@ -29,10 +29,12 @@ HANG_S = 600
 
 
 # the child's first step, after exec: the terminal on its standard input becomes its controlling terminal
-# (so Ctrl-C there is its SIGINT), then llamay's CLI replaces it. So no Python runs in a forked copy of the
-# threaded test process, as pty.fork's child did (unsafe with threads; it was not what made the session
-# show nothing when the suite ran as a detached background job, which is still open: issue 33).
-BOOT = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+# (so Ctrl-C there is its SIGINT), SIGINT is ignored as in a job that a non-interactive shell started in the
+# background (the chat must take Ctrl-C all the same: it did nothing there, and the session below waited for
+# its prompt forever), then llamay's CLI replaces it. No Python runs in a forked copy of the threaded test
+# process.
+BOOT = ("import fcntl, os, signal, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+        "signal.signal(signal.SIGINT, signal.SIG_IGN); "
         "os.execv(sys.executable, [sys.executable, '-m', 'llamay.cli.main', *sys.argv[1:]])")
 
 

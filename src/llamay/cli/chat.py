@@ -25,11 +25,16 @@ def chat(llm, sampling: dict, grammar=None, system: str | None = None, verbose: 
     """sampling: LLM.generate's keywords (max_tokens, temperature, ...), which /set changes; name: the
     model's name to show (default: its file's)."""
     lines = Lines()
+    # Ctrl-C at a terminal is the chat's own, even when started with SIGINT ignored (a non-interactive
+    # shell's background job inherits that; Ollama's chat takes Ctrl-C there too)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler) if lines.interactive else None
     eprint(f"Chat with the model: /? for help, {QUOTES} for several lines, /bye or Ctrl + d to exit.")
     try:
         Chat(Conversation(llm, system), lines, sampling, grammar, verbose, name).loop()
     finally:
         lines.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def timings(s) -> str:
