@@ -36,8 +36,9 @@ def random_weights(name: str, m: int, k: int, rng: np.random.Generator) -> np.nd
 
 def activations(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     x = rng.standard_normal((n, k)).astype(np.float32)
-    x[:, :32] = 0.0  # one all-zero block (d = 0) per token
-    x[:, 40] *= 30.0  # and one block dominated by an outlier
+    if k > 256:
+        x[:, :256] = 0.0  # one all-zero super-block (d = 0) per token
+    x[:, k - 200] *= 10.0  # and one dominated by an outlier
     return x
 
 
@@ -72,8 +73,10 @@ def test_decode_matches_gguf_dequantize(name):
 def test_activation_reference_matches_c():
     from llamay.kernels import matmul as mm
     x = activations(3, 512, np.random.default_rng(2))
-    act, (q, d, s16) = mm.quantize_act(x, n_threads=1), ref.quantize_act(x)
-    assert np.array_equal(act.q, q) and np.array_equal(act.d, d) and np.array_equal(act.s16, s16)
+    for path, act in _lib.each_path(lambda: mm.quantize_act(x, n_threads=1, bs=256)).items():
+        q, d, s16 = ref.quantize_act(x)
+        assert np.array_equal(act.q, q) and np.array_equal(act.d, d) and np.array_equal(act.s16, s16), path
+        assert d.shape == (3, 2)  # one scale per super-block
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -126,9 +129,10 @@ def error_bounds(x: np.ndarray, wf: np.ndarray, d: np.ndarray) -> tuple[np.ndarr
     uniform errors of variance dx^2 / 12, so 6 standard deviations bound it tightly (statistical bound).
     Both get 1e-5 of sum |x||W| for float32 rounding of the sums."""
     m, k = wf.shape
+    bs = k // d.shape[1]  # values per activation scale
     rounding = 1e-5 * (np.abs(x) @ np.abs(wf).T) + 1e-30
-    hard = (d / 2) @ np.abs(wf).reshape(m, k // 32, 32).sum(-1).T
-    sigma = np.sqrt((d ** 2 / 12) @ (wf ** 2).reshape(m, k // 32, 32).sum(-1).T)
+    hard = (d / 2) @ np.abs(wf).reshape(m, k // bs, bs).sum(-1).T
+    sigma = np.sqrt((d ** 2 / 12) @ (wf ** 2).reshape(m, k // bs, bs).sum(-1).T)
     return hard * 1.0001 + rounding, 6 * sigma + rounding
 
 
@@ -140,7 +144,7 @@ def check_against_float(name: str, w: np.ndarray, x: np.ndarray):
     err = np.abs(y - exact)
     assert (err <= hard).all(), float((err / hard).max())
     assert (err <= stat).all(), float((err / stat).max())
-    assert np.median(stat) < 0.25 * np.median(np.abs(exact))  # the check is not vacuous
+    assert np.median(stat) < 0.5 * np.median(np.abs(exact))  # the check is not vacuous (one scale per 256)
 
 
 @pytest.mark.parametrize("name", FORMATS)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from llamay.kernels import _lib
-from llamay.kernels.matmul import QWeight, matmul, quantize_act
+from llamay.gguf import BY_NAME
+from llamay.kernels.matmul import QWeight, act_block, matmul, quantize_act
 from llamay.kernels.quantize import quantize_rows
 
 TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K"]
@@ -25,11 +26,14 @@ def weight(name: str, m: int, k: int, seed: int) -> QWeight:
     return QWeight(quantize_rows(w, name).reshape(-1), name, m, k)
 
 
-def activations(n: int, k: int, seed: int):
+def activations(n: int, k: int, seed: int, name: str):
+    """name's activation form (blocks of 256 for the K-quants)"""
+    bs = act_block(BY_NAME[name])
     x = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
-    x[:, :32] = 0.0  # an all-zero block (d = 0)
-    x[:, 40] *= 40.0  # a block dominated by one outlier
-    return quantize_act(x)
+    if k > bs:
+        x[:, :bs] = 0.0  # an all-zero block (d = 0)
+    x[:, k - bs + 8] *= 40.0  # a block dominated by one outlier
+    return quantize_act(x, bs=bs)
 
 
 @pytest.mark.parametrize("name", TYPES)
@@ -49,7 +53,7 @@ def test_matmul_equals_ggml_portable_every_path(name, m, k):
     w = weight(name, m, k, 7)
     x16 = w.repacked(force=True)
     for n in (1, 2, 3, 4, 5, 9):
-        a = activations(n, k, n)
+        a = activations(n, k, n, name)
         with _lib.using("portable"):
             want = matmul(a, w, n_threads=1)
         for path, got in _lib.each_path(lambda: [matmul(a, x16, n_threads=t) for t in (1, 2, 3)]).items():
@@ -62,7 +66,7 @@ def test_row_slices(name):
     """rows() of an x16 matrix: whole groups stay a view, a cut inside a group is regrouped"""
     w = weight(name, 70, 256, 3)
     x16 = w.repacked(force=True)
-    a = activations(2, 256, 1)
+    a = activations(2, 256, 1, name)
     for lo, hi in ((0, 16), (16, 70), (32, 45), (5, 40), (69, 70)):
         part = x16.rows(lo, hi)
         want = matmul(a, w.rows(lo, hi), n_threads=1)

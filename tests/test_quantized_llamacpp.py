@@ -65,5 +65,7 @@ def test_no_further_from_the_dequantized_model_than_llamacpp(llamacpp, name):
     types = {t.qtype.name for t in llamay.engine.GGUFReader(path).tensors.values()}
     ours = llm.logits(ids)
     d_ours, d_llamacpp = rms_rel(ours, exact), rms_rel(llamacpp[f"{name}/f32kv"], exact)
-    assert d_ours <= d_llamacpp, f"{name} ({sorted(types)}): llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
+    # the K-quants' activations are quantized as llama.cpp's Q8_K (one scale per 256 values), so there the two
+    # differ by their summation order only: a relative 1e-6 is that float noise, not a step away from the math
+    assert d_ours <= d_llamacpp * (1 + 1e-6), f"{name} ({sorted(types)}): llamay {d_ours:.2e}, llama.cpp {d_llamacpp:.2e}"
     assert (ours.argmax(1) == exact.argmax(1)).mean() >= 0.9

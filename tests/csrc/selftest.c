@@ -14,7 +14,7 @@ LY_API int ly_init(int path);
 LY_API int ly_can_run(int path);
 LY_API int64_t ly_quantize_rows(int type, const void *src, int src_type, void *dst, int64_t nrows,
                                 int64_t n_per_row, const float *imatrix, int nthreads);
-LY_API void ly_quantize_act(const float *x, int64_t n, int64_t k, int8_t *q, float *d, int32_t *s16,
+LY_API void ly_quantize_act(const float *x, int64_t n, int64_t k, int64_t bs, int8_t *q, float *d, int32_t *s16,
                             int nthreads);
 LY_API int64_t ly_graph_run(const ly_node *nodes, int64_t n_nodes, int nthreads);
 LY_API int ly_x16_repack(int type, const uint8_t *w, size_t row_bytes, int64_t m, uint8_t *out, int nthreads);
@@ -94,11 +94,12 @@ static uint8_t *weights(int type, size_t *row_bytes) {
 static void check_tiles(int path, const ly_kernel_table *own, const ly_kernel_table *base) {
     int64_t nmax = 5;
     float *x = rnd_floats(nmax * K, 2.0f), *want = malloc(nmax * M * 4), *got = malloc(nmax * M * 4);
-    int8_t *q = malloc(nmax * K);
-    float *d = malloc(nmax * K / 32 * 4);
-    int32_t *s16 = malloc(nmax * K / 16 * 4);
-    ly_quantize_act(x, nmax, K, q, d, s16, 1);
-    ly_act a = {q, d, s16, x, K};
+    int8_t *q = malloc(2 * nmax * K);
+    float *d = malloc(2 * nmax * K / 32 * 4);
+    int32_t *s16 = malloc(2 * nmax * K / 16 * 4);
+    ly_act forms[2] = {{q, d, s16, x, K, 32}, {q + nmax * K, d + nmax * K / 32, s16 + nmax * K / 16, x, K, 256}};
+    for (int f = 0; f < 2; f++)
+        ly_quantize_act(x, nmax, K, forms[f].bs, (int8_t *)forms[f].q, (float *)forms[f].d, (int32_t *)forms[f].s16, 1);
     for (int type = 0; type < LY_N_TYPES; type++) {
         int own_tile = base->tile[type] && own->tile[type] != base->tile[type];
         int own_x16 = own->tile_x16[type] && own->tile_x16[type] != base->tile_x16[type];
@@ -113,12 +114,13 @@ static void check_tiles(int path, const ly_kernel_table *own, const ly_kernel_ta
         for (size_t i = 0; i < sizeof N_TOKENS / sizeof N_TOKENS[0]; i++) {
             int64_t n = N_TOKENS[i];
             ly_init(LY_PATH_PORTABLE);
-            matmul(w, rb, type, &a, n, want, 1);
+            const ly_act *a = &forms[LY_ACT_BS(type) == 256];
+            matmul(w, rb, type, a, n, want, 1);
             ly_init(path);
             for (int nth = 1; nth <= 3; nth++)
                 for (int x16 = !own_tile; x16 <= own_x16; x16++) {
                     memset(got, 0xff, n * M * 4);
-                    matmul(x16 ? w16 : w, rb, x16 ? type | LY_X16 : type, &a, n, got, nth);
+                    matmul(x16 ? w16 : w, rb, x16 ? type | LY_X16 : type, a, n, got, nth);
                     char what[64];
                     snprintf(what, sizeof what, "%s:%s", x16 ? "x16" : "tile", TYPE_NAMES[type] ? TYPE_NAMES[type] : "?");
                     note(what, memcmp(want, got, n * M * 4) == 0);
@@ -220,10 +222,13 @@ static void check_elementwise(const ly_kernel_table *own, const ly_kernel_table 
         int32_t s[2][18];
         g[5] = 0.0f, g[40] = -12.0f; /* an exact amax */
         for (int i = 0; i < 32; i++) g[64 + i] = 0.0f; /* an all-zero block */
-        base->quant_row(g, 288, q[0], d[0], s[0]);
-        own->quant_row(g, 288, q[1], d[1], s[1]);
-        note("quant_row", !memcmp(q[0], q[1], sizeof q[0]) && !memcmp(d[0], d[1], sizeof d[0])
-                              && !memcmp(s[0], s[1], sizeof s[0]));
+        for (int bs = 32; bs <= 256; bs *= 8) { /* the 32-value formats' blocks (288 values), the K-quants' (256) */
+            int64_t k = bs == 32 ? 288 : 256;
+            base->quant_row(g, k, bs, q[0], d[0], s[0]);
+            own->quant_row(g, k, bs, q[1], d[1], s[1]);
+            note(bs == 32 ? "quant_row" : "quant_row 256", !memcmp(q[0], q[1], k) && !memcmp(d[0], d[1], k / bs * 4)
+                                                              && !memcmp(s[0], s[1], k / 16 * 4));
+        }
     }
     free(g), free(up), free(x), free(y);
 }

@@ -73,17 +73,22 @@ static ly_node matmul(qmat w, ly_act *a, float *y, float *res, int64_t m, int64_
     return n;
 }
 
+/* An activation's two forms over the same buffers: [0] blocks of 32, [1] of 256 (the K-quants'); a
+ * quantizing node writes the form its matmuls read (each norm's, quant's or gated node's are of one kind) */
+#define FORM(a, w) (&(a)[LY_ACT_BS((w).type) == 256])
+
 /* The nodes of one pass over T tokens at positions pos into nd; returns their count. */
-static int64_t pass(acts *s, ly_act *ah, ly_act *aa, ly_act *ag, ly_batch *b, const int32_t *pos, int64_t T,
+static int64_t pass(acts *s, ly_act ah[2], ly_act aa[2], ly_act ag[2], ly_batch *b, const int32_t *pos, int64_t T,
                     ly_node *nd) {
     int64_t i = 0;
     for (int l = 0; l < LAYERS; l++) {
         ly_node n = node(LY_OP_RMSNORM, i);
-        n.p[0] = s->x, n.p[1] = L[l].norm1, n.p[2] = s->h, n.p[3] = ah, n.n[0] = T, n.n[1] = D, n.f[0] = 1e-5f;
+        n.p[0] = s->x, n.p[1] = L[l].norm1, n.p[2] = s->h, n.p[3] = FORM(ah, L[l].wq), n.n[0] = T, n.n[1] = D;
+        n.f[0] = 1e-5f;
         nd[i] = n, i++;
-        nd[i] = matmul(L[l].wq, ah, s->q, NULL, D, T, i), i++;
-        nd[i] = matmul(L[l].wk, ah, s->k, NULL, KV_HEADS * HD, T, i), i++;
-        nd[i] = matmul(L[l].wv, ah, s->v, NULL, KV_HEADS * HD, T, i), i++;
+        nd[i] = matmul(L[l].wq, FORM(ah, L[l].wq), s->q, NULL, D, T, i), i++;
+        nd[i] = matmul(L[l].wk, FORM(ah, L[l].wk), s->k, NULL, KV_HEADS * HD, T, i), i++;
+        nd[i] = matmul(L[l].wv, FORM(ah, L[l].wv), s->v, NULL, KV_HEADS * HD, T, i), i++;
         for (int kq = 0; kq < 2; kq++) {
             n = node(LY_OP_ROPE, i);
             n.p[0] = kq ? s->k : s->q, n.p[1] = (void *)pos, n.n[0] = T, n.n[1] = kq ? KV_HEADS : HEADS;
@@ -101,23 +106,25 @@ static int64_t pass(acts *s, ly_act *ah, ly_act *aa, ly_act *ag, ly_batch *b, co
         n.n[0] = HEADS, n.n[1] = KV_HEADS, n.n[2] = HD, n.n[4] = LY_KV_F16 | LY_KV_F16 << 8, n.f[0] = 0.125f;
         nd[i] = n, i++;
         n = node(LY_OP_QUANT, i);
-        n.p[0] = aa, n.n[0] = T;
+        n.p[0] = FORM(aa, L[l].wo), n.n[0] = T;
         nd[i] = n, i++;
-        nd[i] = matmul(L[l].wo, aa, s->y, s->x, D, T, i), i++;
+        nd[i] = matmul(L[l].wo, FORM(aa, L[l].wo), s->y, s->x, D, T, i), i++;
         n = node(LY_OP_RMSNORM, i);
-        n.p[0] = s->x, n.p[1] = L[l].norm2, n.p[2] = s->h, n.p[3] = ah, n.n[0] = T, n.n[1] = D, n.f[0] = 1e-5f;
+        n.p[0] = s->x, n.p[1] = L[l].norm2, n.p[2] = s->h, n.p[3] = FORM(ah, L[l].gate), n.n[0] = T, n.n[1] = D;
+        n.f[0] = 1e-5f;
         nd[i] = n, i++;
-        nd[i] = matmul(L[l].gate, ah, s->g, NULL, FFN, T, i), i++;
-        nd[i] = matmul(L[l].up, ah, s->u, NULL, FFN, T, i), i++;
+        nd[i] = matmul(L[l].gate, FORM(ah, L[l].gate), s->g, NULL, FFN, T, i), i++;
+        nd[i] = matmul(L[l].up, FORM(ah, L[l].up), s->u, NULL, FFN, T, i), i++;
         n = node(LY_OP_GATED, i);
-        n.p[0] = s->g, n.p[1] = s->u, n.p[2] = ag, n.n[0] = T * FFN, n.n[1] = 0;
+        n.p[0] = s->g, n.p[1] = s->u, n.p[2] = FORM(ag, L[l].down), n.n[0] = T * FFN, n.n[1] = 0;
         nd[i] = n, i++;
-        nd[i] = matmul(L[l].down, ag, s->y, s->x, D, T, i), i++;
+        nd[i] = matmul(L[l].down, FORM(ag, L[l].down), s->y, s->x, D, T, i), i++;
     }
     ly_node n = node(LY_OP_RMSNORM, i);
-    n.p[0] = s->x, n.p[1] = out_norm, n.p[2] = s->h, n.p[3] = ah, n.n[0] = T, n.n[1] = D, n.f[0] = 1e-5f;
+    n.p[0] = s->x, n.p[1] = out_norm, n.p[2] = s->h, n.p[3] = FORM(ah, w_out), n.n[0] = T, n.n[1] = D;
+    n.f[0] = 1e-5f;
     nd[i] = n, i++;
-    nd[i] = matmul(w_out, ah, s->logits, NULL, VOCAB, T, i), i++;
+    nd[i] = matmul(w_out, FORM(ah, w_out), s->logits, NULL, VOCAB, T, i), i++;
     return i;
 }
 
@@ -130,11 +137,13 @@ static uint64_t run(int nthreads) {
     uint64_t h = 0xcbf29ce484222325u;
     for (int step = 0; step < 2; step++) {
         int64_t T = step ? 1 : PROMPT, t0 = step ? PROMPT : 0;
-        ly_act ah = {s.qh, s.dh, s.sh, s.h, D}, aa = {s.qa, s.da, s.sa, s.att, D}, ag = {s.qg, s.dg, s.sg, s.g, FFN};
+        ly_act ah[2] = {{s.qh, s.dh, s.sh, s.h, D, 32}, {s.qh, s.dh, s.sh, s.h, D, 256}};
+        ly_act aa[2] = {{s.qa, s.da, s.sa, s.att, D, 32}, {s.qa, s.da, s.sa, s.att, D, 256}};
+        ly_act ag[2] = {{s.qg, s.dg, s.sg, s.g, FFN, 32}, {s.qg, s.dg, s.sg, s.g, FFN, 256}};
         ly_batch b = {pos + t0, seq, pages, T, 1, 16, NULL};
         for (int64_t t = 0; t < T; t++) memcpy(s.x + t * D, embd + tokens[t0 + t] * D, D * 4);
         ly_node nd[64];
-        if (ly_graph_run(nd, pass(&s, &ah, &aa, &ag, &b, pos + t0, T, nd), nthreads) != -1) exit(1);
+        if (ly_graph_run(nd, pass(&s, ah, aa, ag, &b, pos + t0, T, nd), nthreads) != -1) exit(1);
         const uint8_t *p = (const uint8_t *)s.logits;
         for (int64_t i = 0; i < T * VOCAB * 4; i++) h = (h ^ p[i]) * 0x100000001b3u;
     }

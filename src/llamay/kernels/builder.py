@@ -15,7 +15,7 @@ import numpy as np
 
 from .graph import Batch, Graph
 from .kvtypes import kv_codes
-from .matmul import QExperts, QWeight, _ActStruct
+from .matmul import QExperts, QWeight, _ActStruct, act_block
 from .ops import ACTS, BatchMeta
 
 _F32 = np.dtype(np.float32)
@@ -32,7 +32,7 @@ def _f32(a, name: str, shape: tuple | None = None) -> np.ndarray:
 class _Act:
     """A matmul input x [n, k] and its canonical Q8 form, filled by a quant node."""
 
-    def __init__(self, x: np.ndarray):
+    def __init__(self, x: np.ndarray, bs: int):
         n, k = x.shape
         self.x, self.version = x, -1
         self.q = np.zeros((n, k), np.int8)
@@ -40,6 +40,7 @@ class _Act:
         self.s16 = np.zeros((n, max(k // 16, 1)), np.int32)
         self.struct = s = _ActStruct()
         s.x, s.q, s.d, s.s16, s.k = x.ctypes.data, self.q.ctypes.data, self.d.ctypes.data, self.s16.ctypes.data, k
+        s.bs = bs
 
 
 class BatchSlot:
@@ -87,7 +88,7 @@ class Builder:
         self._g, self.fuse = Graph(), fuse
         self._written: dict[int, int] = {}  # buffer key -> number of the op that last wrote it (1-based)
         self._read: dict[int, int] = {}  # buffer key -> number of the last op that read it since
-        self._acts: dict[int, _Act] = {}  # holds each input (and so its id) for the builder's life
+        self._acts: dict[tuple[int, int], _Act] = {}  # (input id, block) -> its form; holds the input for life
         self._fusable = None  # (node number, output, pointers) of the last node if it may quantize its rows
 
     @staticmethod
@@ -123,6 +124,7 @@ class Builder:
             after = max(self._g._specs[-1][4], self._written.get(key, 0) - 1, self._read.get(key, 0) - 1)
             self._g.replace_last(f[2] + [act.struct], after, keep=(act,))
             self._mark((), (key,))
+            self._fusable = None  # the node quantizes into one form; another form of x is a quant node
         else:
             self._op("quant", (act.struct,), (x.shape[0],), reads=(x,), writes=(act,))
         act.version = self._written.get(self._key(x), 0)
@@ -181,10 +183,11 @@ class Builder:
         return out
 
     def _act(self, x: np.ndarray, w) -> _Act:
-        """x's activation form for weight w, quantized when x changed since it last was."""
-        act = self._acts.get(id(x))
+        """x's activation form for weight w (its act_block), quantized when x changed since it last was."""
+        bs = 32 if w.is_float else act_block(w.qtype)
+        act = self._acts.get((id(x), bs))
         if act is None:
-            act = self._acts[id(x)] = _Act(x)
+            act = self._acts[(id(x), bs)] = _Act(x, bs)
         if not w.is_float and act.version != self._written.get(self._key(x), 0):
             self._quantize(x, act)
         return act

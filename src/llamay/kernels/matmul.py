@@ -13,7 +13,7 @@ from . import _lib
 from .graph import addr
 from .threads import default_threads
 
-_lib.declare("ly_quantize_act", _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.P, _lib.I32)
+_lib.declare("ly_quantize_act", _lib.P, _lib.I64, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.P, _lib.I32)
 _lib.declare("ly_matmul", _lib.P, ctypes.c_size_t, _lib.I32, _lib.I64, _lib.P, _lib.I64, _lib.P, _lib.I32,
              restype=_lib.I32)
 _lib.declare("ly_x16_repack", _lib.I32, _lib.P, ctypes.c_size_t, _lib.I64, _lib.P, _lib.I32, restype=_lib.I32)
@@ -26,7 +26,16 @@ _FLOAT_TYPES = ("F32", "F16", "BF16")
 
 class _ActStruct(ctypes.Structure):
     _fields_ = [("q", ctypes.c_void_p), ("d", ctypes.c_void_p), ("s16", ctypes.c_void_p),
-                ("x", ctypes.c_void_p), ("k", ctypes.c_int64)]
+                ("x", ctypes.c_void_p), ("k", ctypes.c_int64), ("bs", ctypes.c_int64)]
+
+
+K_QUANTS = frozenset({"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
+
+
+def act_block(qtype: QuantType) -> int:
+    """Values per activation scale that a weight type's tiles read (csrc/matmul.h LY_ACT_BS): 256 for the
+    K-quants (one float step per super-block), else 32."""
+    return 256 if qtype.name in K_QUANTS else 32
 
 
 _F32 = np.dtype(np.float32)
@@ -41,23 +50,24 @@ def _check_x(x: np.ndarray) -> tuple[int, int]:
 
 class QAct:
     """Activations for one matmul input: x float32 [n, k] and, when quantized, q int8 [n, k],
-    d float32 [n, k/32], s16 int32 [n, k/16] (one buffer). Reuse one QAct for every weight that reads x."""
+    d float32 [n, k/bs], s16 int32 [n, k/16] (one buffer), bs values per scale (act_block of the weights
+    it is for). Reuse one QAct for every weight of that block that reads x."""
 
-    def __init__(self, x: np.ndarray, quantized: bool, n_threads: int | None = None):
+    def __init__(self, x: np.ndarray, quantized: bool, n_threads: int | None = None, bs: int = 32):
         self.n, self.k = _check_x(x)
-        self.x = x
+        self.x, self.bs = x, bs
         self._buf = None
         self.struct = s = _ActStruct()
-        s.x, s.k = addr(x), self.k
+        s.x, s.k, s.bs = addr(x), self.k, bs
         if quantized:
             n, k = self.n, self.k
-            if k % 32:
-                raise ValueError(f"quantized activations need k % 32 == 0, got k={k}")
-            self._buf = (ctypes.c_char * (n * k * 11 // 8))()  # q [n*k] i8, d [n*k/32] f32, s16 [n*k/16] i32
+            if k % bs:
+                raise ValueError(f"quantized activations need k % {bs} == 0, got k={k}")
+            self._buf = (ctypes.c_char * (n * k * 11 // 8))()  # q [n*k] i8, d [<= n*k/32] f32, s16 [n*k/16] i32
             s.q = ctypes.addressof(self._buf)
             s.d = s.q + n * k
             s.s16 = s.d + n * k // 8
-            _lib.lib.ly_quantize_act(s.x, n, k, s.q, s.d, s.s16, n_threads or default_threads())
+            _lib.lib.ly_quantize_act(s.x, n, k, bs, s.q, s.d, s.s16, n_threads or default_threads())
 
     @property
     def quantized(self) -> bool:
@@ -73,17 +83,18 @@ class QAct:
         return self._view(np.int8, 0, self.n * self.k, self.k)
 
     @property
-    def d(self) -> np.ndarray | None:  # float32 [n, k/32]
-        return self._view(np.float32, self.n * self.k, self.n * self.k // 32, self.k // 32)
+    def d(self) -> np.ndarray | None:  # float32 [n, k/bs]
+        return self._view(np.float32, self.n * self.k, self.n * self.k // self.bs, self.k // self.bs)
 
     @property
     def s16(self) -> np.ndarray | None:  # int32 [n, k/16]
         return self._view(np.int32, self.n * self.k * 9 // 8, self.n * self.k // 16, self.k // 16)
 
 
-def quantize_act(x: np.ndarray, n_threads: int | None = None) -> QAct:
-    """x float32 [n, k], k % 32 == 0 -> its canonical Q8 activations (plus x, for float weights)."""
-    return QAct(x, True, n_threads)
+def quantize_act(x: np.ndarray, n_threads: int | None = None, bs: int = 32) -> QAct:
+    """x float32 [n, k], k % bs == 0 -> its canonical Q8 activations in blocks of bs (32, or 256 for the
+    K-quants: act_block), plus x for float weights."""
+    return QAct(x, True, n_threads, bs)
 
 
 class QWeight:
@@ -241,9 +252,11 @@ def matmul(x: np.ndarray | QAct, w: QWeight, out: np.ndarray | None = None,
            n_threads: int | None = None) -> np.ndarray:
     """x float32 [n, k] (or a QAct of it) . w[m, k]^T -> float32 [n, m] (written into out if given)."""
     if not isinstance(x, QAct):
-        x = QAct(x, not w.is_float, n_threads)
+        x = QAct(x, not w.is_float, n_threads, act_block(w.qtype))
     elif not (x.quantized or w.is_float):
         raise ValueError(f"{w!r} needs quantized activations: use quantize_act(x)")
+    elif x.quantized and not w.is_float and x.bs != act_block(w.qtype):
+        raise ValueError(f"{w!r} reads activations in blocks of {act_block(w.qtype)}, got {x.bs}")
     if x.k != w.k:
         raise ValueError(f"x has k={x.k}, {w!r} expects k={w.k}")
     if out is None:

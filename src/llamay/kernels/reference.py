@@ -11,10 +11,11 @@ Q32_LAYOUT = {"Q4_0": (18, None, 2, False, 8), "Q4_1": (20, None, 4, True, 0),
               "Q5_0": (22, 2, 6, False, 16), "Q5_1": (24, 4, 8, True, 0), "Q8_0": (34, None, 2, False, 0)}
 
 
-def quantize_act(x: np.ndarray):
-    """x: float32 [n, k] -> q int8 [n, k], d float32 [n, k/32], s16 int32 [n, k/16] (matmul.h)."""
+def quantize_act(x: np.ndarray, bs: int = 32):
+    """x: float32 [n, k] -> q int8 [n, k], d float32 [n, k/bs], s16 int32 [n, k/16] (matmul.h; bs 256 for
+    the K-quants)."""
     n, k = x.shape
-    xb = x.reshape(n, k // 32, 32)
+    xb = x.reshape(n, k // bs, bs)
     d = np.abs(xb).max(axis=2) / F32(127)
     inv = np.divide(F32(1), d, out=np.zeros_like(d), where=d != 0)
     q = np.rint(xb * inv[..., None]).astype(np.int8).reshape(n, k)

@@ -3,6 +3,8 @@
 float32 elementwise operations are IEEE-exact, so the C paths must match these results with ==."""
 import numpy as np
 
+from . import reference
+
 QK_K = 256
 TYPE_IDS = {"Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
@@ -77,28 +79,23 @@ def decode(name: str, blocks: np.ndarray) -> dict:
 
 
 def quantize_act(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The canonical activation form (matmul.h): x [n, k] float32 -> q [n, k] int8, d [n, k/32] float32,
-    s16 [n, k/16] int32."""
-    x = np.ascontiguousarray(x, dtype=_F32)
-    n, k = x.shape
-    xb = x.reshape(n, k // 32, 32)
-    d = np.abs(xb).max(axis=-1) / _F32(127)
-    inv = np.divide(_F32(1), d, out=np.zeros_like(d), where=d != 0)
-    q = np.rint(xb * inv[..., None]).astype(np.int8).reshape(n, k)
-    return q, d, q.reshape(n, k // 16, 16).sum(axis=-1, dtype=np.int32)
+    """The K-quants' activation form (matmul.h, bs = 256): x [n, k] float32 -> q [n, k] int8,
+    d [n, k/256] float32, s16 [n, k/16] int32."""
+    return reference.quantize_act(np.ascontiguousarray(x, dtype=_F32), QK_K)
 
 
 def _integer_parts(name: str, dec: dict, q: np.ndarray, s16: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """-> isum [n, m, k/32] and imin [n, m, k/32] (None without dmin) as int64"""
+    """-> raw [n, m, k/256] and corr [n, m, k/256] (None without dmin) as int64: qk.h's per super-block
+    integers (for Q3_K and Q6_K raw - corr, the dot with the signed values)"""
     m, n, k = dec["values"].shape[0], q.shape[0], q.shape[1]
     per = 32 if name in ("Q4_K", "Q5_K") else 16  # values per integer scale
     vals = dec["values"].reshape(m, k // per, per)
     dots = np.einsum("tgi,rgi->trg", q.reshape(n, k // per, per).astype(np.int64), vals)
-    isum = (dots * dec["scales"].reshape(1, m, k // per)).reshape(n, m, k // 32, -1).sum(-1)
+    isum = (dots * dec["scales"].reshape(1, m, k // per)).reshape(n, m, k // QK_K, -1).sum(-1)
     if "mins" not in dec:
         return isum, None
     sx = s16.astype(np.int64).reshape(n, k // per, per // 16).sum(-1)  # activation sum per scale group
-    imin = (dec["mins"].reshape(1, m, k // per) * sx[:, None, :]).reshape(n, m, k // 32, -1).sum(-1)
+    imin = (dec["mins"].reshape(1, m, k // per) * sx[:, None, :]).reshape(n, m, k // QK_K, -1).sum(-1)
     return isum, imin
 
 
@@ -107,14 +104,12 @@ def matmul(name: str, w: np.ndarray, q: np.ndarray, d: np.ndarray, s16: np.ndarr
     m, (n, k) = w.shape[0], q.shape
     dec = decode(name, np.ascontiguousarray(w).reshape(m, k // QK_K, BLOCK_BYTES[name]))
     isum, imin = _integer_parts(name, dec, q, s16)
-    dw = np.repeat(dec["d"], 8, axis=1)  # [m, k/32]: the super-block scale of each 32-value block
-    dmw = np.repeat(dec["dmin"], 8, axis=1) if imin is not None else None
     acc = np.zeros((n, m), dtype=_F32)
-    for b in range(k // 32):
-        dx = d[:, b, None]
-        ddx = dw[None, :, b] * dx
-        if imin is None:  # acc = acc + (d * dx) * (float)isum
-            acc = acc + ddx * isum[:, :, b].astype(_F32)
-        else:  # acc = acc + ((d * dx) * (float)isum - (dmin * dx) * (float)imin)
-            acc = acc + (ddx * isum[:, :, b].astype(_F32) - (dmw[None, :, b] * dx) * imin[:, :, b].astype(_F32))
+    for s in range(k // QK_K):
+        dx = d[:, s, None]
+        ddx = dec["d"][None, :, s] * dx
+        if imin is None:  # acc = acc + (d * dx) * (float)(raw - corr)
+            acc = acc + ddx * isum[:, :, s].astype(_F32)
+        else:  # acc = acc + ((d * dx) * (float)raw - (dmin * dx) * (float)corr)
+            acc = acc + (ddx * isum[:, :, s].astype(_F32) - (dec["dmin"][None, :, s] * dx) * imin[:, :, s].astype(_F32))
     return acc

@@ -14,7 +14,7 @@ typedef struct {
     float (*sumsq)(const float *x, int64_t d);
     void (*gated)(float *gate, const float *up, int64_t lo, int64_t hi, int act); /* [lo, hi) of mathfn.h's */
     void (*softcap)(float *x, int64_t lo, int64_t hi, float cap);
-    void (*quant_row)(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16); /* one row (act.c) */
+    void (*quant_row)(const float *x, int64_t k, int64_t bs, int8_t *q, float *d, int32_t *s16); /* act.c */
     float (*kv_dot)(int type, const float *a, const uint8_t *k, int64_t d);         /* kvtypes.h */
     void (*kv_acc)(int type, float *o, float p, const uint8_t *v, int64_t d);       /* o += p * v */
     void (*attend_group_f16)(const ly_att *at, float *s); /* NULL: attention.c's per-head loop */
@@ -45,7 +45,7 @@ float ly_sum_portable(const float *x, int64_t d);
 float ly_sumsq_portable(const float *x, int64_t d);
 void ly_gated_portable(float *gate, const float *up, int64_t lo, int64_t hi, int act);
 void ly_softcap_portable(float *x, int64_t lo, int64_t hi, float cap);
-void ly_quant_row_portable(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
+void ly_quant_row_portable(const float *x, int64_t k, int64_t bs, int8_t *q, float *d, int32_t *s16);
 float ly_kv_dot_portable(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_conv_row_portable(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
@@ -63,7 +63,7 @@ float ly_sum_avx2(const float *x, int64_t d);
 float ly_sumsq_avx2(const float *x, int64_t d);
 void ly_gated_avx2(float *gate, const float *up, int64_t lo, int64_t hi, int act);
 void ly_softcap_avx2(float *x, int64_t lo, int64_t hi, float cap);
-void ly_quant_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
+void ly_quant_row_avx2(const float *x, int64_t k, int64_t bs, int8_t *q, float *d, int32_t *s16);
 float ly_kv_dot_avx2(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_avx2(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_attend_group_f16_avx2(const ly_att *at, float *s);
@@ -96,7 +96,7 @@ float ly_sum_neon(const float *x, int64_t d);
 float ly_sumsq_neon(const float *x, int64_t d);
 void ly_gated_neon(float *gate, const float *up, int64_t lo, int64_t hi, int act);
 void ly_softcap_neon(float *x, int64_t lo, int64_t hi, float cap);
-void ly_quant_row_neon(const float *x, int64_t k, int8_t *q, float *d, int32_t *s16);
+void ly_quant_row_neon(const float *x, int64_t k, int64_t bs, int8_t *q, float *d, int32_t *s16);
 void ly_conv_row_neon(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                       int64_t hi, int64_t C, int64_t K);
 void ly_delta_pass1_neon(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);

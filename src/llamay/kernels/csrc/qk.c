@@ -107,21 +107,20 @@ static inline int32_t dot16(const uint8_t *q, const int8_t *x) {
     return s;
 }
 
-/* one (row, token): q [nsb * 256] and sc [nsb] decoded from the row; x, dx, s16 the token's activations */
+/* one (row, token): q [nsb * 256] and sc [nsb] decoded from the row; x, dx (one per super-block), s16 the
+ * token's activations */
 static float row_dot(const qk_format *f, const uint8_t *q, const qk_scales *sc, int64_t nsb,
                      const int8_t *x, const float *dx, const int32_t *s16) {
     float acc = 0.0f;
     for (int64_t s = 0; s < nsb; s++) {
-        for (int b = 0; b < 8; b++) {
-            int64_t blk = s * 8 + b;
-            const qk_scales *c = &sc[s];
-            int32_t raw = c->sc[2 * b] * dot16(q + blk * 32, x + blk * 32)
-                        + c->sc[2 * b + 1] * dot16(q + blk * 32 + 16, x + blk * 32 + 16);
-            int32_t corr = c->cm[2 * b] * s16[2 * blk] + c->cm[2 * b + 1] * s16[2 * blk + 1];
-            float ddx = c->d * dx[blk];
-            if (f->has_min) acc = acc + (ddx * (float)raw - (c->dmin * dx[blk]) * (float)corr);
-            else acc = acc + ddx * (float)(raw - corr);
+        const qk_scales *c = &sc[s];
+        int32_t raw = 0, corr = 0;
+        for (int h = 0; h < 16; h++) {
+            raw += c->sc[h] * dot16(q + s * 256 + h * 16, x + s * 256 + h * 16);
+            corr += c->cm[h] * s16[s * 16 + h];
         }
+        if (f->has_min) acc = acc + ((c->d * dx[s]) * (float)raw - (c->dmin * dx[s]) * (float)corr);
+        else acc = acc + (c->d * dx[s]) * (float)(raw - corr);
     }
     return acc;
 }
@@ -138,7 +137,7 @@ static void tile_portable(const qk_format *f, const uint8_t *w, size_t row_bytes
             f->scales(row + s * f->type_size, &sc[s]);
         }
         for (int64_t t = t0; t < t1; t++)
-            y[t * ldy + r] = row_dot(f, q, sc, nsb, a->q + t * k, a->d + t * (k / 32), a->s16 + t * (k / 16));
+            y[t * ldy + r] = row_dot(f, q, sc, nsb, a->q + t * k, a->d + t * nsb, a->s16 + t * (k / 16));
     }
     free(q);
     free(sc);
@@ -153,14 +152,14 @@ QK_ENTRIES(QK_PORTABLE)
 
 ly_tile_fn ly_tiles_qk_portable(int type) { QK_PICK(type); }
 
-/* Test and bench entry: one tile on the calling thread, in the current path. Returns -1 for a type that is
- * not a K-quant or k not a multiple of 256, else 0. */
+/* Test and bench entry: one tile on the calling thread, in the current path; d holds one scale per 256
+ * values (ly_act bs = 256). Returns -1 for a type that is not a K-quant or k not a multiple of 256, else 0. */
 LY_API int ly_qk_tile_call(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                            const int8_t *q, const float *d, const int32_t *s16, int64_t k,
                            int64_t t0, int64_t t1, float *y, int64_t ldy) {
     ly_tile_fn fn = qk_format_of(type) ? ly_tile(type) : NULL;
     if (fn == NULL || k % 256 != 0) return -1;
-    ly_act a = {q, d, s16, NULL, k};
+    ly_act a = {q, d, s16, NULL, k, 256};
     fn(w, row_bytes, r0, r1, &a, t0, t1, y, ldy);
     return 0;
 }

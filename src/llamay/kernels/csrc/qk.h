@@ -2,17 +2,16 @@
  *
  * Weight value i of a super-block is q[i] - off, with q unsigned (0..63) and off 0 (Q2_K, Q4_K, Q5_K),
  * 4 (Q3_K) or 32 (Q6_K). Each 16-value sub-block h has an integer scale sc[h] and a correction multiplier
- * cm[h]: the sub-block minimum for the formats with dmin, off * sc[h] for the others. For 32-value
- * activation block b (values 32b..32b+31 of the super-block; x: int8 activations, s16: their half sums):
- *   raw  = sc[2b] * dot16(q, x)[2b] + sc[2b+1] * dot16(q, x)[2b+1]      (exact int32)
- *   corr = cm[2b] * s16[2b] + cm[2b+1] * s16[2b+1]                      (exact int32)
- * The canonical float step, one per format, accumulated over blocks in index order from acc = 0.0f:
- *   Q2_K, Q4_K, Q5_K: isum = raw, imin = corr;
- *                     acc = acc + ((d * dx) * (float)isum - (dmin * dx) * (float)imin)
- *   Q3_K, Q6_K:       isum = raw - corr  (= the dot with the signed values);
- *                     acc = acc + (d * dx) * (float)isum
- * where d, dmin are the super-block's f16 scales and dx the activation block's scale. For Q4_K and Q5_K
- * (one scale and min per 32 values) sc and cm hold each value twice, which gives the same integers. */
+ * cm[h]: the sub-block minimum for the formats with dmin, off * sc[h] for the others. The activations come
+ * with one scale dx per super-block (ly_act bs = 256; x: int8 activations, s16: their 16-value sums):
+ *   raw  = sum over h of sc[h] * dot16(q, x)[h]      (exact int32: |raw| < 2^29 for every format)
+ *   corr = sum over h of cm[h] * s16[h]              (exact int32)
+ * so a path may add a super-block's integer terms in any order. The canonical float step, one per format
+ * and super-block, accumulated over super-blocks in index order from acc = 0.0f:
+ *   Q2_K, Q4_K, Q5_K: acc = acc + ((d * dx) * (float)raw - (dmin * dx) * (float)corr)
+ *   Q3_K, Q6_K:       acc = acc + (d * dx) * (float)(raw - corr)   (= the dot with the signed values)
+ * where d, dmin are the super-block's f16 scales. For Q4_K and Q5_K (one scale and min per 32 values) sc and
+ * cm hold each value twice, which gives the same integers. */
 #ifndef LLAMAY_QK_H
 #define LLAMAY_QK_H
 #include "matmul.h"

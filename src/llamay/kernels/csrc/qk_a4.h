@@ -2,14 +2,15 @@
  * three times like q32_a4.h: NEON, dotprod, i8mm (the includer defines A4_TARGET, A4_DOT, A4_ENTRY).
  * Rows go in groups of 4, one row per float lane: a group's super-blocks are decoded once per tile (the
  * q bytes of qk.c's unpackers, <= 63, held as int8; scales by qk.c's) into [super-block][row][256] and
- * [block][row] scale tables, then every token runs over them (i8mm: two at a time). */
+ * [sub-block][row] scale tables, then every token runs over them (i8mm: two at a time): per super-block the
+ * exact int32 raw and corr of the 4 rows, then one float step. */
 #include "kernels.h"
 #include "qk.h"
 #include "a4_dot.h"
 #include <stdlib.h>
 
-typedef struct {               /* one super-block of a row group, [block][row] */
-    int32_t sca[8][4], scb[8][4], cma[8][4], cmb[8][4]; /* sc[2b], sc[2b + 1], cm[2b], cm[2b + 1] */
+typedef struct {               /* one super-block of a row group, [sub-block][row] */
+    int32_t sc[16][4], cm[16][4];
     float d[4], dmin[4];
 } group_tab;
 
@@ -62,11 +63,9 @@ A4_INLINE void decode_group(int type, const qk_format *f, const uint8_t *w, size
             qk_scales c;
             unpack(type, blk, (uint8_t *)q + (s * 4 + i) * 256);
             f->scales(blk, &c);
-            for (int b = 0; b < 8; b++) {
-                tab[s].sca[b][i] = c.sc[2 * b];
-                tab[s].scb[b][i] = c.sc[2 * b + 1];
-                tab[s].cma[b][i] = c.cm[2 * b];
-                tab[s].cmb[b][i] = c.cm[2 * b + 1];
+            for (int h = 0; h < 16; h++) {
+                tab[s].sc[h][i] = c.sc[h];
+                tab[s].cm[h][i] = c.cm[h];
             }
             tab[s].d[i] = c.d;
             tab[s].dmin[i] = c.dmin;
@@ -74,11 +73,12 @@ A4_INLINE void decode_group(int type, const qk_format *f, const uint8_t *w, size
     }
 }
 
-/* acc + qk.h's step for block b of super-block t, halves' dots first and second: lanes = rows */
-A4_INLINE float32x4_t step(int has_min, const group_tab *t, int b, int32x4_t first, int32x4_t second,
-                           float dx, const int32_t *s16, float32x4_t acc) {
-    int32x4_t raw = vmlaq_s32(vmulq_s32(first, vld1q_s32(t->sca[b])), second, vld1q_s32(t->scb[b]));
-    int32x4_t corr = vmlaq_n_s32(vmulq_n_s32(vld1q_s32(t->cma[b]), s16[0]), vld1q_s32(t->cmb[b]), s16[1]);
+/* acc + qk.h's float step for one super-block (lanes = rows): raw its 4 rows' exact sum of sc[h] * dot16,
+ * corr computed here from the token's 16 s16 sums. Separate multiplies, subtract and add (no FMA). */
+A4_INLINE float32x4_t step(int has_min, const group_tab *t, int32x4_t raw, float dx, const int32_t *s16,
+                           float32x4_t acc) {
+    int32x4_t corr = vmulq_n_s32(vld1q_s32(t->cm[0]), s16[0]);
+    for (int h = 1; h < 16; h++) corr = vmlaq_n_s32(corr, vld1q_s32(t->cm[h]), s16[h]);
     float32x4_t ddx = vmulq_n_f32(vld1q_f32(t->d), dx), c;
     if (has_min)
         c = vsubq_f32(vmulq_f32(ddx, vcvtq_f32_s32(raw)),
@@ -99,15 +99,16 @@ A4_INLINE void kernel1(int has_min, const int8_t *q, const group_tab *tab, int64
                        int64_t t, float *y, int nrows) {
     const int64_t k = a->k;
     const int8_t *x = a->q + t * k;
-    const float *dx = a->d + t * (k / 32);
+    const float *dx = a->d + t * nsb;
     const int32_t *s16 = a->s16 + t * (k / 16);
     float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t s = 0; s < nsb; s++)
-        for (int b = 0; b < 8; b++) {
-            const int8_t *qb = q + s * 1024 + b * 32, *xb = x + s * 256 + b * 32;
-            int32x4_t first = a4_half(qb, 256, vld1q_s8(xb)), second = a4_half(qb + 16, 256, vld1q_s8(xb + 16));
-            acc = step(has_min, &tab[s], b, first, second, dx[s * 8 + b], s16 + 2 * (s * 8 + b), acc);
-        }
+    for (int64_t s = 0; s < nsb; s++) {
+        const int8_t *qs = q + s * 1024, *xs = x + s * 256;
+        int32x4_t raw = vdupq_n_s32(0);
+        for (int h = 0; h < 16; h++)
+            raw = vmlaq_s32(raw, a4_half(qs + h * 16, 256, vld1q_s8(xs + h * 16)), vld1q_s32(tab[s].sc[h]));
+        acc = step(has_min, &tab[s], raw, dx[s], s16 + 16 * s, acc);
+    }
     store(y, acc, nrows);
 }
 
@@ -117,19 +118,21 @@ A4_INLINE void kernel2(int has_min, const int8_t *q, const group_tab *tab, int64
                        int64_t t, float *y, int64_t ldy, int nrows) {
     const int64_t k = a->k;
     const int8_t *x0 = a->q + t * k, *x1 = x0 + k;
-    const float *dx0 = a->d + t * (k / 32), *dx1 = dx0 + k / 32;
+    const float *dx0 = a->d + t * nsb, *dx1 = dx0 + nsb;
     const int32_t *s0 = a->s16 + t * (k / 16), *s1 = s0 + k / 16;
     float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
-    for (int64_t s = 0; s < nsb; s++)
-        for (int b = 0; b < 8; b++) {
-            int64_t blk = s * 8 + b;
-            const int8_t *qb = q + s * 1024 + b * 32;
-            int32x4_t f0, f1, h0, h1;
-            a4_half2(qb, 256, vld1q_s8(x0 + blk * 32), vld1q_s8(x1 + blk * 32), &f0, &f1);
-            a4_half2(qb + 16, 256, vld1q_s8(x0 + blk * 32 + 16), vld1q_s8(x1 + blk * 32 + 16), &h0, &h1);
-            acc0 = step(has_min, &tab[s], b, f0, h0, dx0[blk], s0 + 2 * blk, acc0);
-            acc1 = step(has_min, &tab[s], b, f1, h1, dx1[blk], s1 + 2 * blk, acc1);
+    for (int64_t s = 0; s < nsb; s++) {
+        const int8_t *qs = q + s * 1024, *xs0 = x0 + s * 256, *xs1 = x1 + s * 256;
+        int32x4_t raw0 = vdupq_n_s32(0), raw1 = vdupq_n_s32(0);
+        for (int h = 0; h < 16; h++) {
+            int32x4_t d0, d1, sc = vld1q_s32(tab[s].sc[h]);
+            a4_half2(qs + h * 16, 256, vld1q_s8(xs0 + h * 16), vld1q_s8(xs1 + h * 16), &d0, &d1);
+            raw0 = vmlaq_s32(raw0, d0, sc);
+            raw1 = vmlaq_s32(raw1, d1, sc);
         }
+        acc0 = step(has_min, &tab[s], raw0, dx0[s], s0 + 16 * s, acc0);
+        acc1 = step(has_min, &tab[s], raw1, dx1[s], s1 + 16 * s, acc1);
+    }
     store(y, acc0, nrows);
     store(y + ldy, acc1, nrows);
 }

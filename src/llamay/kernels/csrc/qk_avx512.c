@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #define QK_TARGET LY_AVX512
-#define QK_DOT32(q, x) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x)
+#define QK_MADD_ACC(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 #include "qk_direct.h"
 
 #define CHUNK 64  /* tokens per decoded group: their activations stay in L2 */
@@ -52,13 +52,16 @@ typedef struct {
     int64_t k;
 } tok_src;
 
-/* acc[u] (lanes = rows) for tokens t .. t + NT - 1 over every super-block: qk.h's canonical step */
+/* acc[u] (lanes = rows) for tokens t .. t + NT - 1 over every super-block: qk.h's canonical step, a
+ * super-block's integer raw and corr summed over its blocks first */
 LY_INLINE void group_dot(int has_min, const __m512i *V, const group_tab *tab, int64_t nsb, tok_src src,
                          int64_t t, int NT, __m512 acc[NT_MAX]) {
     const int64_t k = src.k;
     for (int u = 0; u < NT; u++) acc[u] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const group_tab *tb = &tab[s];
+        __m512i raw[NT_MAX], corr[NT_MAX];
+        for (int u = 0; u < NT; u++) raw[u] = corr[u] = _mm512_setzero_si512();
         for (int b = 0; b < 8; b++) {
             const int64_t blk = s * 8 + b;
             const __m512i *vb = V + s * 64 + b * 8;
@@ -74,21 +77,23 @@ LY_INLINE void group_dot(int has_min, const __m512i *V, const group_tab *tab, in
                 }
             const __m512i sca = _mm512_loadu_si512(tb->sca[b]), scb = _mm512_loadu_si512(tb->scb[b]);
             const __m512i cm = _mm512_loadu_si512(tb->cm[b]);
-            const __m512 d = _mm512_loadu_ps(tb->d), dmin = _mm512_loadu_ps(tb->dmin);
             for (int u = 0; u < NT; u++) {
                 const int32_t *s16 = src.a->s16 + (t + u) * (k / 16);
-                __m512i raw = _mm512_add_epi32(_mm512_mullo_epi32(first[u], sca), _mm512_mullo_epi32(second[u], scb));
+                raw[u] = _mm512_add_epi32(raw[u], _mm512_add_epi32(_mm512_mullo_epi32(first[u], sca),
+                                                                   _mm512_mullo_epi32(second[u], scb)));
                 uint32_t sp = (uint32_t)(uint16_t)s16[2 * blk] | (uint32_t)(uint16_t)s16[2 * blk + 1] << 16;
-                __m512i corr = _mm512_madd_epi16(cm, _mm512_set1_epi32((int32_t)sp));
-                __m512 dxv = _mm512_set1_ps(src.a->d[(t + u) * (k / 32) + blk]), ddx = _mm512_mul_ps(d, dxv);
-                __m512 c;
-                if (has_min)
-                    c = _mm512_sub_ps(_mm512_mul_ps(ddx, _mm512_cvtepi32_ps(raw)),
-                                      _mm512_mul_ps(_mm512_mul_ps(dmin, dxv), _mm512_cvtepi32_ps(corr)));
-                else
-                    c = _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(raw, corr)));
-                acc[u] = _mm512_add_ps(acc[u], c);
+                corr[u] = _mm512_add_epi32(corr[u], _mm512_madd_epi16(cm, _mm512_set1_epi32((int32_t)sp)));
             }
+        }
+        const __m512 d = _mm512_loadu_ps(tb->d), dmin = _mm512_loadu_ps(tb->dmin);
+        for (int u = 0; u < NT; u++) {
+            __m512 dxv = _mm512_set1_ps(src.a->d[(t + u) * nsb + s]), ddx = _mm512_mul_ps(d, dxv), c;
+            if (has_min)
+                c = _mm512_sub_ps(_mm512_mul_ps(ddx, _mm512_cvtepi32_ps(raw[u])),
+                                  _mm512_mul_ps(_mm512_mul_ps(dmin, dxv), _mm512_cvtepi32_ps(corr[u])));
+            else
+                c = _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(raw[u], corr[u])));
+            acc[u] = _mm512_add_ps(acc[u], c);
         }
     }
 }

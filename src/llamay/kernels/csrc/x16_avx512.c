@@ -61,12 +61,11 @@ typedef struct {
 /* Tokens per pass over a buffered group: Q6_K keeps two dots per token (its halves' scales differ) */
 #define NT_OF(type) ((type) == QK_Q6_K ? 4 : NT_MAX)
 
-/* acc[u] += block b's canonical term for token t + u (V: its unsigned values, lanes = rows). One exact
- * int32 dot per token, or for Q6_K one per 16-value half (lo: V[0..3], hi: V[4..7]). */
-LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *s, int64_t t, int64_t b, int NT,
-                    __m512 acc[NT_MAX]) {
+/* Block b's exact int32 dots for tokens t + u (V: its unsigned values, lanes = rows): lo over its 32
+ * values, or for Q6_K lo and hi over its 16-value halves (V[0..3], V[4..7]). */
+LY_INLINE void dots(int type, const __m512i *V, const src_t *s, int64_t t, int64_t b, int NT, __m512i lo[NT_MAX],
+                    __m512i hi[NT_MAX]) {
     const int halves = type == QK_Q6_K;
-    __m512i lo[NT_MAX], hi[NT_MAX];
     const int8_t *x[NT_MAX];
     for (int u = 0; u < NT; u++) {
         lo[u] = hi[u] = _mm512_setzero_si512();
@@ -81,21 +80,17 @@ LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *
             else lo[u] = _mm512_dpbusd_epi32(lo[u], v, _mm512_set1_epi32(x4));
         }
     }
+}
+
+/* acc[u] += a 32-block format's block b canonical term for token t + u (q32.h) */
+LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *s, int64_t t, int64_t b, int NT,
+                    __m512 acc[NT_MAX]) {
+    __m512i lo[NT_MAX], hi[NT_MAX];
+    dots(type, V, s, t, b, NT, lo, hi);
     for (int u = 0; u < NT; u++) {
-        const int32_t *s16 = s->a->s16 + (t + u) * (s->k / 16) + 2 * b;
         const __m512 dx = _mm512_set1_ps(s->a->d[(t + u) * s->nb + b]);
         __m512 c;
-        if (K_MIN(type)) {
-            __m512i raw = _mm512_mullo_epi32(tm->sa, lo[u]);
-            __m512i corr = _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(sx_times(s, t + u, b, 1)));
-            c = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(raw)),
-                              _mm512_mul_ps(_mm512_mul_ps(tm->dmin, dx), _mm512_cvtepi32_ps(corr)));
-        } else if (type == QK_Q6_K) {
-            __m512i raw = _mm512_add_epi32(_mm512_mullo_epi32(lo[u], tm->sa), _mm512_mullo_epi32(hi[u], tm->sb));
-            __m512i corr = _mm512_add_epi32(_mm512_mullo_epi32(tm->sa, _mm512_set1_epi32(32 * s16[0])),
-                                            _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(32 * s16[1])));
-            c = _mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(raw, corr)));
-        } else if (HAS_MIN(type)) { /* weight = d * u + m, u >= 0 */
+        if (HAS_MIN(type)) { /* weight = d * u + m, u >= 0 */
             c = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(lo[u])),
                               _mm512_mul_ps(_mm512_mul_ps(tm->dmin, dx),
                                             _mm512_set1_ps((float)sx_times(s, t + u, b, 1))));
@@ -103,6 +98,43 @@ LY_INLINE void step(int type, const __m512i *V, const terms_t *tm, const src_t *
             __m512i isum = _mm512_sub_epi32(lo[u], _mm512_set1_epi32(sx_times(s, t + u, b, OFFSET(type))));
             c = _mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(isum));
         }
+        acc[u] = _mm512_add_ps(acc[u], c);
+    }
+}
+
+/* A K-quant block b (of super-block b / 8) for tokens t + u: qk.h's integers, raw[u] += its scaled dots and
+ * (corr not NULL) corr[u] += its correction, exact, so the super-block's float step can follow its last
+ * block. */
+LY_INLINE void kstep(int type, const __m512i *V, const terms_t *tm, const src_t *s, int64_t t, int64_t b, int NT,
+                     __m512i raw[NT_MAX], __m512i corr[NT_MAX]) {
+    __m512i lo[NT_MAX], hi[NT_MAX];
+    dots(type, V, s, t, b, NT, lo, hi);
+    for (int u = 0; u < NT; u++) {
+        if (K_MIN(type)) {
+            raw[u] = _mm512_add_epi32(raw[u], _mm512_mullo_epi32(tm->sa, lo[u]));
+            if (corr) corr[u] = _mm512_add_epi32(corr[u], _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(sx_times(s, t + u, b, 1))));
+        } else { /* Q6_K: the halves' scales sa, sb; its offset 32 in corr */
+            const int32_t *s16 = s->a->s16 + (t + u) * (s->k / 16) + 2 * b;
+            raw[u] = _mm512_add_epi32(raw[u], _mm512_add_epi32(_mm512_mullo_epi32(lo[u], tm->sa),
+                                                               _mm512_mullo_epi32(hi[u], tm->sb)));
+            if (corr) corr[u] = _mm512_add_epi32(corr[u], _mm512_add_epi32(_mm512_mullo_epi32(tm->sa, _mm512_set1_epi32(32 * s16[0])),
+                                                                 _mm512_mullo_epi32(tm->sb, _mm512_set1_epi32(32 * s16[1]))));
+        }
+    }
+}
+
+/* acc[u] += super-block sb's canonical float step (qk.h) for token t + u, its integers done (d, dmin: tm's) */
+LY_INLINE void kfinish(int type, const terms_t *tm, const src_t *s, int64_t t, int64_t sb, int NT,
+                       const __m512i raw[NT_MAX], const __m512i corr[NT_MAX], __m512 acc[NT_MAX]) {
+    const int64_t nsb = s->nb / 8;
+    for (int u = 0; u < NT; u++) {
+        const __m512 dx = _mm512_set1_ps(s->a->d[(t + u) * nsb + sb]);
+        __m512 c;
+        if (K_MIN(type))
+            c = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(raw[u])),
+                              _mm512_mul_ps(_mm512_mul_ps(tm->dmin, dx), _mm512_cvtepi32_ps(corr[u])));
+        else
+            c = _mm512_mul_ps(_mm512_mul_ps(tm->d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(raw[u], corr[u])));
         acc[u] = _mm512_add_ps(acc[u], c);
     }
 }
@@ -210,7 +242,45 @@ LY_INLINE void unpack_q6k(const uint8_t *grp, int64_t ns, int64_t sb, int B, __m
 typedef struct {
     __m512i *V; /* [nb][8] */
     terms_t *tm; /* [nb] */
+    __m512i *cp; /* K-quants: [nb / 2] the correction's multipliers as int16 pairs (kpairs) */
 } group_buf;
+
+/* A K-quant group's correction multipliers as int16 pairs, so that vpdpwssd against the activations' pairs
+ * gives corr (qk.h) in half the steps: Q4_K, Q5_K the mins of blocks 2p and 2p + 1 (against their 32-value
+ * sums sx); Q6_K the scales of block p's halves (against its s16 pair; corr is 32 times that sum). All fit
+ * int16 (mins <= 63, |sx| <= 4064, |scale| <= 128, |s16| <= 2032) and the int32 sums are exact. */
+LY_INLINE void kpairs(int type, group_buf *buf, int64_t nb) {
+    for (int64_t p = 0; p < (K_MIN(type) ? nb / 2 : nb); p++) {
+        if (K_MIN(type))
+            buf->cp[p] = _mm512_or_si512(buf->tm[2 * p].sb, _mm512_slli_epi32(buf->tm[2 * p + 1].sb, 16));
+        else
+            buf->cp[p] = _mm512_or_si512(_mm512_and_si512(buf->tm[p].sa, _mm512_set1_epi32(0xffff)),
+                                         _mm512_slli_epi32(buf->tm[p].sb, 16));
+    }
+}
+
+/* corr[u] of super-block sb for token t + u from the pairs (K-quants, buffered) */
+LY_INLINE void kcorr(int type, const group_buf *buf, const src_t *s, int64_t t, int64_t sb, int NT,
+                     __m512i corr[NT_MAX]) {
+    for (int u = 0; u < NT; u++) {
+        const int32_t *s16 = s->a->s16 + (t + u) * (s->k / 16) + sb * 16;
+        __m512i c = _mm512_setzero_si512();
+        if (K_MIN(type)) {
+            for (int p = 0; p < 4; p++) {
+                const int32_t *h = s16 + 4 * p;
+                uint32_t pair = (uint32_t)(uint16_t)(h[0] + h[1]) | (uint32_t)(uint16_t)(h[2] + h[3]) << 16;
+                c = _mm512_dpwssd_epi32(c, buf->cp[sb * 4 + p], _mm512_set1_epi32((int32_t)pair));
+            }
+        } else {
+            for (int p = 0; p < 8; p++) {
+                uint32_t pair = (uint32_t)(uint16_t)s16[2 * p] | (uint32_t)(uint16_t)s16[2 * p + 1] << 16;
+                c = _mm512_dpwssd_epi32(c, buf->cp[sb * 8 + p], _mm512_set1_epi32((int32_t)pair));
+            }
+            c = _mm512_slli_epi32(c, 5);
+        }
+        corr[u] = c;
+    }
+}
 
 /* Each block of a group in order: unpacked, then either stepped at once for NT tokens (buf NULL) or stored */
 LY_INLINE void walk(int type, const uint8_t *grp, const src_t *s, int64_t t, int NT, __m512 acc[NT_MAX],
@@ -219,22 +289,27 @@ LY_INLINE void walk(int type, const uint8_t *grp, const src_t *s, int64_t t, int
     const int64_t units = kq ? s->nb / 8 : s->nb;
     for (int64_t u = 0; u < units; u++) {
         q4k_sb h;
+        __m512i raw[NT_MAX], corr[NT_MAX];
+        terms_t tm;
+        for (int i = 0; i < NT; i++) raw[i] = corr[i] = _mm512_setzero_si512();
         if (K_MIN(type)) q4k_superblock(type, grp, units, u, &h);
         for (int B = 0; B < (kq ? 8 : 1); B++) {
             const int64_t b = kq ? u * 8 + B : u;
             prefetch_next(s, b); /* a share per 32-block: per superblock it came in bursts the stream stalled on */
             __m512i V[8];
-            terms_t tm;
             if (K_MIN(type)) unpack_q4k(type, grp, units, u, B, &h, V, &tm);
             else if (type == QK_Q6_K) unpack_q6k(grp, units, u, B, V, &tm);
             else unpack_q32(type, grp, s->nb, b, V, &tm);
             if (buf) {
                 for (int j = 0; j < 8; j++) _mm512_store_si512(buf->V + b * 8 + j, V[j]);
                 buf->tm[b] = tm;
+            } else if (kq) {
+                kstep(type, V, &tm, s, t, b, NT, raw, corr);
             } else {
                 step(type, V, &tm, s, t, b, NT, acc);
             }
         }
+        if (kq && !buf) kfinish(type, &tm, s, t, u, NT, raw, corr, acc);
     }
 }
 
@@ -256,7 +331,17 @@ LY_INLINE void buffered(int type, const group_buf *buf, const src_t *s, int64_t 
                         int nrows) {
     __m512 acc[NT_MAX];
     for (int u = 0; u < NT; u++) acc[u] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < s->nb; b++) step(type, buf->V + b * 8, buf->tm + b, s, t, b, NT, acc);
+    if (type == QK_Q4_K || type == QK_Q5_K || type == QK_Q6_K) {
+        for (int64_t sb = 0; sb < s->nb / 8; sb++) {
+            __m512i raw[NT_MAX], corr[NT_MAX];
+            for (int u = 0; u < NT; u++) raw[u] = _mm512_setzero_si512();
+            for (int64_t b = sb * 8; b < sb * 8 + 8; b++) kstep(type, buf->V + b * 8, buf->tm + b, s, t, b, NT, raw, NULL);
+            kcorr(type, buf, s, t, sb, NT, corr);
+            kfinish(type, buf->tm + sb * 8, s, t, sb, NT, raw, corr, acc);
+        }
+    } else {
+        for (int64_t b = 0; b < s->nb; b++) step(type, buf->V + b * 8, buf->tm + b, s, t, b, NT, acc);
+    }
     store(acc, NT, y + t * ldy, ldy, nrows);
 }
 
@@ -264,12 +349,13 @@ LY_INLINE void buffered(int type, const group_buf *buf, const src_t *s, int64_t 
 LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const ly_act *a,
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
     const int64_t nb = a->k / 32, group_bytes = GROUP * (int64_t)row_bytes;
-    group_buf buf = {NULL, NULL};
+    group_buf buf = {NULL, NULL, NULL};
     int32_t *sx = NULL;
     if (t1 - t0 >= FEW) {
-        buf.V = ly_aligned_alloc(64, (size_t)nb * (8 * sizeof(__m512i) + sizeof(terms_t)) + (t1 - t0) * nb * 4 + 64);
+        buf.V = ly_aligned_alloc(64, (size_t)nb * (9 * sizeof(__m512i) + sizeof(terms_t)) + (t1 - t0) * nb * 4 + 64);
         buf.tm = (terms_t *)(buf.V + nb * 8);
-        sx = (int32_t *)(buf.tm + nb);
+        buf.cp = (__m512i *)(buf.tm + nb);
+        sx = (int32_t *)(buf.cp + nb);
         for (int64_t t = t0; t < t1; t++)
             for (int64_t b = 0; b < nb; b++) {
                 const int32_t *s16 = a->s16 + t * (a->k / 16) + 2 * b;
@@ -286,6 +372,7 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
             continue;
         }
         walk(type, grp, &s, 0, 0, NULL, &buf);
+        if (type == QK_Q4_K || type == QK_Q5_K || type == QK_Q6_K) kpairs(type, &buf, nb);
         for (int64_t t = t0, n; t < t1; t += n) {
             n = t1 - t < NT_OF(type) ? t1 - t : NT_OF(type);
             switch (n) {
