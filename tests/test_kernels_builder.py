@@ -63,6 +63,31 @@ def test_a_matmul_input_is_quantized_once_per_write():
     assert all(np.array_equal(y, ys[0]) for y in ys)
 
 
+def test_an_input_read_by_both_kinds_is_quantized_in_each_form():
+    """A Q8_0 weight reads activations in blocks of 32, a Q4_K weight in blocks of 256: one normed input
+    read by both gets the norm's fused quantization for the first and a quant node for the other, and each
+    matmul gives the bits of a matmul on its own."""
+    from llamay.kernels.quantize import quantize_rows
+    k = 256
+    wk = QWeight(quantize_rows(rng.standard_normal((24, k)).astype(np.float32) * 0.05, "Q4_K").reshape(-1),
+                 "Q4_K", 24, k)
+    for first, second in ((q8_weight(16, k), wk), (wk, q8_weight(16, k))):
+        b = Builder()
+        x, h = b.tensor(3, k), b.tensor(3, k)
+        b.rmsnorm(x, np.ones(k, np.float32), 1e-6, out=h)
+        y1, y2, y3 = b.matmul(h, first), b.matmul(h, second), b.matmul(h, first)
+        assert ops_of(b) == ["rmsnorm", "matmul", "quant", "matmul", "matmul"], ops_of(b)
+        x[:] = rng.standard_normal(x.shape).astype(np.float32)
+        b.run(2)
+        ref = Builder()  # the normed rows alone
+        rx, normed = ref.tensor(3, k), ref.tensor(3, k)
+        ref.rmsnorm(rx, np.ones(k, np.float32), 1e-6, out=normed)
+        rx[:] = x
+        ref.run(1)
+        assert np.array_equal(y1, matmul(normed, first)) and np.array_equal(y3, y1)
+        assert np.array_equal(y2, matmul(normed, second))
+
+
 WEIGHTS = [q8_weight(96, 64), q8_weight(96, 64), q8_weight(64, 96)]
 BIAS = rng.standard_normal(96).astype(np.float32)
 

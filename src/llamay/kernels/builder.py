@@ -124,7 +124,6 @@ class Builder:
             after = max(self._g._specs[-1][4], self._written.get(key, 0) - 1, self._read.get(key, 0) - 1)
             self._g.replace_last(f[2] + [act.struct], after, keep=(act,))
             self._mark((), (key,))
-            self._fusable = None  # the node quantizes into one form; another form of x is a quant node
         else:
             self._op("quant", (act.struct,), (x.shape[0],), reads=(x,), writes=(act,))
         act.version = self._written.get(self._key(x), 0)

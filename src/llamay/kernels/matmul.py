@@ -16,6 +16,7 @@ from .threads import default_threads
 _lib.declare("ly_quantize_act", _lib.P, _lib.I64, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.P, _lib.I32)
 _lib.declare("ly_matmul", _lib.P, ctypes.c_size_t, _lib.I32, _lib.I64, _lib.P, _lib.I64, _lib.P, _lib.I32,
              restype=_lib.I32)
+_lib.declare("ly_act_block", _lib.I32, restype=_lib.I64)
 _lib.declare("ly_x16_repack", _lib.I32, _lib.P, ctypes.c_size_t, _lib.I64, _lib.P, _lib.I32, restype=_lib.I32)
 _lib.declare("ly_x16_unpack", _lib.I32, _lib.P, ctypes.c_size_t, _lib.I64, _lib.P, restype=_lib.I32)
 _lib.declare("ly_x16_native", _lib.I32, restype=_lib.I32)
@@ -29,13 +30,10 @@ class _ActStruct(ctypes.Structure):
                 ("x", ctypes.c_void_p), ("k", ctypes.c_int64), ("bs", ctypes.c_int64)]
 
 
-K_QUANTS = frozenset({"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
-
-
 def act_block(qtype: QuantType) -> int:
     """Values per activation scale that a weight type's tiles read (csrc/matmul.h LY_ACT_BS): 256 for the
     K-quants (one float step per super-block), else 32."""
-    return 256 if qtype.name in K_QUANTS else 32
+    return _lib.lib.ly_act_block(qtype.id)
 
 
 _F32 = np.dtype(np.float32)

@@ -53,3 +53,6 @@ LY_API void ly_quantize_act(const float *x, int64_t n, int64_t k, int64_t bs, in
     ly_node nd = {.op = LY_OP_QUANT, .p = {&a}, .n = {n}};
     ly_graph_run(&nd, 1, n * k >= 65536 ? nthreads : 1);
 }
+
+/* matmul.h's LY_ACT_BS for Python (kernels/matmul.py act_block): one source for a type's activation block */
+LY_API int64_t ly_act_block(int type) { return LY_ACT_BS(type); }
