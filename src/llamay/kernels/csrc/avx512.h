@@ -31,7 +31,7 @@ LY_INLINE void load_transposed(const uint8_t *const p[GROUP], int at, __m512i T[
  * so the next group is next[0 .. GROUP * row_bytes)), one share of GROUP * block_bytes per block. */
 LY_INLINE void prefetch_share(const uint8_t *next, const uint8_t *end, int64_t b, int block_bytes) {
     const uint8_t *lo = next + b * GROUP * block_bytes, *hi = lo + GROUP * block_bytes;
-    for (const uint8_t *p = lo; p < hi && p < end; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T0);
+    for (const uint8_t *p = lo; p < hi && p < end; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
 }
 
 #endif

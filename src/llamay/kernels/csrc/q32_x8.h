@@ -129,7 +129,7 @@ LY_INLINE void unpack_group(q_fmt f, const uint8_t *w, size_t row_bytes, int64_t
     for (int64_t b = 0; b < nb; b++) {
         __m256i v[8];
         for (int i = 0; i < 8; i++) /* the same block two groups ahead */
-            _mm_prefetch((const char *)(p[i] + 16 * row_bytes), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p[i] + 16 * row_bytes), _MM_HINT_T1);
         if (type == LY_IQ4_XS) { /* p[i]: the superblock; block b % 8 of it */
             const int ib = (int)(b % 8);
             unpack_lut8(p, 8 + 16 * ib, LY_KV_IQ4NL, v);

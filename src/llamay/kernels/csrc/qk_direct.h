@@ -58,7 +58,7 @@ QK_TARGET static inline __attribute__((always_inline)) __m256 direct_dot(int has
         /* 8 rows at once are too many streams for the prefetchers: fetch the s-th share of the next
          * group (its rows are contiguous) while super-block s of this one is read */
         for (const uint8_t *p = next + s * 8 * type_size, *e = p + 8 * type_size; p < e && p < end; p += 64)
-            _mm_prefetch((const char *)p, _MM_HINT_T0);
+            _mm_prefetch((const char *)p, _MM_HINT_T1);
         __m256i s0 = LOAD(s16 + s * 16), s1 = LOAD(s16 + s * 16 + 8); /* |s16| <= 2032: packs is exact */
         __m256i sx = _mm256_permute4x64_epi64(_mm256_packs_epi32(s0, s1), 0xd8);
         const int8_t *xs = x + s * 256;

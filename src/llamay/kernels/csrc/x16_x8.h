@@ -99,7 +99,7 @@ typedef struct {
 LY_INLINE void prefetch_next(const src_t *s, int64_t b) {
     if (!s->pf) return;
     for (const uint8_t *p = s->pf + b * s->pf_step, *e = p + s->pf_step; p < e; p += 64)
-        _mm_prefetch((const char *)p, _MM_HINT_T0);
+        _mm_prefetch((const char *)p, _MM_HINT_T1);
 }
 
 LY_INLINE int32_t sx_of(const ly_act *a, int64_t k, int64_t t, int64_t b) {
