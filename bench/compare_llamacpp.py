@@ -89,6 +89,7 @@ def bytes_per_token(path) -> int:
 
 def compare(path, threads, reps, ref, depths=()):
     ours = llamay_runner(path, threads, depths)
+    print(machine.kernel_choice())
     for f in ours.values():
         f()  # warm-up: plans built, pages touched, the deep contexts prefilled
     res = {(who, k): [] for who in ("ours", "ref") for k in ours}

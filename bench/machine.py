@@ -42,6 +42,17 @@ def describe(threads: int | None = None) -> str:
     return line
 
 
+def kernel_choice() -> str:
+    """How the kernel path in use was chosen: by measurement at the first model load (pathpick.py), each
+    path's time relative to the fastest, or by LLAMAY_KERNELS / flags."""
+    from llamay.kernels import _lib, pathpick
+    got = pathpick.choice()
+    if not got:
+        return f"kernels: {_lib.current()} (not measured: LLAMAY_KERNELS set, or one path runs)"
+    rel = ", ".join(f"{p} {t:.2f}" for p, t in sorted(pathpick.relative_times().items(), key=lambda kv: kv[1]))
+    return f"kernels: {_lib.current()}, chosen by measurement on {', '.join(got['types'])} (time relative to the best: {rel})"
+
+
 if __name__ == "__main__":
     print(describe(1))
     print(f"memory read: {read_bandwidth(2):.1f} GB/s with 2 threads")

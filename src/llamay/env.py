@@ -5,7 +5,8 @@ from pathlib import Path
 
 
 def kernels_path() -> str:
-    """LLAMAY_KERNELS: 'auto' (default: the best path the CPU runs), or force 'portable' (plain C), 'avx2',
+    """LLAMAY_KERNELS: 'auto' (default: the path this CPU runs fastest, measured at the first model load:
+    kernels/pathpick.py), or force 'portable' (plain C), 'avx2',
     'avxvnni' (AVX2 with AVX-VNNI) or 'avx512' (F/BW/VL + VNNI) on x86-64; 'neon', 'dotprod' (sdot) or 'i8mm'
     (smmla) on arm64. Every path gives bit-identical results."""
     value = os.environ.get("LLAMAY_KERNELS", "auto").strip().lower()

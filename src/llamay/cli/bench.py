@@ -38,7 +38,8 @@ def run(args):
         return
     print(f"model        {r.model}")
     print(f"threads      {r.threads}")
-    print(f"kernels      {r.kernels}")
+    measured = ", ".join(f"{p} {t:.2f}x" for p, t in sorted((r.kernels_measured or {}).items(), key=lambda kv: kv[1]))
+    print(f"kernels      {r.kernels}" + (f" (measured, time relative to the fastest: {measured})" if measured else ""))
     print(f"prefill {r.n_prefill:<4} {r.prefill_tok_s:8.1f} tok/s")
     print(f"decode  {r.n_decode:<4} {r.decode_tok_s:8.1f} tok/s")
     print(f"load {r.load_s:.3f} s, first token {r.first_token_s:.3f} s after open")

@@ -49,13 +49,18 @@ def current() -> str:
 
 
 def set_path(name: str) -> None:
-    """Switch the kernel path at run time ('auto': the best this CPU runs). Raises ValueError for a path
-    the CPU lacks."""
-    global _current
+    """Switch the kernel path at run time ('auto': the widest this CPU runs, until the first model load
+    measures the paths: pathpick.py). Raises ValueError for a path the CPU lacks."""
+    global _current, _auto_pending
     got = lib.ly_init(-1 if name == "auto" else PATHS.index(name))
     if got < 0:
         raise ValueError(f"this CPU cannot run the {name} kernels (it runs: {', '.join(available())})")
-    _current = PATHS[got]
+    _current, _auto_pending = PATHS[got], name == "auto"
+
+
+def auto_pending() -> bool:
+    """True while the path is 'auto' by flags and no measured choice (or explicit path) replaced it."""
+    return _auto_pending
 
 
 @contextlib.contextmanager
@@ -83,5 +88,5 @@ def skipped() -> tuple[str, ...]:
     return tuple(name for name in PATHS if name not in available())
 
 
-_current = "portable"
+_current, _auto_pending = "portable", False
 set_path(env.kernels_path())

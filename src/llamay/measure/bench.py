@@ -22,6 +22,7 @@ class BenchResult:
     decode_runs_s: list[float]
     load_s: float
     first_token_s: float
+    kernels_measured: dict[str, float] | None = None  # path -> time relative to the fastest (pathpick.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,7 +67,7 @@ def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: in
               reps: int = 3, kv: str = "f16", progress=None) -> BenchResult:
     """progress(runs done, runs in all): the first token, then each timed prefill and decode."""
     from .. import load
-    from ..kernels import _lib
+    from ..kernels import _lib, pathpick
     total, done = 1 + 2 * reps, [0]
 
     def timed(fn, *a):
@@ -84,7 +85,7 @@ def run_bench(path: str, threads: int | None, n_prefill: int = 512, n_decode: in
     pp = [timed(time_prefill, llm, ids) for _ in range(reps)]
     tg = [timed(time_decode, llm, n_decode, ids[:1]) for _ in range(reps)]
     return BenchResult(path, llm.threads, _lib.current(), n_prefill, n_decode, n_prefill / statistics.median(pp),
-                       n_decode / statistics.median(tg), pp, tg, load_s, first_token_s)
+                       n_decode / statistics.median(tg), pp, tg, load_s, first_token_s, pathpick.relative_times())
 
 
 @dataclass

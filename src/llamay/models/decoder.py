@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..gguf import GGUFReader
+from ..kernels import pathpick
 from ..kernels.ops import BatchMeta
 from ..kernels.threads import Governor
 from ..kv import PagePool, kv_type
@@ -39,6 +40,10 @@ class Decoder:
          self.ple) = load_weights(reader, spec, n_ctx)
         if repack:
             old = self.layers + [self.output[0]]
+            type_bytes: dict[str, int] = {}
+            for w in matrices(old):
+                type_bytes[w.qtype.name] = type_bytes.get(w.qtype.name, 0) + w.raw.nbytes
+            pathpick.choose(type_bytes)  # before the regrouping: the layout follows the path
             self.layers = [repacked(layer, reader, nthreads) for layer in self.layers]
             self.output = (regrouped(self.output[0], reader, nthreads), self.output[1])
             for was, now in zip(matrices(old), matrices(self.layers + [self.output[0]])):
