@@ -320,12 +320,122 @@ LY_INLINE void store(const __m512 acc[NT_MAX], int NT, float *y, int64_t ldy, in
     for (int u = 0; u < NT; u++) _mm512_mask_storeu_ps(y + u * ldy, m, acc[u]);
 }
 
+/* Token t + u's 4 activation bytes at i of super-block sb, broadcast */
+LY_INLINE __m512i x4(const src_t *s, int64_t t, int u, int64_t sb, int i) {
+    int32_t v;
+    memcpy(&v, s->a->q + (t + u) * s->k + sb * 256 + i, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* An exact int32 shift by sh (left when positive) */
+LY_INLINE __m512i shift_by(__m512i v, int sh) {
+    return sh > 0 ? _mm512_slli_epi32(v, sh) : sh < 0 ? _mm512_srai_epi32(v, -sh) : v;
+}
+
+/* Q4_K for one or two tokens (decode): kstep's integers by fewer instructions. A pair of blocks (2p, 2p + 1)
+ * shares its 8 qs vectors: loaded once, the low nibbles masked for block 2p, the high ones masked in place
+ * (16 times their values: block 2p + 1's dot shifted back by 4, exact); a block's 8 dots in two chains; the
+ * mins' correction by vpdpwssd over int16 pairs (as kcorr). Then the same float step (kfinish). */
+LY_INLINE void few_q4k(const uint8_t *grp, const src_t *s, int64_t t, int NT, __m512 acc[NT_MAX]) {
+    const int64_t ns = s->nb / 8;
+    const __m512i m4 = _mm512_set1_epi8(15), mh = _mm512_set1_epi8((char)0xf0), byte = _mm512_set1_epi32(0xff);
+    const __m512i even = _mm512_set1_epi32(0x00ff00ff);
+    for (int64_t sb = 0; sb < ns; sb++) {
+        q4k_sb h;
+        q4k_superblock(QK_Q4_K, grp, ns, sb, &h);
+        __m512i raw[NT_MAX], corr[NT_MAX];
+        for (int u = 0; u < NT; u++) raw[u] = corr[u] = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++) {
+            prefetch_next(s, sb * 8 + 2 * p);
+            prefetch_next(s, sb * 8 + 2 * p + 1);
+            const uint8_t *qs = grp + sb * 2048 + p * 512;
+            const __m512i sl = _mm512_and_si512(_mm512_srli_epi32(h.sc[p / 2], 16 * (p % 2)), byte);
+            const __m512i sh = _mm512_and_si512(_mm512_srli_epi32(h.sc[p / 2], 16 * (p % 2) + 8), byte);
+            for (int u = 0; u < NT; u++) {
+                __m512i l0 = _mm512_setzero_si512(), l1 = l0, h0 = l0, h1 = l0;
+                for (int j = 0; j < 8; j += 2) {
+                    const __m512i T0 = vload(qs + 64 * j), T1 = vload(qs + 64 * j + 64);
+                    l0 = _mm512_dpbusd_epi32(l0, _mm512_and_si512(T0, m4), x4(s, t, u, sb, 64 * p + 4 * j));
+                    h0 = _mm512_dpbusd_epi32(h0, _mm512_and_si512(T0, mh), x4(s, t, u, sb, 64 * p + 32 + 4 * j));
+                    l1 = _mm512_dpbusd_epi32(l1, _mm512_and_si512(T1, m4), x4(s, t, u, sb, 64 * p + 4 * j + 4));
+                    h1 = _mm512_dpbusd_epi32(h1, _mm512_and_si512(T1, mh), x4(s, t, u, sb, 64 * p + 36 + 4 * j));
+                }
+                const __m512i lo = _mm512_add_epi32(l0, l1), hi = _mm512_srai_epi32(_mm512_add_epi32(h0, h1), 4);
+                raw[u] = _mm512_add_epi32(raw[u], _mm512_add_epi32(_mm512_mullo_epi32(sl, lo), _mm512_mullo_epi32(sh, hi)));
+            }
+        }
+        for (int u = 0; u < NT; u++)
+            for (int i = 0; i < 2; i++) { /* blocks 4i .. 4i + 3: mins 0, 2 and 1, 3 of each lane as int16 pairs */
+                const int32_t *h16 = s->a->s16 + (t + u) * (s->k / 16) + sb * 16 + 8 * i;
+                const int32_t x0 = h16[0] + h16[1], x1 = h16[2] + h16[3], x2 = h16[4] + h16[5], x3 = h16[6] + h16[7];
+                const uint32_t pe = (uint16_t)x0 | (uint32_t)(uint16_t)x2 << 16, po = (uint16_t)x1 | (uint32_t)(uint16_t)x3 << 16;
+                corr[u] = _mm512_dpwssd_epi32(corr[u], _mm512_and_si512(h.mn[i], even), _mm512_set1_epi32((int32_t)pe));
+                corr[u] = _mm512_dpwssd_epi32(corr[u], _mm512_srli_epi16(h.mn[i], 8), _mm512_set1_epi32((int32_t)po));
+            }
+        const terms_t tm = {h.d, h.dmin, _mm512_setzero_si512(), _mm512_setzero_si512()};
+        kfinish(QK_Q4_K, &tm, s, t, sb, NT, raw, corr, acc);
+    }
+}
+
+/* Q6_K for one or two tokens: the 4-bit part of block j of a half (j = 0..3) masked in place (j >= 2: 16
+ * times, its dot shifted back) and its 2-bit part masked in place in the shared qh vectors (4^j times: the
+ * dot shifted to 16 times), two dots per vector instead of the unpacking's five operations; the same
+ * integers as kstep's and the same float step. */
+LY_INLINE void few_q6k(const uint8_t *grp, const src_t *s, int64_t t, int NT, __m512 acc[NT_MAX]) {
+    const int64_t ns = s->nb / 8;
+    const __m512i m4 = _mm512_set1_epi8(15), mh = _mm512_set1_epi8((char)0xf0), lo16 = _mm512_set1_epi32(0xffff);
+    for (int64_t sb = 0; sb < ns; sb++) {
+        const int8_t *scl = (const int8_t *)grp + ns * 3072 + sb * 256;
+        __m512i raw[NT_MAX], corr[NT_MAX];
+        for (int u = 0; u < NT; u++) raw[u] = corr[u] = _mm512_setzero_si512();
+        for (int half = 0; half < 2; half++) {
+            __m512i Q[8];
+            for (int jj = 0; jj < 8; jj++) Q[jj] = vload(grp + ns * 2048 + sb * 1024 + (8 * half + jj) * 64);
+            for (int j = 0; j < 4; j++) {
+                const int B = 4 * half + j;
+                prefetch_next(s, sb * 8 + B);
+                const uint8_t *ql = grp + sb * 2048 + (16 * half + 8 * (j % 2)) * 64;
+                const __m512i lm = j / 2 ? mh : m4, hm = _mm512_set1_epi8((char)(3 << (2 * j)));
+                const __m512i sa = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scl + 32 * B)));
+                const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(scl + 32 * B + 16)));
+                const __m512i pair = _mm512_or_si512(_mm512_and_si512(sa, lo16), _mm512_slli_epi32(sc, 16));
+                for (int u = 0; u < NT; u++) {
+                    __m512i d16[2];
+                    for (int q = 0; q < 2; q++) { /* the block's 16-value halves, vectors 4q .. 4q + 3 */
+                        __m512i l0 = _mm512_setzero_si512(), l1 = l0, h0 = l0, h1 = l0;
+                        for (int jj = 4 * q; jj < 4 * q + 4; jj += 2) {
+                            const int at = 32 * B + 4 * jj;
+                            l0 = _mm512_dpbusd_epi32(l0, _mm512_and_si512(vload(ql + 64 * jj), lm), x4(s, t, u, sb, at));
+                            h0 = _mm512_dpbusd_epi32(h0, _mm512_and_si512(Q[jj], hm), x4(s, t, u, sb, at));
+                            l1 = _mm512_dpbusd_epi32(l1, _mm512_and_si512(vload(ql + 64 * jj + 64), lm), x4(s, t, u, sb, at + 4));
+                            h1 = _mm512_dpbusd_epi32(h1, _mm512_and_si512(Q[jj + 1], hm), x4(s, t, u, sb, at + 4));
+                        }
+                        d16[q] = _mm512_add_epi32(shift_by(_mm512_add_epi32(l0, l1), -4 * (j / 2)),
+                                                  shift_by(_mm512_add_epi32(h0, h1), 4 - 2 * j));
+                    }
+                    raw[u] = _mm512_add_epi32(raw[u], _mm512_add_epi32(_mm512_mullo_epi32(d16[0], sa),
+                                                                       _mm512_mullo_epi32(d16[1], sc)));
+                    const int32_t *h16 = s->a->s16 + (t + u) * (s->k / 16) + sb * 16 + 2 * B;
+                    const uint32_t xp = (uint32_t)(uint16_t)h16[0] | (uint32_t)(uint16_t)h16[1] << 16;
+                    corr[u] = _mm512_dpwssd_epi32(corr[u], pair, _mm512_set1_epi32((int32_t)xp));
+                }
+            }
+        }
+        for (int u = 0; u < NT; u++) corr[u] = _mm512_slli_epi32(corr[u], 5); /* Q6_K's offset 32 */
+        const terms_t tm = {f16x16(grp + ns * 3328 + sb * 32), _mm512_setzero_ps(), _mm512_setzero_si512(),
+                            _mm512_setzero_si512()};
+        kfinish(QK_Q6_K, &tm, s, t, sb, NT, raw, corr, acc);
+    }
+}
+
 /* Few tokens: each block unpacked in registers and used at once */
 LY_INLINE void direct(int type, const uint8_t *grp, const src_t *s, int64_t t, int NT, float *y, int64_t ldy,
                       int nrows) {
     __m512 acc[NT_MAX];
     for (int u = 0; u < NT; u++) acc[u] = _mm512_setzero_ps();
-    walk(type, grp, s, t, NT, acc, NULL);
+    if (type == QK_Q4_K) few_q4k(grp, s, t, NT, acc);
+    else if (type == QK_Q6_K) few_q6k(grp, s, t, NT, acc);
+    else walk(type, grp, s, t, NT, acc, NULL);
     store(acc, NT, y + t * ldy, ldy, nrows);
 }
 
