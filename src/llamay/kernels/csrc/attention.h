@@ -22,15 +22,19 @@ typedef struct {
     const float *sinks;      /* [G] the heads' sink logits, or NULL */
 } ly_att;
 
-/* A grouped kernel's body fn(at, s, G) with G a literal for the common group sizes (s: scratch of
- * G * n_keys floats). */
+/* A grouped kernel's body fn(at, s, G) with G a literal for every group size it takes (s: scratch of
+ * G * n_keys floats): with G unknown the accumulators live in memory, three times slower (Llama 3.2 3B's
+ * G = 3, Qwen2.5's 6 and 7). */
 #define BY_GROUP(fn)                                  \
     switch (at->G) {                                  \
     case 1: fn(at, s, 1); break;                      \
     case 2: fn(at, s, 2); break;                      \
+    case 3: fn(at, s, 3); break;                      \
     case 4: fn(at, s, 4); break;                      \
-    case 8: fn(at, s, 8); break;                      \
-    default: fn(at, s, at->G); break;                 \
+    case 5: fn(at, s, 5); break;                      \
+    case 6: fn(at, s, 6); break;                      \
+    case 7: fn(at, s, 7); break;                      \
+    default: fn(at, s, 8); break;                     \
     }
 
 /* s[g * n + j] holds the raw dot of head g with key j: -> p_j, and sum[g] (key order); attention_avx2.c */
