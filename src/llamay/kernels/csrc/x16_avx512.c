@@ -27,7 +27,8 @@ typedef struct {
     const uint8_t *pf; /* the next group (NULL: no prefetching), fetched a share per 32-block of this one: */
     int64_t pf_step;   /* its bytes over the blocks, so that it is in cache when its turn comes */
     const int32_t *sx; /* many tokens: [t - t0][block] the activation block sums (times Q4_0's or Q8_0's
-                        * offset), computed once per tile; NULL: computed as they are needed */
+                        * offset), or for the K-quants the int16 pairs kcorr reads (kpairs), computed once
+                        * per tile; NULL: computed as they are needed */
     int64_t t0;
 } src_t;
 
@@ -261,26 +262,26 @@ LY_INLINE void kpairs(int type, group_buf *buf, int64_t nb) {
     }
 }
 
+/* Token t's activation pairs that kpairs' multipliers meet (written to sx[0 .. nb)): Q4_K, Q5_K the 32-value
+ * sums of blocks 2p and 2p + 1 at p < nb / 2; Q6_K block p's two 16-value sums */
+LY_INLINE void act_pairs(int type, const ly_act *a, int64_t t, int64_t nb, int32_t *sx) {
+    const int32_t *s16 = a->s16 + t * (a->k / 16);
+    for (int64_t p = 0; p < (K_MIN(type) ? nb / 2 : nb); p++) {
+        const int32_t lo = K_MIN(type) ? s16[4 * p] + s16[4 * p + 1] : s16[2 * p];
+        const int32_t hi = K_MIN(type) ? s16[4 * p + 2] + s16[4 * p + 3] : s16[2 * p + 1];
+        sx[p] = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+    }
+}
+
 /* corr[u] of super-block sb for token t + u from the pairs (K-quants, buffered) */
 LY_INLINE void kcorr(int type, const group_buf *buf, const src_t *s, int64_t t, int64_t sb, int NT,
                      __m512i corr[NT_MAX]) {
+    const int per = K_MIN(type) ? 4 : 8; /* pairs per super-block */
     for (int u = 0; u < NT; u++) {
-        const int32_t *s16 = s->a->s16 + (t + u) * (s->k / 16) + sb * 16;
+        const int32_t *x = s->sx + (t + u - s->t0) * s->nb + sb * per;
         __m512i c = _mm512_setzero_si512();
-        if (K_MIN(type)) {
-            for (int p = 0; p < 4; p++) {
-                const int32_t *h = s16 + 4 * p;
-                uint32_t pair = (uint32_t)(uint16_t)(h[0] + h[1]) | (uint32_t)(uint16_t)(h[2] + h[3]) << 16;
-                c = _mm512_dpwssd_epi32(c, buf->cp[sb * 4 + p], _mm512_set1_epi32((int32_t)pair));
-            }
-        } else {
-            for (int p = 0; p < 8; p++) {
-                uint32_t pair = (uint32_t)(uint16_t)s16[2 * p] | (uint32_t)(uint16_t)s16[2 * p + 1] << 16;
-                c = _mm512_dpwssd_epi32(c, buf->cp[sb * 8 + p], _mm512_set1_epi32((int32_t)pair));
-            }
-            c = _mm512_slli_epi32(c, 5);
-        }
-        corr[u] = c;
+        for (int p = 0; p < per; p++) c = _mm512_dpwssd_epi32(c, buf->cp[sb * per + p], _mm512_set1_epi32(x[p]));
+        corr[u] = K_MIN(type) ? c : _mm512_slli_epi32(c, 5);
     }
 }
 
@@ -469,10 +470,12 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
         buf.cp = (__m512i *)(buf.tm + nb);
         sx = (int32_t *)(buf.cp + nb);
         for (int64_t t = t0; t < t1; t++)
-            for (int64_t b = 0; b < nb; b++) {
-                const int32_t *s16 = a->s16 + t * (a->k / 16) + 2 * b;
-                sx[(t - t0) * nb + b] = OFFSET(type) * (s16[0] + s16[1]);
-            }
+            if (type == QK_Q4_K || type == QK_Q5_K || type == QK_Q6_K) act_pairs(type, a, t, nb, sx + (t - t0) * nb);
+            else
+                for (int64_t b = 0; b < nb; b++) {
+                    const int32_t *s16 = a->s16 + t * (a->k / 16) + 2 * b;
+                    sx[(t - t0) * nb + b] = OFFSET(type) * (s16[0] + s16[1]);
+                }
     }
     for (int64_t r = r0; r < r1; r += GROUP) {
         const uint8_t *grp = w + r * row_bytes; /* group r / 16 starts at 16 (r / 16) row_bytes */
