@@ -97,6 +97,8 @@ class ContextStore:
         self.decoder, self.page_size = decoder, page_size
         self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
         self.states = states if states is not None else decoder.new_states(LOAD.state_slots)
+        if states is not None:
+            states.clear()
         self.checkpoints = Checkpoints(LOAD.state_checkpoints if self.states is not None else 0)
         self.is_control = is_control
         self._kv = KVState(n_pages, page_size, budget_pages)

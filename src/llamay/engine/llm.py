@@ -77,12 +77,12 @@ class LLM:
         return DraftModel(path, self.tokenizer, self.threads, self.n_ctx, self._store.view().n_total, cost,
                           self.kv, self.page_size)
 
-    def _new_store(self, kv_budget: int | None, pool=None) -> ContextStore:
+    def _new_store(self, kv_budget: int | None, pool=None, states=None) -> ContextStore:
         per_ctx, one_page = context_pages(self.spec, self.n_ctx, self.kv, self.page_size)
         n_pages = max(per_ctx, kv_budget // one_page) if kv_budget else per_ctx * LOAD.pool_contexts
         self.kv_budget = kv_budget
-        store = ContextStore(self.decoder, n_pages, self.page_size, self.kv, pool=pool, tiers=self.cache,
-                             is_control=self.tokenizer.is_control)
+        store = ContextStore(self.decoder, n_pages, self.page_size, self.kv, pool=pool, states=states,
+                             tiers=self.cache, is_control=self.tokenizer.is_control)
         store.default_lora = self.default_lora
         if self.kv_events is not None:
             store.watch(self.kv_events)
@@ -186,14 +186,14 @@ class LLM:
         return self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else [int(t) for t in prompt]
 
     def reset(self):
-        """Forget every cached prefix and context (the next prompt prefills from scratch). The page pool and
-        the built graphs are kept: only the bookkeeping starts over."""
+        """Forget every cached prefix and context (the next prompt prefills from scratch). The page pool, the
+        recurrent state slots and the graphs built over them are kept: only the bookkeeping starts over."""
         def fresh(store):
             if self.cache is not None:
                 self.cache.flush()  # its writer reads pages of this pool the new state will reuse
             if self.kv_events is not None:
                 self.kv_events.cleared()
-            self._store = self._new_store(self.kv_budget, pool=store.pool)
+            self._store = self._new_store(self.kv_budget, pool=store.pool, states=store.states)
             if self.draft is not None:
                 self.draft.reset()
         self.scheduler.do(fresh)

@@ -19,8 +19,12 @@ class StatePool:
         """shapes: layer -> the shapes of the arrays one slot holds for it."""
         self.n_slots = n_slots
         self.layers = {il: tuple(np.zeros((n_slots, *shape), np.float32) for shape in s) for il, s in shapes.items()}
-        self._refs = [0] * n_slots
-        self._free = list(range(n_slots - 1, -1, -1))
+        self.clear()
+
+    def clear(self):
+        """Every slot free (a new store reusing the arrays: the graphs built over them stay valid)."""
+        self._refs = [0] * self.n_slots
+        self._free = list(range(self.n_slots - 1, -1, -1))
 
     @property
     def bytes_per_slot(self) -> int:
