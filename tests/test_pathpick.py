@@ -1,4 +1,5 @@
 """LLAMAY_KERNELS=auto picks the kernel path by measurement (kernels/pathpick.py); the bits do not depend on it."""
+import itertools
 import math
 
 import pytest
@@ -35,13 +36,33 @@ def test_a_path_set_by_name_is_never_replaced(auto):
     assert pathpick.choose({"Q4_0": 1}, lambda *a: pytest.fail("measured a named path")) == FAST[0]
 
 
+def test_the_score_is_the_mean_log_time_against_each_keys_fastest():
+    got = pathpick.score({"a": {"x": 1.0, "y": 4.0}, "b": {"x": 2.0, "y": 1.0}})
+    assert got == pytest.approx({"a": math.log(4) / 2, "b": math.log(2) / 2})
+
+
 @needs_two
-def test_the_measurement_times_every_path_on_the_models_types(auto):
+def test_the_measurement_takes_each_keys_best_of_its_rounds_under_its_path(auto):
+    seen = []
+
+    def timer(path, types):  # the path's calls take 3, 1, 2, 3, ... s (times its rank): each key's best is 1
+        times = itertools.islice(itertools.cycle([3.0, 1.0, 2.0]), FAST.index(path), None)  # each path its phase
+
+        def run():
+            seen.append((path, _lib.current()))
+            return next(times) * (1 + FAST.index(path))
+        return {(t, n): run for t in types for n in pathpick.TOKENS}
+    got = pathpick.measure(FAST, ["Q4_0", "Q4_K", "IQ2_XS"], timer)
+    assert got == pytest.approx({p: math.log(1 + i) for i, p in enumerate(FAST)})
+    assert all(path == running for path, running in seen)  # each timed under its own path
+    assert len(seen) == len(FAST) * 2 * len(pathpick.TOKENS) * pathpick.REPS  # IQ2_XS is not quantizable here
+
+
+@needs_two
+def test_the_real_measurement_times_every_path(auto):
     score = pathpick.measure(FAST, ["Q4_0", "Q4_K"])
     assert set(score) == set(FAST)
     assert all(math.isfinite(s) and s >= 0 for s in score.values())
-    # each (type, tokens) has a fastest path, whose log ratio is 0: some path is 0 on at least one
-    assert min(score.values()) < max(math.log(2), max(score.values()))
 
 
 @needs_two

@@ -58,20 +58,25 @@ def _timer(path: str, types: list[str]) -> dict[tuple[str, int], Callable[[], fl
     return out
 
 
-def measure(paths: Iterable[str], types: Iterable[str]) -> dict[str, float]:
-    """path -> mean over (type, tokens) of log(its best time / the best path's): 0 for a path fastest
-    everywhere."""
+def score(best: dict[str, dict]) -> dict[str, float]:
+    """path -> mean over the keys timed of log(its best time / the best path's): 0 for a path fastest
+    everywhere. best: path -> key -> seconds."""
+    keys = list(next(iter(best.values())))
+    low = {key: min(t[key] for t in best.values()) for key in keys}
+    return {p: sum(math.log(t[key] / low[key]) for key in keys) / max(len(keys), 1) for p, t in best.items()}
+
+
+def measure(paths: Iterable[str], types: Iterable[str], timer=_timer) -> dict[str, float]:
+    """score() of each path's best of REPS interleaved rounds over (type, tokens)."""
     paths, types = list(paths), [t for t in types if t in SUPPORTED]
-    timers = {p: _timer(p, types) for p in paths}
+    timers = {p: timer(p, types) for p in paths}
     best = {p: dict.fromkeys(timers[p], math.inf) for p in paths}
     for _ in range(REPS):
         for p in paths:
             with _lib.using(p):
                 for key, run in timers[p].items():
                     best[p][key] = min(best[p][key], run())
-    keys = list(timers[paths[0]])
-    low = {key: min(best[p][key] for p in paths) for key in keys}
-    return {p: sum(math.log(best[p][key] / low[key]) for key in keys) / max(len(keys), 1) for p in paths}
+    return score(best)
 
 
 def choose(type_bytes: dict[str, int], measure_fn=measure) -> str:

@@ -248,14 +248,18 @@ typedef struct {
     __m512i *cp; /* K-quants: [nb / 2] the correction's multipliers as int16 pairs (kpairs) */
 } group_buf;
 
+/* The blocks of K_MIN pair p: within super-block p / 4, pair i = p % 4 is blocks (0, 2), (1, 3), (4, 6), (5, 7):
+ * the even and odd bytes of a q4k_sb mins vector, so few_q4k takes them as pairs by one mask or shift */
+LY_INLINE int64_t pair_block(int64_t p) { return p / 4 * 8 + p % 4 / 2 * 4 + p % 2; }
+
 /* A K-quant group's correction multipliers as int16 pairs, so that vpdpwssd against the activations' pairs
- * gives corr (qk.h) in half the steps: Q4_K, Q5_K the mins of blocks 2p and 2p + 1 (against their 32-value
- * sums sx); Q6_K the scales of block p's halves (against its s16 pair; corr is 32 times that sum). All fit
- * int16 (mins <= 63, |sx| <= 4064, |scale| <= 128, |s16| <= 2032) and the int32 sums are exact. */
+ * (act_pairs) gives corr (qk.h) in half the steps: Q4_K, Q5_K the mins of pair p's blocks (pair_block);
+ * Q6_K the scales of block p's halves (against its s16 pair; corr is 32 times that sum). All fit int16
+ * (mins <= 63, |sx| <= 4064, |scale| <= 128, |s16| <= 2032) and the int32 sums are exact. */
 LY_INLINE void kpairs(int type, group_buf *buf, int64_t nb) {
     for (int64_t p = 0; p < (K_MIN(type) ? nb / 2 : nb); p++) {
         if (K_MIN(type))
-            buf->cp[p] = _mm512_or_si512(buf->tm[2 * p].sb, _mm512_slli_epi32(buf->tm[2 * p + 1].sb, 16));
+            buf->cp[p] = _mm512_or_si512(buf->tm[pair_block(p)].sb, _mm512_slli_epi32(buf->tm[pair_block(p) + 2].sb, 16));
         else
             buf->cp[p] = _mm512_or_si512(_mm512_and_si512(buf->tm[p].sa, _mm512_set1_epi32(0xffff)),
                                          _mm512_slli_epi32(buf->tm[p].sb, 16));
@@ -263,12 +267,13 @@ LY_INLINE void kpairs(int type, group_buf *buf, int64_t nb) {
 }
 
 /* Token t's activation pairs that kpairs' multipliers meet (written to sx[0 .. nb)): Q4_K, Q5_K the 32-value
- * sums of blocks 2p and 2p + 1 at p < nb / 2; Q6_K block p's two 16-value sums */
+ * sums of pair p's blocks (pair_block) at p < nb / 2; Q6_K block p's two 16-value sums */
 LY_INLINE void act_pairs(int type, const ly_act *a, int64_t t, int64_t nb, int32_t *sx) {
     const int32_t *s16 = a->s16 + t * (a->k / 16);
     for (int64_t p = 0; p < (K_MIN(type) ? nb / 2 : nb); p++) {
-        const int32_t lo = K_MIN(type) ? s16[4 * p] + s16[4 * p + 1] : s16[2 * p];
-        const int32_t hi = K_MIN(type) ? s16[4 * p + 2] + s16[4 * p + 3] : s16[2 * p + 1];
+        const int64_t b = pair_block(p);
+        const int32_t lo = K_MIN(type) ? s16[2 * b] + s16[2 * b + 1] : s16[2 * p];
+        const int32_t hi = K_MIN(type) ? s16[2 * b + 4] + s16[2 * b + 5] : s16[2 * p + 1];
         sx[p] = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
     }
 }
@@ -365,14 +370,13 @@ LY_INLINE void few_q4k(const uint8_t *grp, const src_t *s, int64_t t, int NT, __
                 raw[u] = _mm512_add_epi32(raw[u], _mm512_add_epi32(_mm512_mullo_epi32(sl, lo), _mm512_mullo_epi32(sh, hi)));
             }
         }
-        for (int u = 0; u < NT; u++)
-            for (int i = 0; i < 2; i++) { /* blocks 4i .. 4i + 3: mins 0, 2 and 1, 3 of each lane as int16 pairs */
-                const int32_t *h16 = s->a->s16 + (t + u) * (s->k / 16) + sb * 16 + 8 * i;
-                const int32_t x0 = h16[0] + h16[1], x1 = h16[2] + h16[3], x2 = h16[4] + h16[5], x3 = h16[6] + h16[7];
-                const uint32_t pe = (uint16_t)x0 | (uint32_t)(uint16_t)x2 << 16, po = (uint16_t)x1 | (uint32_t)(uint16_t)x3 << 16;
-                corr[u] = _mm512_dpwssd_epi32(corr[u], _mm512_and_si512(h.mn[i], even), _mm512_set1_epi32((int32_t)pe));
-                corr[u] = _mm512_dpwssd_epi32(corr[u], _mm512_srli_epi16(h.mn[i], 8), _mm512_set1_epi32((int32_t)po));
+        for (int u = 0; u < NT; u++) {
+            const int32_t *x = s->sx + (t + u - s->t0) * s->nb + sb * 4; /* act_pairs: (0, 2) (1, 3) (4, 6) (5, 7) */
+            for (int i = 0; i < 2; i++) { /* mins 4i .. 4i + 3 of each lane: even bytes, odd bytes as int16 pairs */
+                corr[u] = _mm512_dpwssd_epi32(corr[u], _mm512_and_si512(h.mn[i], even), _mm512_set1_epi32(x[2 * i]));
+                corr[u] = _mm512_dpwssd_epi32(corr[u], _mm512_srli_epi16(h.mn[i], 8), _mm512_set1_epi32(x[2 * i + 1]));
             }
+        }
         const terms_t tm = {h.d, h.dmin, _mm512_setzero_si512(), _mm512_setzero_si512()};
         kfinish(QK_Q4_K, &tm, s, t, sb, NT, raw, corr, acc);
     }
@@ -416,9 +420,8 @@ LY_INLINE void few_q6k(const uint8_t *grp, const src_t *s, int64_t t, int NT, __
                     }
                     raw[u] = _mm512_add_epi32(raw[u], _mm512_add_epi32(_mm512_mullo_epi32(d16[0], sa),
                                                                        _mm512_mullo_epi32(d16[1], sc)));
-                    const int32_t *h16 = s->a->s16 + (t + u) * (s->k / 16) + sb * 16 + 2 * B;
-                    const uint32_t xp = (uint32_t)(uint16_t)h16[0] | (uint32_t)(uint16_t)h16[1] << 16;
-                    corr[u] = _mm512_dpwssd_epi32(corr[u], pair, _mm512_set1_epi32((int32_t)xp));
+                    const int32_t xp = s->sx[(t + u - s->t0) * s->nb + sb * 8 + B]; /* act_pairs */
+                    corr[u] = _mm512_dpwssd_epi32(corr[u], pair, _mm512_set1_epi32(xp));
                 }
             }
         }
@@ -463,7 +466,11 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
                     int64_t t0, int64_t t1, float *y, int64_t ldy) {
     const int64_t nb = a->k / 32, group_bytes = GROUP * (int64_t)row_bytes;
     group_buf buf = {NULL, NULL, NULL};
-    int32_t *sx = NULL;
+    int32_t *sx = NULL, *few_sx = NULL;
+    if (t1 - t0 < FEW && (type == QK_Q4_K || type == QK_Q6_K)) { /* few_q4k, few_q6k read act_pairs' */
+        sx = few_sx = ly_aligned_alloc(64, (size_t)(t1 - t0) * nb * 4 + 64);
+        for (int64_t t = t0; t < t1; t++) act_pairs(type, a, t, nb, sx + (t - t0) * nb);
+    }
     if (t1 - t0 >= FEW) {
         buf.V = ly_aligned_alloc(64, (size_t)nb * (9 * sizeof(__m512i) + sizeof(terms_t)) + (t1 - t0) * nb * 4 + 64);
         buf.tm = (terms_t *)(buf.V + nb * 8);
@@ -503,6 +510,7 @@ LY_INLINE void tile(int type, const uint8_t *w, size_t row_bytes, int64_t r0, in
         }
     }
     ly_aligned_free(buf.V);
+    ly_aligned_free(few_sx);
 }
 
 #define TILE_X16(name, TYPE)                                                                                \
