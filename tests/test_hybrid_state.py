@@ -184,9 +184,11 @@ def test_the_prefix_cache_resumes_from_a_state_checkpoint(case):
     llm.scheduler.do(lambda store: store.check())
 
 
-def test_a_regenerated_answer_resumes_before_the_prompts_last_token(case):
-    """A prompt's state is checkpointed before its last token: generating again from the same prompt
-    prefills one token, and the answer is the same text."""
+def test_a_regenerated_answer_computes_nothing_before_its_first_token(case):
+    """A prompt's state is checkpointed at its end with the logits there: generating again from the same
+    prompt computes no prompt token (only the 11 sampled ones after the first), and the answer is the same
+    text. The checkpoints share slots, nothing copied: no slot is held once the contexts are gone but
+    theirs."""
     name, _, ids, _, llm, _ = case
     llm.reset()
     store = llm.context_store
@@ -194,7 +196,11 @@ def test_a_regenerated_answer_resumes_before_the_prompts_last_token(case):
     before = store.n_prefilled
     again = "".join(llm.generate(ids, max_tokens=12, temperature=0))
     assert first == again and first, name
-    assert store.n_prefilled - before == 12  # the prompt's last token, then 11 sampled ones
+    assert llm.stats.cached_tokens == len(ids)
+    assert store.n_prefilled - before == 11
+    held = store.checkpoints.held()
+    assert store.states.n_free == store.states.n_slots - len(held)
+    llm.scheduler.do(lambda store: store.check())
 
 
 def test_a_restored_snapshot_continues_to_the_same_bits(case, tmp_path):
@@ -235,6 +241,11 @@ def test_a_restarted_model_resumes_from_a_state_record_on_disk(case, tmp_path):
     first = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_disk=1 << 24, cache_dir=str(tmp_path))
     first.create_context(ids[:half]).delete()
     first.cache.flush()
+
+    def written(store):  # the writer read the record in place, in a slot it shared: given back now
+        store.unpin_written()
+        store.states.check(store.checkpoints.held())  # no context is left: the checkpoints alone hold slots
+    first.scheduler.do(written)
     again = llamay.load(path, threads=1, n_ctx=CASES[name].n_ctx, cache_disk=1 << 24, cache_dir=str(tmp_path))
     store = again.context_store
     ctx = again.create_context(ids)

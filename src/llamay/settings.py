@@ -21,6 +21,7 @@ class LoadSettings:
     # state, allocated lazily), and bytes of state checkpoints kept for its prefix cache
     state_slots: int = 96
     state_checkpoints: int = 512 << 20
+    max_checkpoints: int = 1024  # each holds a slot of its own (a model of tiny states: not 512 MB of slots)
     # and checkpointed where each of the last few messages of a prompt starts (a chat template's turn marker),
     # so an edit of a recent message or a branch there resumes at that message, not a chunk before it
     turn_checkpoints: int = 3

@@ -101,9 +101,10 @@ class CacheTiers:
             self._in_flight += 1
         self._jobs.put((owner, pool, lora, tokens, pages))
 
-    def written(self, owner) -> list[list[int]]:
-        """The pages of owner's saves the writer is through with, to unpin (those of another owner, a store
-        replaced since by LLM.reset, went with it)."""
+    def written(self, owner) -> list[list[int] | int]:
+        """What of owner's saves the writer is through with: each save's pages to unpin, or a state record's
+        slot (an int) to release (those of another owner, a store replaced since by LLM.reset, went with
+        it)."""
         out = []
         while self._done:
             who, pages = self._done.popleft()
@@ -139,12 +140,14 @@ class CacheTiers:
             out.append(h.copy().digest())
         return out
 
-    def save_state(self, lora: tuple, tokens: list[int], n: int, record: bytes):
-        """Queue the state record after tokens[:n] for every state tier (record: a copy, the writer's)."""
+    def save_state(self, owner, lora: tuple, tokens: list[int], n: int, states, slot: int, kv_bytes: bytes):
+        """Queue the state record after tokens[:n] for every state tier: slot of states (a StatePool), shared
+        by owner until written(owner) hands it back, read in place by the writer, then kv_bytes (a copy,
+        the writer's)."""
         if self.states:
             with self._busy:
                 self._in_flight += 1
-            self._jobs.put(("state", self.state_keys(lora, tokens, [n])[0], record))
+            self._jobs.put(("state", owner, self.state_keys(lora, tokens, [n])[0], states, slot, kv_bytes))
 
     def find_state(self, lora: tuple, tokens: list[int], lo: int, hi: int) -> tuple[int, str] | None:
         """(n, tier) of the deepest state record the tiers hold after tokens[:n], lo < n <= hi."""
@@ -230,14 +233,15 @@ class CacheTiers:
                     self._busy.notify_all()
 
 
-    def _write_state(self, key: bytes, record: bytes):
+    def _write_state(self, owner, key: bytes, states, slot: int, kv_bytes: bytes):
         try:
             for tier in self.states.values():
                 if not tier.has([key])[0]:
-                    tier.write([key], [[memoryview(record)]])
+                    tier.write([key], [states.buffers(slot) + [memoryview(kv_bytes)]])
         except Exception:  # noqa: BLE001 - a record not written is only a prefix to compute again
             self.errors += 1
         finally:
+            self._done.append((owner, slot))
             with self._busy:
                 self._in_flight -= 1
                 self._busy.notify_all()

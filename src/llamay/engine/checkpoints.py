@@ -27,39 +27,73 @@ def turn_starts(tokens: Sequence[int], is_control: Callable[[int], bool], last: 
 
 
 class Checkpoints:
-    def __init__(self, budget: int):
-        """budget: bytes of states kept (0: none)."""
-        self.budget, self.bytes = budget, 0
-        self._items: OrderedDict[bytes, tuple[int, int, np.ndarray]] = OrderedDict()  # key -> (ns, n, state)
+    """Each checkpoint holds a share of a StatePool slot (a context's slot as it was: copy on write keeps it,
+    nothing is copied) and, at a prompt's end, the logits after it (a prompt asked again then computes
+    nothing before its first token). Byte budget: a slot's bytes and the logits' per checkpoint."""
+
+    def __init__(self, budget: int, pool=None):
+        """budget: bytes of states kept (0: none); pool: the StatePool whose slots they share."""
+        self.budget, self.bytes, self.pool = budget, 0, pool
+        self._items: OrderedDict[bytes, list] = OrderedDict()  # key -> [ns, n, slot, logits or None]
         self._lengths: dict[int, Counter] = {}  # ns -> prefix lengths held, with their counts
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, ns: int, tokens: Sequence[int], n: int, state: np.ndarray):
-        """Keep the state after tokens[:n] (a copy is the caller's to give: it is held as is)."""
-        if n <= 0 or state.nbytes > self.budget:
-            return
-        key = _key(ns, tokens, n)
-        if key in self._items:
-            self._items.move_to_end(key)
-            return
-        self._items[key] = (ns, n, state)
-        self._lengths.setdefault(ns, Counter())[n] += 1
-        self.bytes += state.nbytes
-        while self.bytes > self.budget:
-            _, (ns_old, n_old, old) = self._items.popitem(last=False)
-            self.bytes -= old.nbytes
-            lengths = self._lengths[ns_old]
-            lengths[n_old] -= 1
-            if not lengths[n_old]:
-                del lengths[n_old]
+    def held(self) -> Counter:
+        """slot -> the checkpoints sharing it (for StatePool.check)."""
+        return Counter(item[2] for item in self._items.values())
 
-    def find(self, ns: int, tokens: Sequence[int], limit: int) -> tuple[int, np.ndarray | None]:
-        """(n, state) of the deepest checkpoint of tokens[:n] with n <= limit; (0, None) when none."""
+    def put(self, ns: int, tokens: Sequence[int], n: int, slot: int, logits: np.ndarray | None = None) -> bool:
+        """Keep slot (its state after tokens[:n]) as the checkpoint of that prefix, sharing it; logits: those
+        after tokens[:n], kept with it (a copy is the caller's to give) -> whether it is new."""
+        if n <= 0 or self.pool is None or self.pool.bytes_per_slot > self.budget:
+            return False
+        key = _key(ns, tokens, n)
+        item = self._items.get(key)
+        if item is not None:
+            self._items.move_to_end(key)
+            if logits is not None and item[3] is None:
+                item[3] = logits
+                self.bytes += logits.nbytes
+                self._fit()
+            return False
+        self._items[key] = [ns, n, self.pool.share(slot), logits]
+        self._lengths.setdefault(ns, Counter())[n] += 1
+        self.bytes += self.pool.bytes_per_slot + (logits.nbytes if logits is not None else 0)
+        self._fit()
+        return True
+
+    def _fit(self):
+        while self.bytes > self.budget and self.evict():
+            pass
+
+    def evict(self) -> bool:
+        """Drop the least recently used checkpoint (its slot share released) -> whether there was one."""
+        if not self._items:
+            return False
+        _, (ns, n, slot, logits) = self._items.popitem(last=False)
+        self.bytes -= self.pool.bytes_per_slot + (logits.nbytes if logits is not None else 0)
+        self.pool.release(slot)
+        lengths = self._lengths[ns]
+        lengths[n] -= 1
+        if not lengths[n]:
+            del lengths[n]
+        return True
+
+    def find(self, ns: int, tokens: Sequence[int], limit: int) -> tuple[int, int | None]:
+        """(n, slot) of the deepest checkpoint of tokens[:n] with n <= limit; (0, None) when none. The slot
+        is the checkpoint's: share it to hold it."""
         for n in sorted((n for n in self._lengths.get(ns, ()) if n <= limit), reverse=True):
             key = _key(ns, tokens, n)
             if key in self._items:
                 self._items.move_to_end(key)
                 return n, self._items[key][2]
         return 0, None
+
+    def logits(self, ns: int, tokens: Sequence[int]) -> np.ndarray | None:
+        """The logits kept after all of tokens (a prompt computed before), or None."""
+        if len(tokens) not in self._lengths.get(ns, ()):
+            return None
+        item = self._items.get(_key(ns, tokens, len(tokens)))
+        return item[3] if item is not None else None

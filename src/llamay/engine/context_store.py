@@ -96,10 +96,13 @@ class ContextStore:
         start (prompt_cuts)."""
         self.decoder, self.page_size = decoder, page_size
         self.pool = pool if pool is not None else decoder.new_pool(n_pages, page_size, kv)
-        self.states = states if states is not None else decoder.new_states(LOAD.state_slots)
+        self.states = states if states is not None else decoder.new_states(LOAD.state_slots, LOAD.state_checkpoints)
         if states is not None:
             states.clear()
-        self.checkpoints = Checkpoints(LOAD.state_checkpoints if self.states is not None else 0)
+        self.checkpoints = Checkpoints(LOAD.state_checkpoints if self.states is not None else 0, self.states)
+        if self.states is not None:  # a context's slot comes before a checkpoint's
+            self.states.reclaim = self.checkpoints.evict
+        self._tier_slots: Counter = Counter()  # slots the tiers' writer reads, shared until written
         self.is_control = is_control
         self._kv = KVState(n_pages, page_size, budget_pages)
         self._ctxs: dict[int, ContextState] = {}
@@ -125,6 +128,10 @@ class ContextStore:
 
     def pages(self, ctx: int) -> list[int]:
         return self._kv.page_table(ctx)
+
+    def last_logits(self, ctx: int) -> np.ndarray | None:
+        """The logits after the context's last computed token, where known."""
+        return self._get(ctx).last_logits
 
     def lora(self, ctx: int) -> tuple:
         return self._get(ctx).lora
@@ -158,7 +165,8 @@ class ContextStore:
         if set(self._ctxs) != set(self._kv.contexts()):
             raise InvariantError(f"records {sorted(self._ctxs)} != contexts {self._kv.contexts()}")
         if self.states is not None:
-            self.states.check(Counter(r.slot for r in self._ctxs.values() if r.slot is not None))
+            self.states.check(Counter(r.slot for r in self._ctxs.values() if r.slot is not None)
+                              + self.checkpoints.held() + self._tier_slots)
             for ctx, r in self._ctxs.items():
                 if (r.slot is None) != (self._kv.n_tokens(ctx) == 0):
                     raise InvariantError(f"context {ctx}: {self._kv.n_tokens(ctx)} tokens, state slot {r.slot}")
@@ -175,32 +183,50 @@ class ContextStore:
 
     def open(self, tokens: list[int], lora: tuple | None = None) -> tuple[int, int]:
         """A context of the longest computed prefix of tokens under these adapters (None: the default
-        ones), from memory, then the tiers below it -> (ctx_id, n_cached); the rest is not computed."""
+        ones), from memory, then the tiers below it -> (ctx_id, n_cached); the rest is not computed. All of
+        them when a hybrid's checkpoint holds the logits after them (last_logits then gives those)."""
         lora = self.default_lora if lora is None else lora
+        self.unpin_written()
+        got = self._open_whole(tokens, lora)
+        if got is not None:
+            return got
         ctx, n_cached = self._kv.create(tokens, self.namespace(lora))
         self._ctxs[ctx] = ContextState(lora)
         if self.tiers is not None:
-            self.unpin_written()
             n_cached = self._read_tiers(ctx, lora, tokens, n_cached)
         if self.states is not None:
             n_cached = self._resume_state(ctx, tokens, n_cached, tiers=True)
         return ctx, n_cached
 
+    def _open_whole(self, tokens: list[int], lora: tuple) -> tuple[int, int] | None:
+        """A context of all of tokens when they are a prompt computed before whose K/V, state and last
+        logits are all still held: nothing is computed (a regenerated answer) -> (ctx_id, len(tokens));
+        else None, nothing changed."""
+        ns = self.namespace(lora)
+        logits = self.checkpoints.logits(ns, tokens) if self.states is not None else None
+        if logits is None:
+            return None
+        ctx, n = self._kv.create(tokens, ns, whole=True)
+        if n < len(tokens):
+            self._kv.free(ctx)
+            return None
+        _, slot = self.checkpoints.find(ns, tokens, n)
+        self._ctxs[ctx] = ContextState(lora, logits, slot=self.states.share(slot))
+        return ctx, n
+
     def _resume_state(self, ctx: int, tokens: Sequence[int], n: int, tiers: bool = False) -> int:
         """A hybrid context holding tokens[:n]'s K/V keeps only what the deepest state checkpoint at or
         below n covers, in memory or (tiers) in the tiers below it, on a slot holding that state -> the
         tokens it now holds."""
-        c, state = self.checkpoints.find(self._kv.namespace(ctx), tokens, n)
+        c, slot = self.checkpoints.find(self._kv.namespace(ctx), tokens, n)
         if tiers and self.tiers is not None and self.tiers.states:
             got = self._read_state_tier(ctx, tokens, c, n)
             if got:
                 return got
         if self._kv.n_tokens(ctx) > c:
             self._kv.truncate(ctx, c)
-        if state is not None:
-            rec = self._ctxs[ctx]
-            rec.slot = self.states.alloc(zero=False)
-            self.states.write(rec.slot, state)
+        if slot is not None:
+            self._ctxs[ctx].slot = self.states.share(slot)
         return c
 
     def _read_state_tier(self, ctx: int, tokens: Sequence[int], c: int, n: int) -> int:
@@ -408,20 +434,22 @@ class ContextStore:
         rec.pending, rec.matcher = [], None
         return out
 
-    def checkpoint(self, ctx: int):
+    def checkpoint(self, ctx: int, logits: np.ndarray | None = None):
         """Keep a hybrid context's recurrent state after its computed tokens for the prefix cache (where a
-        later prompt over the same prefix resumes)."""
+        later prompt over the same prefix resumes): its slot shared, nothing copied. logits: those after
+        its last token, at a prompt's end (a prompt asked again starts sampling at once)."""
         rec = self._get(ctx)
         if rec.slot is None:
             return
         kv = self._kv
-        tokens, n, state = kv.tokens(ctx), kv.n_tokens(ctx), self.states.read(rec.slot)
-        self.checkpoints.put(kv.namespace(ctx), tokens, n, state)
-        if self.tiers is not None and self.tiers.states:  # with the page of its last n % page_size tokens
+        tokens, n = kv.tokens(ctx), kv.n_tokens(ctx)
+        new = self.checkpoints.put(kv.namespace(ctx), tokens, n, rec.slot, logits)
+        if new and self.tiers is not None and self.tiers.states:  # with the page of its last n % page_size tokens
             page = kv.page_table(ctx)[n // self.page_size] if n % self.page_size else None
             kv_bytes = (b"".join(bytes(b) for b in self.pool.page_buffers(page)) if page is not None
                         else bytes(self.pool.bytes_per_page))
-            self.tiers.save_state(rec.lora, tokens, n, state.tobytes() + kv_bytes)
+            self._tier_slots[self.states.share(rec.slot)] += 1
+            self.tiers.save_state(self, rec.lora, tokens, n, self.states, rec.slot, kv_bytes)
 
     def set_logits(self, ctx: int, logits: np.ndarray):
         """A generation's pass computed the logits after the context's last token."""
@@ -553,10 +581,16 @@ class ContextStore:
         self.tiers.save(self, self.pool, self._ctxs[ctx].lora, tokens[:n_full * self.page_size], pages)
 
     def unpin_written(self):
-        """Release the pages the tiers' writer is through with."""
+        """Release the pages and state slots the tiers' writer is through with."""
         if self.tiers is not None:
-            for pages in self.tiers.written(self):
-                self._kv.unpin(pages)
+            for done in self.tiers.written(self):
+                if isinstance(done, int):  # a state record's slot
+                    self._tier_slots[done] -= 1
+                    if not self._tier_slots[done]:
+                        del self._tier_slots[done]
+                    self.states.release(done)
+                else:
+                    self._kv.unpin(done)
 
 
 class StoreView:

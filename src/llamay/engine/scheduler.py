@@ -267,15 +267,16 @@ class Scheduler:
             take = min(len(seq.todo), budget)
             if take < len(seq.todo) and take > ALIGN:
                 take -= (n + take) % ALIGN
-            if store.states is not None and len(seq.todo) > 1:
-                # a hybrid model's state is checkpointed at each prompt chunk's end: the last one before
-                # the prompt's last token (where a regenerated answer starts again), others at the starts
-                # of the prompt's last messages (where an edit or a branch starts again)
+            if store.states is not None:
+                # a hybrid model's state is checkpointed at each prompt chunk's end: at the starts of the
+                # prompt's last messages (where an edit or a branch starts again), and at its end with the
+                # logits there (_logits_ready: where a regenerated answer starts again)
                 while seq.cuts and seq.cuts[0] >= len(seq.todo):
                     seq.cuts.pop(0)
-                take = min(take, len(seq.todo) - (seq.cuts[0] if seq.cuts else 1))  # cuts are > 4
-                marks.append(seq.ctx)
+                take = min(take, len(seq.todo) - (seq.cuts[0] if seq.cuts else 0))
             chunk, seq.todo = seq.todo[:take], seq.todo[take:]
+            if store.states is not None and seq.todo:
+                marks.append(seq.ctx)
             items.append((seq.ctx, chunk))
             n += take
             budget -= take
@@ -349,6 +350,7 @@ class Scheduler:
         if job.ctx is None:
             ctx, n_cached = store.open(job.prompt, job.lora)
             history, todo = list(job.prompt[:n_cached]), list(job.prompt[n_cached:])
+            last_logits = store.last_logits(ctx)  # a prompt computed before, opened whole
         else:
             ctx, got = job.ctx, store.resume(job.ctx, job.prompt)
             history, todo, n_cached = got.computed, got.todo, len(got.computed)
@@ -381,6 +383,8 @@ class Scheduler:
             store.set_logits(seq.ctx, logits)
         if not seq.t_prefilled:
             seq.t_prefilled = time.perf_counter_ns()
+            if store.states is not None:  # the prompt's end: asked again, it samples at once
+                store.checkpoint(seq.ctx, logits.copy())
             for i, kid in enumerate(store.fork(seq.ctx, seq.job.n - 1) if seq.job.n > 1 else (), start=1):
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
                 twin.n_disk, twin.n_shared = seq.n_disk, seq.n_shared

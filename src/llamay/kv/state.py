@@ -152,11 +152,12 @@ class KVState:
 
     # --- contexts ------------------------------------------------------------------------------
 
-    def create(self, tokens: Sequence[int], ns: int = 0) -> tuple[int, int]:
-        """-> (ctx_id, n_cached): a context holding the longest computed prefix of tokens[:-1] in the
-        namespace ns (0: the base weights; see _Context.ns)."""
+    def create(self, tokens: Sequence[int], ns: int = 0, whole: bool = False) -> tuple[int, int]:
+        """-> (ctx_id, n_cached): a context holding the longest computed prefix of tokens[:-1] (whole: of
+        tokens, for a caller that holds the logits after them) in the namespace ns (0: the base weights;
+        see _Context.ns)."""
         self._mutating()
-        path, n_cached = self.tree.match(_keys(tokens[:max(len(tokens) - 1, 0)], ns))
+        path, n_cached = self.tree.match(_keys(tokens if whole else tokens[:max(len(tokens) - 1, 0)], ns))
         self._tick()
         self.tree.touch(path, self._clock)
         pages = [node.page for node in path]

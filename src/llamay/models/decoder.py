@@ -60,11 +60,15 @@ class Decoder:
         return PagePool(len(dims), n_pages, page_size, *(dims[0] if dims else (0, 0)), kv_type(kv, *(d for _, d in dims)),
                         dims=dims)
 
-    def new_states(self, n_slots: int) -> StatePool | None:
-        """The recurrent layers' state slots (None: the model has none)."""
+    def new_states(self, n_slots: int, checkpoint_bytes: int = 0) -> StatePool | None:
+        """The recurrent layers' state slots (None: the model has none): n_slots for contexts and as many
+        more as checkpoint_bytes of state checkpoints hold (each shares a slot; at most LOAD.max_checkpoints)."""
         s = self.spec
         shapes = {il: MIXERS[s.layers[il].mixer].state_shapes(s, s.layers[il]) for il in s.state_layers}
-        return StatePool(n_slots, shapes) if shapes else None
+        if not shapes:
+            return None
+        per_slot = sum(4 * int(np.prod(shape)) for layer in shapes.values() for shape in layer)
+        return StatePool(n_slots + min(checkpoint_bytes // per_slot, LOAD.max_checkpoints), shapes)
 
     def _cached(self, key, make):
         if key not in self._plans:

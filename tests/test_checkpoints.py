@@ -1,0 +1,69 @@
+"""State checkpoints share StatePool slots (engine/checkpoints.py): nothing is copied, the byte budget and a
+full pool both give slots back, least recently used first, and a prompt's end keeps its logits."""
+import numpy as np
+import pytest
+
+from llamay.engine.checkpoints import Checkpoints
+from llamay.kv.state_pool import OutOfStates, StatePool
+
+TOKENS = list(range(100, 140))
+
+
+def pool_and_checkpoints(n_slots: int, kept: int):
+    pool = StatePool(n_slots, {0: ((4,),), 3: ((2, 3),)})  # 40 bytes a slot
+    checkpoints = Checkpoints(kept * pool.bytes_per_slot, pool)
+    pool.reclaim = checkpoints.evict
+    return pool, checkpoints
+
+
+def test_a_checkpoint_shares_the_slot_and_copy_on_write_keeps_it():
+    pool, cps = pool_and_checkpoints(4, kept=2)
+    slot = pool.alloc()
+    pool.write(slot, np.arange(10, dtype=np.float32))
+    assert cps.put(0, TOKENS, 10, slot) and not cps.put(0, TOKENS, 10, slot)  # the second: already held
+    assert pool.n_free == 3  # shared, not copied
+    mine = pool.writable(slot)  # the context computes on: its own copy, the checkpoint's slot untouched
+    pool.write(mine, np.zeros(10, np.float32))
+    n, held = cps.find(0, TOKENS, 39)
+    assert (n, held) == (10, slot) and np.array_equal(pool.read(held), np.arange(10, dtype=np.float32))
+    assert cps.find(0, TOKENS, 9) == (0, None) and cps.find(1, TOKENS, 39) == (0, None)  # below it; other adapters
+    pool.check({mine: 1, **cps.held()})
+
+
+def test_the_budget_drops_the_least_recently_used():
+    pool, cps = pool_and_checkpoints(8, kept=2)
+    for n in (5, 10, 15):
+        slot = pool.alloc()
+        cps.put(0, TOKENS, n, slot)
+        pool.release(slot)  # the context is gone: the checkpoint alone holds it
+    assert len(cps) == 2 and cps.find(0, TOKENS, 39)[0] == 15 and cps.find(0, TOKENS, 7) == (0, None)
+    assert pool.n_free == 6 and cps.bytes == 2 * pool.bytes_per_slot
+
+
+def test_a_full_pool_takes_slots_back_from_checkpoints_before_it_refuses():
+    pool, cps = pool_and_checkpoints(2, kept=8)
+    for n in (5, 10):
+        slot = pool.alloc()
+        cps.put(0, TOKENS, n, slot)
+        pool.release(slot)
+    assert pool.n_free == 0
+    cps.find(0, TOKENS, 5)  # used last: kept longest
+    pool.alloc()
+    assert len(cps) == 1 and cps.find(0, TOKENS, 39)[0] == 5
+    pool.alloc()
+    assert len(cps) == 0
+    with pytest.raises(OutOfStates):
+        pool.alloc()
+
+
+def test_a_prompts_end_keeps_its_logits_with_the_state():
+    pool, cps = pool_and_checkpoints(4, kept=3)
+    slot = pool.alloc()
+    cps.put(0, TOKENS, 20, slot)
+    assert cps.logits(0, TOKENS[:20]) is None
+    logits = np.arange(6, dtype=np.float32)
+    cps.put(0, TOKENS, 20, slot, logits)  # the same checkpoint, its logits added
+    assert cps.logits(0, TOKENS[:20]) is logits and cps.logits(0, TOKENS[:21]) is None
+    assert cps.bytes == pool.bytes_per_slot + logits.nbytes
+    cps.evict()
+    assert cps.bytes == 0 and cps.logits(0, TOKENS[:20]) is None and pool.n_free == 3
