@@ -20,7 +20,7 @@ def test_a_checkpoint_shares_the_slot_and_copy_on_write_keeps_it():
     pool, cps = pool_and_checkpoints(4, kept=2)
     slot = pool.alloc()
     pool.write(slot, np.arange(10, dtype=np.float32))
-    assert cps.put(0, TOKENS, 10, slot) and not cps.put(0, TOKENS, 10, slot)  # the second: already held
+    assert not cps.put(0, TOKENS, 10, slot) and cps.put(0, TOKENS, 10, slot)  # the second: held already
     assert pool.n_free == 3  # shared, not copied
     mine = pool.writable(slot)  # the context computes on: its own copy, the checkpoint's slot untouched
     pool.write(mine, np.zeros(10, np.float32))
@@ -67,3 +67,12 @@ def test_a_prompts_end_keeps_its_logits_with_the_state():
     assert cps.bytes == pool.bytes_per_slot + logits.nbytes
     cps.evict()
     assert cps.bytes == 0 and cps.logits(0, TOKENS[:20]) is None and pool.n_free == 3
+
+
+def test_prefaulting_slots_keeps_their_bytes():
+    pool, _ = pool_and_checkpoints(4, kept=2)
+    slot = pool.alloc()
+    pool.write(slot, np.arange(10, dtype=np.float32))
+    done = pool.prefault(3)
+    assert isinstance(done, bool) and np.array_equal(pool.read(slot), np.arange(10, dtype=np.float32))
+    assert not pool.read(1).any()

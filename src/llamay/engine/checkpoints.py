@@ -46,7 +46,7 @@ class Checkpoints:
 
     def put(self, ns: int, tokens: Sequence[int], n: int, slot: int, logits: np.ndarray | None = None) -> bool:
         """Keep slot (its state after tokens[:n]) as the checkpoint of that prefix, sharing it; logits: those
-        after tokens[:n], kept with it (a copy is the caller's to give) -> whether it is new."""
+        after tokens[:n], kept with it (a copy is the caller's to give) -> whether it was held already."""
         if n <= 0 or self.pool is None or self.pool.bytes_per_slot > self.budget:
             return False
         key = _key(ns, tokens, n)
@@ -57,12 +57,12 @@ class Checkpoints:
                 item[3] = logits
                 self.bytes += logits.nbytes
                 self._fit()
-            return False
+            return True
         self._items[key] = [ns, n, self.pool.share(slot), logits]
         self._lengths.setdefault(ns, Counter())[n] += 1
         self.bytes += self.pool.bytes_per_slot + (logits.nbytes if logits is not None else 0)
         self._fit()
-        return True
+        return False
 
     def _fit(self):
         while self.bytes > self.budget and self.evict():

@@ -211,7 +211,7 @@ class ContextStore:
             self._kv.free(ctx)
             return None
         _, slot = self.checkpoints.find(ns, tokens, n)
-        self._ctxs[ctx] = ContextState(lora, logits, slot=self.states.share(slot))
+        self._ctxs[ctx] = ContextState(lora, logits.copy(), slot=self.states.share(slot))  # the context's own
         return ctx, n
 
     def _resume_state(self, ctx: int, tokens: Sequence[int], n: int, tiers: bool = False) -> int:
@@ -443,8 +443,8 @@ class ContextStore:
             return
         kv = self._kv
         tokens, n = kv.tokens(ctx), kv.n_tokens(ctx)
-        new = self.checkpoints.put(kv.namespace(ctx), tokens, n, rec.slot, logits)
-        if new and self.tiers is not None and self.tiers.states:  # with the page of its last n % page_size tokens
+        held = self.checkpoints.put(kv.namespace(ctx), tokens, n, rec.slot, logits)
+        if not held and self.tiers is not None and self.tiers.states:  # with the page of its last n % page_size tokens
             page = kv.page_table(ctx)[n // self.page_size] if n % self.page_size else None
             kv_bytes = (b"".join(bytes(b) for b in self.pool.page_buffers(page)) if page is not None
                         else bytes(self.pool.bytes_per_page))

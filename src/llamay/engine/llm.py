@@ -62,7 +62,9 @@ class LLM:
             if opts.cache_disk or opts.cache_redis else None
         self._store = self._new_store(kv_budget)
         if self.cache is not None:  # a prompt read from the tiers then writes memory already faulted in
-            self.cache.prefault(self._store.pool, -(-self.n_ctx // page_size))
+            states = self._store.states  # and a hybrid's: the slots of its contexts at once and its checkpoints
+            n_slots = states.n_slots - LOAD.state_slots + SCHEDULER.concurrency if states is not None else 0
+            self.cache.prefault(self._store.pool, -(-self.n_ctx // page_size), states, n_slots)
         self.session = Session(self)  # the server's typed interface to this model's contexts
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
         speculation = opts.spec or ("draft" if self.draft else SPEC.mode)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .allocator import InvariantError, OutOfPages
+from .pool import madvise_populate
 
 
 class OutOfStates(OutOfPages):
@@ -82,6 +83,18 @@ class StatePool:
         (float32, bytes_per_slot of them)."""
         parts = [a[slot].ravel() for arrays in self.layers.values() for a in arrays]
         return np.concatenate(parts, out=out)
+
+    def prefault(self, n_slots: int) -> bool:
+        """Back slots [0, n_slots) with memory now, their bytes unchanged (MADV_POPULATE_WRITE, as
+        PagePool.prefault) -> whether the system could. alloc hands out the lowest free slot ids first."""
+        try:
+            for arrays in self.layers.values():
+                for a in arrays:
+                    if n_slots and not madvise_populate(a[:min(n_slots, self.n_slots)]):
+                        return False
+        except (OSError, AttributeError):
+            return False
+        return True
 
     def buffers(self, slot: int) -> list[memoryview]:
         """The slot's state in place, in read()'s order, as bytes (the caller holds a share: nothing writes a
