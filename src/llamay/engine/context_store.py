@@ -219,6 +219,7 @@ class ContextStore:
         below n covers, in memory or (tiers) in the tiers below it, on a slot holding that state -> the
         tokens it now holds."""
         c, slot = self.checkpoints.find(self._kv.namespace(ctx), tokens, n)
+        # (the tier read allocates a slot, which may reclaim that checkpoint, only when it succeeds)
         if tiers and self.tiers is not None and self.tiers.states:
             got = self._read_state_tier(ctx, tokens, c, n)
             if got:
