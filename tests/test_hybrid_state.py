@@ -150,6 +150,29 @@ def test_an_edited_last_message_resumes_at_its_start(case):
     assert stats.token_ids == [int(np.argmax(llm.logits(edited)[-1]))], name
 
 
+def test_a_message_just_after_the_resume_point_ends_no_pass(case):
+    """A new turn's prompt resumes at the last answer's checkpoint, and its message starts a few tokens
+    later: no pass ends there (one pass, not two; no checkpoint), and an edit of that message resumes at the
+    answer's checkpoint, recomputing those few tokens, to the same bits."""
+    name, _, ids, _, llm, _ = case
+    llm.reset()
+    tok, store = llm.tokenizer, llm.context_store
+    mark = next(t for t in range(tok.n_vocab) if tok.is_control(t))
+    plain = [t for t in ids if not tok.is_control(t)]
+    at = len(plain) // 2
+    first = plain[:at]
+    list(llm.generate(first, max_tokens=1, temperature=0))
+    turn = first + plain[at:at + 2] + [mark] + plain[at + 2:]
+    list(llm.generate(turn, max_tokens=1, temperature=0))
+    assert llm.stats.cached_tokens == at
+    assert store.checkpoints.find(0, turn, at + 2)[0] == at  # none where the message starts
+    edited = first + plain[at:at + 2] + [mark] + plain[at + 2:][::-1]
+    before = store.n_prefilled
+    list(llm.generate(edited, max_tokens=1, temperature=0))
+    assert llm.stats.cached_tokens == at and store.n_prefilled - before == len(edited) - at, name
+    assert llm.stats.token_ids == [int(np.argmax(llm.logits(edited)[-1]))], name
+
+
 def test_a_cut_back_context_recomputes_to_the_same_bits(case):
     name, _, ids, _, llm, want = case
     llm.reset()

@@ -21,10 +21,13 @@ class LoadSettings:
     # state, allocated lazily), and bytes of state checkpoints kept for its prefix cache
     state_slots: int = 96
     state_checkpoints: int = 512 << 20
-    max_checkpoints: int = 1024  # each holds a slot of its own (a model of tiny states: not 512 MB of slots)
+    max_checkpoints: int = 1024  # slots added for checkpoints at most (tiny states: not 512 MB of slots)
     # and checkpointed where each of the last few messages of a prompt starts (a chat template's turn marker),
     # so an edit of a recent message or a branch there resumes at that message, not a chunk before it
     turn_checkpoints: int = 3
+    # but not a message starting fewer tokens than this after the checkpoint a generation's prompt resumes
+    # from: a new turn then prefills in one pass, not two, and an edit there recomputes those tokens in its one
+    turn_checkpoint_gap: int = 16
     # matrices the kernel path has x16 tiles for are regrouped 16 rows at a time at load (a copy in memory,
     # built once; the same bits): decode then streams each matrix at the memory's speed
     repack: bool = True

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..events import Progress
 from ..kv import OutOfPages
-from ..settings import SCHEDULER, SPEC
+from ..settings import LOAD, SCHEDULER, SPEC
 from ..tokenizer import IncrementalDecoder
 from . import constrain, draft
 from .job import Done, Job, Piece
@@ -356,7 +356,7 @@ class Scheduler:
             history, todo, n_cached = got.computed, got.todo, len(got.computed)
             cut, last_logits = got.matcher, got.last_logits
         seq = _Seq(job, 0, ctx, todo, history, n_cached, self.tokenizer, t_submit)
-        seq.cuts = [len(todo) - k for k in store.prompt_cuts(todo)]
+        seq.cuts = [len(todo) - k for k in store.prompt_cuts(todo) if k >= LOAD.turn_checkpoint_gap]
         job.cached_tokens, job.prompt_tokens = n_cached, seq.n_prompt
         seq.n_disk = store.tier_tokens.get("disk", 0) - before.get("disk", 0)
         seq.n_shared = store.tier_tokens.get("shared", 0) - before.get("shared", 0)
