@@ -60,13 +60,18 @@ def test_a_prompts_end_keeps_its_logits_with_the_state():
     pool, cps = pool_and_checkpoints(4, kept=3)
     slot = pool.alloc()
     cps.put(0, TOKENS, 20, slot)
-    assert cps.logits(0, TOKENS[:20]) is None
+    assert cps.whole(0, TOKENS[:20]) is None  # a state without logits: not a prompt's end
     logits = np.arange(6, dtype=np.float32)
-    cps.put(0, TOKENS, 20, slot, logits)  # the same checkpoint, its logits added
-    assert cps.logits(0, TOKENS[:20]) is logits and cps.logits(0, TOKENS[:21]) is None
+    cps.put(0, TOKENS, 20, slot, logits)  # the same checkpoint, a copy of its logits added
+    logits[:] = -1  # the caller's array is its own
+    held, kept = cps.whole(0, TOKENS[:20])
+    assert held == slot and np.array_equal(kept, np.arange(6, dtype=np.float32))
+    assert cps.whole(0, TOKENS[:21]) is None and cps.whole(1, TOKENS[:20]) is None
     assert cps.bytes == pool.bytes_per_slot + logits.nbytes
+    cps.put(0, TOKENS, 20, slot, np.zeros(6, np.float32))  # held with logits already: kept as they were
+    assert np.array_equal(cps.whole(0, TOKENS[:20])[1], np.arange(6, dtype=np.float32))
     cps.evict()
-    assert cps.bytes == 0 and cps.logits(0, TOKENS[:20]) is None and pool.n_free == 3
+    assert cps.bytes == 0 and cps.whole(0, TOKENS[:20]) is None and pool.n_free == 3
 
 
 def test_prefaulting_slots_keeps_their_bytes():

@@ -15,6 +15,7 @@ from arch_models import build, check_every_way, convert, float64_logits, hf_logi
 from conftest import CACHE, ROOT
 from llamay.cli.main import main
 from llamay.cli.store_cmds import human_bytes
+from llamay.engine.context_store import ContextStore
 from llamay.kv.snapshot_format import SnapshotError, read_snapshot, write_snapshot
 from llamay.models.describe import state_bytes
 
@@ -148,6 +149,24 @@ def test_an_edited_last_message_resumes_at_its_start(case):
     stats = llm.stats
     assert stats.cached_tokens == at and store.n_prefilled - before == len(edited) - at, name
     assert stats.token_ids == [int(np.argmax(llm.logits(edited)[-1]))], name
+
+
+def test_a_full_state_pool_takes_slots_back_from_checkpoints(case):
+    """Checkpoints share slots: with two slots, two freed contexts' checkpoints hold both, and a third
+    context takes one back (the least recently used checkpoint goes) instead of failing; its logits are
+    the same bits."""
+    name, _, ids, _, llm, _ = case
+    store = ContextStore(llm.decoder, llm.context_store.view().n_total, llm.page_size, llm.kv,
+                         states=llm.decoder.new_states(2))
+    for prompt in (ids[:20], ids[::-1][:20]):
+        ctx, _ = store.create(prompt)
+        store.free(ctx)
+    assert store.states.n_free == 0 and len(store.checkpoints) == 2
+    third = ids[5:40]
+    ctx, _ = store.create(third)
+    assert len(store.checkpoints) == 1
+    assert np.array_equal(store.extend(ctx, []), llm.logits(third)[-1]), name
+    store.check()
 
 
 def test_a_message_just_after_the_resume_point_ends_no_pass(case):

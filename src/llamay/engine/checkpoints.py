@@ -46,7 +46,8 @@ class Checkpoints:
 
     def put(self, ns: int, tokens: Sequence[int], n: int, slot: int, logits: np.ndarray | None = None) -> bool:
         """Keep slot (its state after tokens[:n]) as the checkpoint of that prefix, sharing it; logits: those
-        after tokens[:n], kept with it (a copy is the caller's to give) -> whether it was held already."""
+        after tokens[:n], a copy kept with it (none made when it has them already) -> whether it was held
+        already."""
         if n <= 0 or self.pool is None or self.pool.bytes_per_slot > self.budget:
             return False
         key = _key(ns, tokens, n)
@@ -54,10 +55,11 @@ class Checkpoints:
         if item is not None:
             self._items.move_to_end(key)
             if logits is not None and item[3] is None:
-                item[3] = logits
+                item[3] = logits = logits.copy()
                 self.bytes += logits.nbytes
                 self._fit()
             return True
+        logits = logits.copy() if logits is not None else None
         self._items[key] = [ns, n, self.pool.share(slot), logits]
         self._lengths.setdefault(ns, Counter())[n] += 1
         self.bytes += self.pool.bytes_per_slot + (logits.nbytes if logits is not None else 0)
@@ -91,9 +93,14 @@ class Checkpoints:
                 return n, self._items[key][2]
         return 0, None
 
-    def logits(self, ns: int, tokens: Sequence[int]) -> np.ndarray | None:
-        """The logits kept after all of tokens (a prompt computed before), or None."""
+    def whole(self, ns: int, tokens: Sequence[int]) -> tuple[int, np.ndarray] | None:
+        """(slot, logits) of the checkpoint after all of tokens when it holds the logits there (a prompt
+        computed before), else None. The slot and logits are the checkpoint's: share and copy them."""
         if len(tokens) not in self._lengths.get(ns, ()):
             return None
-        item = self._items.get(_key(ns, tokens, len(tokens)))
-        return item[3] if item is not None else None
+        key = _key(ns, tokens, len(tokens))
+        item = self._items.get(key)
+        if item is None or item[3] is None:
+            return None
+        self._items.move_to_end(key)
+        return item[2], item[3]

@@ -187,32 +187,19 @@ class ContextStore:
         them when a hybrid's checkpoint holds the logits after them (last_logits then gives those)."""
         lora = self.default_lora if lora is None else lora
         self.unpin_written()
-        got = self._open_whole(tokens, lora)
-        if got is not None:
-            return got
-        ctx, n_cached = self._kv.create(tokens, self.namespace(lora))
-        self._ctxs[ctx] = ContextState(lora)
+        ns = self.namespace(lora)
+        whole = self.checkpoints.whole(ns, tokens) if self.states is not None else None
+        ctx, n_cached = self._kv.create(tokens, ns, whole=whole is not None)
+        if whole is not None and n_cached == len(tokens):  # asked before: nothing to compute (a regenerate)
+            slot, logits = whole
+            self._ctxs[ctx] = ContextState(lora, logits.copy(), slot=self.states.share(slot))
+            return ctx, n_cached
+        self._ctxs[ctx] = ContextState(lora)  # (a whole match cut short holds what a plain one would)
         if self.tiers is not None:
             n_cached = self._read_tiers(ctx, lora, tokens, n_cached)
         if self.states is not None:
             n_cached = self._resume_state(ctx, tokens, n_cached, tiers=True)
         return ctx, n_cached
-
-    def _open_whole(self, tokens: list[int], lora: tuple) -> tuple[int, int] | None:
-        """A context of all of tokens when they are a prompt computed before whose K/V, state and last
-        logits are all still held: nothing is computed (a regenerated answer) -> (ctx_id, len(tokens));
-        else None, nothing changed."""
-        ns = self.namespace(lora)
-        logits = self.checkpoints.logits(ns, tokens) if self.states is not None else None
-        if logits is None:
-            return None
-        ctx, n = self._kv.create(tokens, ns, whole=True)
-        if n < len(tokens):
-            self._kv.free(ctx)
-            return None
-        _, slot = self.checkpoints.find(ns, tokens, n)
-        self._ctxs[ctx] = ContextState(lora, logits.copy(), slot=self.states.share(slot))  # the context's own
-        return ctx, n
 
     def _resume_state(self, ctx: int, tokens: Sequence[int], n: int, tiers: bool = False) -> int:
         """A hybrid context holding tokens[:n]'s K/V keeps only what the deepest state checkpoint at or

@@ -23,6 +23,7 @@ from .forward import ForwardGraph, Head
 from .lora import layer_terms
 from .recurrent import MIXERS
 from .arch import ArchSpec
+from .describe import state_bytes
 from .weights import Embedding, load_weights, matrices, regrouped, repacked
 
 MAX_PLANS = 16  # batch sizes kept: decode steps of 1..concurrency sequences, prefill chunks
@@ -67,8 +68,7 @@ class Decoder:
         shapes = {il: MIXERS[s.layers[il].mixer].state_shapes(s, s.layers[il]) for il in s.state_layers}
         if not shapes:
             return None
-        per_slot = sum(4 * int(np.prod(shape)) for layer in shapes.values() for shape in layer)
-        return StatePool(n_slots + min(checkpoint_bytes // per_slot, LOAD.max_checkpoints), shapes)
+        return StatePool(n_slots + min(checkpoint_bytes // state_bytes(s), LOAD.max_checkpoints), shapes)
 
     def _cached(self, key, make):
         if key not in self._plans:
