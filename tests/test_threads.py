@@ -69,6 +69,34 @@ def test_governor_finds_a_machine_busy_from_the_start():
     assert used[8:14] == [2, 4] * 3 and used[14:] == [2, 2] and gov.reduced
 
 
+def step(gov: Governor, size: int, cost, full: int = 4) -> int:
+    c = gov.pick(full, size)
+    gov.record(size, c, cost(c), full)
+    return c
+
+
+def test_a_prompt_pass_runs_at_the_current_count_while_decode_steps_probe():
+    gov = Governor(adaptive=True)
+    cost = lambda c: 1.0 / c
+    used = [step(gov, 1, cost) for _ in range(threads.FIRST_PROBE)]  # the probe starts after step 8
+    used += [step(gov, 512, cost)]  # a prompt arrives: full, the probe waits
+    used += [step(gov, 1, cost) for _ in range(threads.PROBE_STEPS + 2)]
+    assert used == [4] * 9 + [2, 4] * 3 + [4, 4] and not gov.reduced
+    gov = Governor(adaptive=True)
+    gov._steps = threads.FIRST_PROBE - 1
+    assert step(gov, 512, cost) == 4  # the probe falls due on a prompt's pass: it starts on the next decode step
+    assert [step(gov, 1, cost) for _ in range(threads.PROBE_STEPS + 1)] == [4] + [2, 4] * 3
+
+
+def test_a_probe_whose_step_size_is_gone_is_given_up():
+    gov = Governor(adaptive=True)
+    gov._steps = threads.FIRST_PROBE - 1
+    step(gov, 2, lambda c: 1.0)  # two sequences decoding: the probe runs on steps of 2
+    assert step(gov, 2, lambda c: 1.0) == 2  # its first step, reduced
+    used = [step(gov, 1, lambda c: 1.0) for _ in range(threads.PROBE_PATIENCE + 2)]  # one sequence left
+    assert used == [4] * len(used) and not gov._probe
+
+
 def test_governor_off_or_one_thread_never_changes_the_count():
     assert run_steps(Governor(adaptive=False), {4: 9.0, 2: 0.1}.get, 80) == [4] * 80
     assert run_steps(Governor(adaptive=True), lambda c: 1.0, 80, full=1) == [1] * 80
@@ -82,6 +110,6 @@ def test_decode_is_identical_whatever_count_the_governor_picks(smollm_path):
     want = np.stack([llm.eval_last(ids[:i]) for i in range(1, len(ids) + 1)])
     llm.reset()
     counts = iter([3, 1, 2, 1, 3, 2, 1, 1])
-    llm.decoder.governor.pick = lambda full: next(counts)
+    llm.decoder.governor.pick = lambda full, size=1: next(counts)
     got = np.stack([llm.eval_last(ids[:i]) for i in range(1, len(ids) + 1)])
     assert np.array_equal(got, want)

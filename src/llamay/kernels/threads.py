@@ -15,6 +15,9 @@ FIRST_PROBE = 8         # the first probe: a machine busy from the start never l
 PROBE_AT_FULL = 256     # steps between probes of the reduced count when nothing looks slow
 PROBE_WHEN_REDUCED = 32  # steps between probes of the full count while reduced (has the other work gone?)
 PROBE_STEPS = 6     # steps per probe, alternating the other count and the current one
+PROBE_MAX_SIZE = 8  # a probe runs on steps of at most this many tokens (decode steps), all of one size: a
+                    #   prompt's pass at the reduced count would cost its request seconds, and rarely repeats
+PROBE_PATIENCE = 4 * PROBE_STEPS  # steps after which a probe not done (its size gone) is given up
 HISTORY = 8         # recent step times kept per (step size, count)
 
 
@@ -41,8 +44,9 @@ class Governor:
     usual (or at step FIRST_PROBE, then every PROBE_AT_FULL steps; while reduced, every PROBE_WHEN_REDUCED),
     then probes:
     PROBE_STEPS steps alternating the other count (full // 2 when at full, full when reduced) and the
-    current one, interleaved so both see the same machine, and keeps whichever had the lower median for
-    that step size."""
+    current one, interleaved so both see the same machine, and keeps whichever had the lower median. A
+    probe starts on a step of at most PROBE_MAX_SIZE tokens and runs on steps of that size only: the others
+    (a prompt's pass) run at the current count meanwhile."""
 
     def __init__(self, adaptive: bool | None = None):
         self.adaptive = env.adapt_threads() if adaptive is None else adaptive
@@ -50,12 +54,15 @@ class Governor:
         self._times: dict[tuple[int, int], deque] = {}
         self._steps = self._slow = 0
         self._probe: list[bool] = []  # reduced-or-not of each step still to run in the probe
+        self._probe_size = self._probe_age = 0  # the size of the steps it runs on; steps since it started
+        self._due = False  # a probe is wanted: it starts on the next step small enough
         self._probed: dict[tuple[int, bool], list[float]] = {}
 
-    def pick(self, full: int) -> int:
+    def pick(self, full: int, size: int = 1) -> int:
+        """The count for the next step, of `size` tokens."""
         if not self.adaptive or full <= 1:
             return full
-        return self._count(full, self._probe[0] if self._probe else self.reduced)
+        return self._count(full, self._probe[0] if self._probe and size == self._probe_size else self.reduced)
 
     @staticmethod
     def _count(full: int, reduced: bool) -> int:
@@ -72,11 +79,18 @@ class Governor:
         self._steps += 1
         every = PROBE_WHEN_REDUCED if self.reduced else PROBE_AT_FULL
         if self._probe:
-            self._probed.setdefault((size, self._probe.pop(0)), []).append(seconds)
-            if not self._probe:
-                self._decide(size)
-        elif self._slow >= SLOW_RUN or self._steps % every == 0 or self._steps == FIRST_PROBE:
-            self._slow = 0
+            self._probe_age += 1
+            if size == self._probe_size:
+                self._probed.setdefault((size, self._probe.pop(0)), []).append(seconds)
+                if not self._probe:
+                    self._decide(size)
+            elif self._probe_age > PROBE_PATIENCE:
+                self._probe = []
+            return
+        if self._slow >= SLOW_RUN or self._steps % every == 0 or self._steps == FIRST_PROBE:
+            self._due, self._slow = True, 0
+        if self._due and size <= PROBE_MAX_SIZE:
+            self._due, self._probe_size, self._probe_age = False, size, 0
             self._probe = [not self.reduced, self.reduced] * (PROBE_STEPS // 2)
             self._probed = {}
 

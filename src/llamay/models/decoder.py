@@ -110,7 +110,7 @@ class Decoder:
         for name, scales in plan.lora_scale.items():
             scales[:] = lora[name] if lora and name in lora else 0.0
         full = self.nthreads
-        threads, start = self.governor.pick(full), time.perf_counter()
+        threads, start = self.governor.pick(full, n), time.perf_counter()
         plan.run(meta, threads)
         rows = plan.x if out_rows is None else plan.x[out_rows]
         if len(rows) == 0:
