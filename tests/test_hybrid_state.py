@@ -3,6 +3,8 @@ against float32 transformers and as close to float64 as llama.cpp's, and the sta
 ==: every way of computing a context (prefill, token by token, batched, 1 or 2 threads, forked, cut back and
 recomputed, resumed from a prefix-cache checkpoint) gives the same bits, and a fork allocates no state
 until a branch runs."""
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -344,3 +346,17 @@ def test_state_record_keys_hashed_in_one_pass_equal_each_prefix_alone():
     assert len(set(tiers.state_keys((), tokens, ns))) == len(ns)
     assert tiers.state_keys((("a", 1.0),), tokens, [5]) != tiers.state_keys((), tokens, [5])
     tiers.close()
+
+
+def test_a_loaded_hybrid_faults_its_state_slots_in_beside_the_requests(files, monkeypatch):
+    """Without a cache tier too, a loaded hybrid prefaults the slots its first contexts and checkpoints take
+    on a thread of its own (a fresh slot's first copy faulted it in on a request's path)."""
+    from llamay.kv.state_pool import StatePool
+    from llamay.settings import LOAD, SCHEDULER
+    asked, done = [], threading.Event()
+    monkeypatch.setattr(StatePool, "prefault", lambda self, n: asked.append((self, n)) or done.set())
+    name = next(iter(CASES))
+    llm = llamay.load(files[name], threads=1, n_ctx=CASES[name].n_ctx)
+    assert done.wait(30)
+    states = llm.context_store.states
+    assert asked == [(states, states.n_slots - LOAD.state_slots + SCHEDULER.concurrency)] and asked[0][1] > 0

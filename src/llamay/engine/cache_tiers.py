@@ -192,16 +192,6 @@ class CacheTiers:
         old = self.read_bps.get(name)
         self.read_bps[name] = bps if old is None else (1 - EMA) * old + EMA * bps
 
-    def prefault(self, pool: PagePool, n_pages: int, states=None, n_slots: int = 0):
-        """Fault the pool's first n_pages in on a thread of its own (PagePool.prefault, bytes unchanged), so
-        that the first prompt read from a tier after a restart does not pay for it; then a hybrid's first
-        n_slots state slots (StatePool.prefault: the slots its first contexts and checkpoints take)."""
-        def run():
-            pool.prefault(n_pages)
-            if states is not None:
-                states.prefault(n_slots)
-        threading.Thread(target=run, name="llamay-prefault", daemon=True).start()
-
     # --- any thread ----------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
