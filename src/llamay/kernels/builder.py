@@ -11,8 +11,11 @@ memory pass fewer; the same row functions in the same order, so the same bits). 
 residual add run inside its chunks. A second backend (a GPU) implements the same methods."""
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
+from .arena import Arena, layout
 from .graph import Batch, Graph
 from .kvtypes import kv_codes
 from .matmul import QExperts, QWeight, _ActStruct, act_block
@@ -32,15 +35,20 @@ def _f32(a, name: str, shape: tuple | None = None) -> np.ndarray:
 class _Act:
     """A matmul input x [n, k] and its canonical Q8 form, filled by a quant node."""
 
-    def __init__(self, x: np.ndarray, bs: int):
+    def __init__(self, x: np.ndarray, bs: int, alloc=np.zeros):
         n, k = x.shape
         self.x, self.version = x, -1
-        self.q = np.zeros((n, k), np.int8)
-        self.d = np.zeros((n, max(k // 32, 1)), np.float32)
-        self.s16 = np.zeros((n, max(k // 16, 1)), np.int32)
+        self.q = alloc((n, k), np.int8)
+        self.d = alloc((n, max(k // 32, 1)), np.float32)
+        self.s16 = alloc((n, max(k // 16, 1)), np.int32)
         self.struct = s = _ActStruct()
-        s.x, s.q, s.d, s.s16, s.k = x.ctypes.data, self.q.ctypes.data, self.d.ctypes.data, self.s16.ctypes.data, k
-        s.bs = bs
+        s.k, s.bs = k, bs
+        self.point()
+
+    def point(self):
+        """The struct at the arrays (again, once they have moved)."""
+        s = self.struct
+        s.x, s.q, s.d, s.s16 = self.x.ctypes.data, self.q.ctypes.data, self.d.ctypes.data, self.s16.ctypes.data
 
 
 class BatchSlot:
@@ -75,17 +83,21 @@ class Route:
     """One batch's choice of experts (a moe_route node's outputs): weights [n, k] in slot order; order and
     pos, the gathered batch's rows and their inverse; offs [n_expert + 1], each expert's first row."""
 
-    def __init__(self, n: int, n_expert: int, k: int):
+    def __init__(self, n: int, n_expert: int, k: int, alloc=np.zeros):
         self.n, self.n_expert, self.k = n, n_expert, k
-        self.weights = np.zeros((n, k), np.float32)
-        self.order, self.pos = np.zeros(n * k, np.int32), np.zeros(n * k, np.int32)
-        self.offs = np.zeros(n_expert + 1, np.int32)
+        self.weights = alloc((n, k), np.float32)
+        self.order, self.pos = alloc(n * k, np.int32), alloc(n * k, np.int32)
+        self.offs = alloc(n_expert + 1, np.int32)
 
 
 class Builder:
-    def __init__(self, fuse: bool = True):
-        """fuse=False: every quantization and residual add its own node (bench/profile_ops.py compares)."""
-        self._g, self.fuse = Graph(), fuse
+    def __init__(self, fuse: bool = True, arena: Arena | None = None):
+        """fuse=False: every quantization and residual add its own node (bench/profile_ops.py compares).
+        arena: where finish() lays out the scratch buffers (tensor()'s but io ones, the activations' Q8
+        forms, routes), by lifetime; None: each its own zeroed array."""
+        self._g, self.fuse, self._arena = Graph(), fuse, arena
+        self._scratch: dict[int, list[np.ndarray]] = {}  # buffer key -> its arrays, placeholders until finish()
+        self._touch: list[tuple[set, set]] = []  # per node: the keys it reads, the keys it writes
         self._written: dict[int, int] = {}  # buffer key -> number of the op that last wrote it (1-based)
         self._read: dict[int, int] = {}  # buffer key -> number of the last op that read it since
         self._acts: dict[tuple[int, int], _Act] = {}  # (input id, block) -> its form; holds the input for life
@@ -111,6 +123,10 @@ class Builder:
 
     def _mark(self, reads, writes) -> int:
         n = len(self._g._specs)
+        while len(self._touch) < n:
+            self._touch.append((set(), set()))
+        self._touch[n - 1][0].update(reads)
+        self._touch[n - 1][1].update(writes)
         for k in reads:
             self._read[k] = n
         for k in writes:
@@ -128,9 +144,76 @@ class Builder:
             self._op("quant", (act.struct,), (x.shape[0],), reads=(x,), writes=(act,))
         act.version = self._written.get(self._key(x), 0)
 
-    def tensor(self, *shape: int) -> np.ndarray:
-        """A new float32 activation buffer (zeros)."""
-        return np.zeros(shape, np.float32)
+    def tensor(self, *shape: int, io: bool = False) -> np.ndarray:
+        """A new float32 activation buffer: zeros of its own when io (the caller reads or writes it between
+        runs) or without an arena; else scratch, laid out in the arena by finish()."""
+        if io or self._arena is None:
+            return np.zeros(shape, np.float32)
+        return self._scratch_array(shape, np.float32)
+
+    def _scratch_array(self, shape, dtype) -> np.ndarray:
+        a = np.empty(shape, dtype)  # a placeholder: nodes point at it until finish() moves them
+        self._scratch[id(a)] = [a]
+        return a
+
+    def _alloc(self):
+        """How the builder's own buffers (activation forms, routes) are made."""
+        return np.zeros if self._arena is None else (lambda shape, dtype: np.empty(shape, dtype))
+
+    def finish(self):
+        """Lays the scratch buffers out in the arena by lifetime (arena.layout) and points the nodes at them;
+        the node that first writes bytes another buffer held waits for that buffer's last node. A buffer a
+        node reads before any writes it (or none uses) gets zeros of its own, as without an arena."""
+        if self._arena is None or not self._scratch:
+            return
+        first, last, fresh = {}, {}, {}
+        for i, (reads, writes) in enumerate(self._touch):
+            for k in reads | writes:
+                if k in self._scratch:
+                    if k not in first:
+                        first[k], fresh[k] = i, k in writes and k not in reads
+                    last[k] = i
+        laid = [k for k in self._scratch if fresh.get(k)]
+        sizes = [sum(-(-a.nbytes // 64) * 64 for a in self._scratch[k]) for k in laid]
+        ready = [self._g._specs[first[k]][4] for k in laid]
+        offsets, waits, total = layout(sizes, [first[k] for k in laid], [last[k] for k in laid], ready)
+        buf = self._arena.buffer(total)
+        self.laid_out = (sum(sizes), total)  # bytes of the buffers laid out, bytes they take in the arena
+        moved: dict[int, np.ndarray] = {}  # id(placeholder) -> where it lives now
+        for k, off in zip(laid, offsets):
+            for a in self._scratch[k]:
+                moved[id(a)] = buf[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+                off += -(-a.nbytes // 64) * 64
+        for k in self._scratch:
+            if not fresh.get(k):
+                for a in self._scratch[k]:
+                    moved[id(a)] = np.zeros(a.shape, a.dtype)
+        self._relocate(moved, {id(a): a for arrays in self._scratch.values() for a in arrays})
+        specs = self._g._specs
+        for k, wait in zip(laid, waits):
+            op, ptrs, sizes_, floats, after = specs[first[k]]
+            specs[first[k]] = (op, ptrs, sizes_, floats, max(after, wait))
+        self._g.keep_only(lambda o: not (isinstance(o, np.ndarray) and self._key(o) in self._scratch),
+                          [buf, *moved.values()])
+        self._scratch, self._fusable, self._touch = {}, None, []
+
+    def _relocate(self, moved: dict[int, np.ndarray], placeholders: dict[int, np.ndarray]):
+        """Every node pointer into a placeholder, and the activation forms' structs, at the new arrays."""
+        old = sorted((a.ctypes.data, a.nbytes, moved[i].ctypes.data) for i, a in placeholders.items() if a.nbytes)
+        starts = [start for start, _, _ in old]
+
+        def move(p: int) -> int:
+            j = bisect.bisect_right(starts, p) - 1
+            if j < 0 or p >= starts[j] + old[j][1]:
+                return p
+            return old[j][2] + p - starts[j]
+        self._g.move_pointers(move)
+        for act in self._acts.values():
+            for name in ("x", "q", "d", "s16"):
+                a = getattr(act, name)
+                if id(a) in moved:
+                    setattr(act, name, moved[id(a)])
+            act.point()
 
     def batch(self, n_tokens: int) -> BatchSlot:
         return BatchSlot(n_tokens)
@@ -186,7 +269,9 @@ class Builder:
         bs = 32 if w.is_float else act_block(w.qtype)
         act = self._acts.get((id(x), bs))
         if act is None:
-            act = self._acts[(id(x), bs)] = _Act(x, bs)
+            act = self._acts[(id(x), bs)] = _Act(x, bs, self._alloc())
+            if self._arena is not None:
+                self._scratch[id(act)] = [act.q, act.d, act.s16]
         if not w.is_float and act.version != self._written.get(self._key(x), 0):
             self._quantize(x, act)
         return act
@@ -209,7 +294,10 @@ class Builder:
             extra = select_bias
         if extra is not None:
             _f32(extra, "expert scale or selection bias", (n_expert,))
-        r = Route(n, n_expert, k)
+        r = Route(n, n_expert, k, self._alloc())
+        if self._arena is not None:
+            for a in (r.weights, r.order, r.pos, r.offs):
+                self._scratch[id(a)] = [a]
         self._op("moe_route", (logits, r.weights, r.order, r.pos, r.offs, extra),
                  (n, n_expert, k, GATINGS[gating], int(norm)), (scale,), writes=(r.weights, r.order, r.pos, r.offs),
                  reads=(logits,) if extra is None else (logits, extra))

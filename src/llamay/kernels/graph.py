@@ -61,6 +61,16 @@ class Graph:
         self._specs[-1] = (op, [addr(p) for p in ptrs], sizes, floats, after)
         self._nodes = None
 
+    def move_pointers(self, move):
+        """Every node pointer p becomes move(p) (the builder's scratch laid out in its arena)."""
+        self._specs = [(op, [move(p) for p in ptrs], sizes, floats, after)
+                       for op, ptrs, sizes, floats, after in self._specs]
+        self._nodes = None
+
+    def keep_only(self, keep, more=()):
+        """Holds only the objects keep(o) says are still pointed at, and `more`."""
+        self._keep = [o for o in self._keep if keep(o)] + list(more)
+
     def _build(self):
         nodes = (NodeStruct * len(self._specs))()
         for node, (op, ptrs, sizes, floats, after) in zip(nodes, self._specs):

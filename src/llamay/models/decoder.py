@@ -15,6 +15,7 @@ import numpy as np
 from ..gguf import GGUFReader
 from ..kernels import pathpick
 from ..kernels.ops import BatchMeta
+from ..kernels.arena import Arena
 from ..kernels.threads import Governor
 from ..kv import PagePool, kv_type
 from ..kv.state_pool import StatePool
@@ -37,6 +38,7 @@ class Decoder:
         repack: matrices regrouped for the kernel path (QWeight.repacked)."""
         self.spec, self.nthreads = spec, nthreads  # the full count; the governor may run fewer
         self.governor = Governor()
+        self.arena = Arena()  # the scratch every plan of this model shares (one runs at a time)
         (self.layers, self.embed, self.output_norm, self.output, self.rope_factors,
          self.ple) = load_weights(reader, spec, n_ctx)
         if repack:
@@ -81,7 +83,7 @@ class Decoder:
     def new_plan(self, n: int, pool: PagePool, fuse: bool = True, states: StatePool | None = None) -> ForwardGraph:
         """The layers' graph for batches of n tokens over pool and states (not cached: forward keeps its own)."""
         return ForwardGraph(self.spec, self.layers, pool, n, fuse, rope_factors=self.rope_factors, ple=self.ple,
-                            lora=self.lora, states=states)
+                            lora=self.lora, states=states, arena=self.arena)
 
     def fill_inputs(self, plan: ForwardGraph, tokens: np.ndarray, positions: np.ndarray):
         """A plan's inputs for these tokens: token embeddings, plus learned position embeddings (GPT-2),

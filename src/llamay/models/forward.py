@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.arena import Arena
 from ..kernels.builder import Builder
 from ..kernels.matmul import QWeight
 from .arch import ArchSpec
@@ -20,17 +21,19 @@ class ForwardGraph:
     per-layer inputs also `ple` in [n_layer, n, width] (their token rows, scaled)."""
 
     def __init__(self, spec: ArchSpec, layers, pool, n: int, fuse: bool = True, rope_factors=None, ple=None,
-                 lora=None, states=None):
+                 lora=None, states=None, arena: Arena | None = None):
         """lora: layer -> Layer field -> [(adapter, A, B, alpha, rank)] (models/lora.py layer_terms), or None;
         then `lora_scale` in: adapter -> float32 [n], each token's scale for it. states: the recurrent layers'
-        StatePool (kv/state_pool.py), when the spec has such layers."""
-        s, b = spec, Builder(fuse)
+        StatePool (kv/state_pool.py), when the spec has such layers. arena: the scratch this plan shares with
+        the model's others (kernels/arena.py; None: buffers of its own)."""
+        s, b = spec, Builder(fuse, arena)
+        self.arena = arena
         self.n, self.b, self.batch = n, b, b.batch(n)
         self.pool, self.states = pool, states  # held: while this plan lives, their ids name no other
-        self.x = x = b.tensor(n, s.n_embd)
+        self.x = x = b.tensor(n, s.n_embd, io=True)
         if s.embed_scale != 1.0:
             b.scale(x, s.embed_scale)
-        self.ple = b.tensor(s.n_layer, n, s.n_embd_per_layer) if ple is not None else None
+        self.ple = b.tensor(s.n_layer, n, s.n_embd_per_layer, io=True) if ple is not None else None
         per_layer = _per_layer_inputs(b, s, x, ple, self.ple) if ple is not None else None
         h = b.tensor(n, s.n_embd)
         ones = {}  # the weight of an RMSNorm without one, per size
@@ -51,11 +54,16 @@ class ForwardGraph:
                     b.matmul(y, L.mix["out"], residual=x)  # x += out(y), then the attention beside it
                     return _attention(b, self.batch, pool, P, L, inp, mm, rope_factors, ones)
             _layer(b, P, L, x, h, mm, mixer, per_layer[P.index] if per_layer is not None else None)
+        b.finish()
 
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
         self.batch.fill(meta)
-        self.b.run(nthreads)
+        if self.arena is None:
+            self.b.run(nthreads)
+            return
+        with self.arena.lock:
+            self.b.run(nthreads)
 
 
 def _layer(b: Builder, P: LayerPlan, L, x, h, mm, mixer, per_layer_in):
