@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..gguf import GGUFReader, dequantize
+from ..kernels.arena import Arena
 from ..kernels.builder import Builder
 from ..kernels.matmul import QWeight
 from ..kernels.ops import BatchMeta
@@ -65,6 +66,7 @@ class Encoder:
         self.w = {n: self._load(reader, n, table[n].role) for n in sorted(reader.tensors)}
         self.token_embd = Embedding(reader, "token_embd.weight")
         self._plans: OrderedDict[int, EncoderPlan] = OrderedDict()
+        self.arena = Arena()  # the scratch its plans share (one runs at a time)
 
     @staticmethod
     def _load(reader: GGUFReader, name: str, role: str):
@@ -133,11 +135,11 @@ class EncoderPlan:
     """The encoder's blocks for n tokens: `x` in (summed embeddings), `x` out (final hidden states)."""
 
     def __init__(self, enc: Encoder, n: int):
-        s, b = enc.spec, Builder()
-        self.b, self.batch = b, b.batch(n)
+        s, b = enc.spec, Builder(arena=enc.arena)
+        self.b, self.batch, self.arena = b, b.batch(n), enc.arena
         self.pool = PagePool(s.n_layer, n, 1, s.n_head, s.head_dim, kv_type("f32", s.head_dim))
         w, eps = enc.w, s.norm_eps
-        self.x = x = b.tensor(n, s.n_embd)
+        self.x = x = b.tensor(n, s.n_embd, io=True)
         b.layernorm(x, w["token_embd_norm.weight"], w["token_embd_norm.bias"], eps, out=x)
         for il in range(s.n_layer):
             p = f"blk.{il}."
@@ -155,6 +157,7 @@ class EncoderPlan:
                 h = b.activation(b.matmul(x, *enc.linear(p + "ffn_up")), "gelu_tanh")
             b.add(x, b.matmul(h, *enc.linear(p + "ffn_down")))
             b.layernorm(x, w[p + "layer_output_norm.weight"], w[p + "layer_output_norm.bias"], eps, out=x)
+        b.finish()
 
     def run(self, pos: np.ndarray, lens: list[int], nthreads: int):
         """Token i of the batch sits in slot i (pages of one slot), each sequence's page table its slots."""
@@ -164,4 +167,5 @@ class EncoderPlan:
             table[i, :m] = np.arange(f, f + m)
         seq = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
         self.batch.fill(BatchMeta(pos, seq, table, 1))
-        self.b.run(nthreads)
+        with self.arena.lock:
+            self.b.run(nthreads)
