@@ -354,7 +354,7 @@ def test_a_loaded_hybrid_faults_its_state_slots_in_beside_the_requests(files, mo
     from llamay.kv.state_pool import StatePool
     from llamay.settings import LOAD, SCHEDULER
     asked, done = [], threading.Event()
-    monkeypatch.setattr(StatePool, "prefault", lambda self, n: asked.append((self, n)) or done.set())
+    monkeypatch.setattr(StatePool, "prefault", lambda self, n, busy=None: asked.append((self, n)) or done.set())
     name = next(iter(CASES))
     llm = llamay.load(files[name], threads=1, n_ctx=CASES[name].n_ctx)
     assert done.wait(30)

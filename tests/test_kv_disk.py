@@ -154,3 +154,23 @@ def test_pool_prefault_keeps_bytes_and_page_buffers_order():
     assert [bytes(b) for b in bufs] == [a[8:12].tobytes() for a in order]
     bufs[3][:] = b"\x07" * len(bufs[3])
     assert (pool.v[1][8:12] == 7).all()
+
+
+def test_prefault_waits_while_the_model_is_busy(monkeypatch):
+    """Each POPULATE_STEP waits until busy() is false (a request's pass is not slowed by the faults), then
+    goes on: the bytes of a pool larger than a step end up faulted in all the same."""
+    from llamay.kv import pool as pool_mod
+    from llamay.kv.pool import KV_TYPES, PagePool
+    monkeypatch.setattr(pool_mod, "POPULATE_STEP", 4096)
+    pool = PagePool(1, 8, 16, 2, 64, KV_TYPES["f32"])  # 8 pages of 16 slots x 512 bytes: 64 KB a layer
+    polls = []
+
+    def busy():
+        polls.append(1)
+        return len(polls) <= 3  # busy for the first three looks
+    calls = []
+    real = pool_mod.madvise_populate
+    monkeypatch.setattr(pool_mod, "madvise_populate", lambda a, b=None: calls.append(a.nbytes) or real(a, b))
+    pool.prefault(8, busy)
+    steps = sum(-(-(a.ctypes.data + a.nbytes) // 4096) - a.ctypes.data // 4096 for a in pool.k + pool.v)
+    assert calls == [64 * 1024] * 2 and len(polls) == 3 + steps  # one look a step, three more while busy

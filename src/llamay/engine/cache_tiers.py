@@ -162,9 +162,10 @@ class CacheTiers:
                 return ns[deepest], name
         return None
 
-    def read_state(self, lora: tuple, tokens: list[int], n: int, name: str, record: memoryview) -> bool:
-        """The state record after tokens[:n] from tier name into record (verified) -> whether it was read."""
-        return self.states[name].read(self.state_keys(lora, tokens, [n]), [[record]]) == 1
+    def read_state(self, lora: tuple, tokens: list[int], n: int, name: str, record: list[memoryview]) -> bool:
+        """The state record after tokens[:n] from tier name into the buffers `record` (its bytes in order),
+        verified -> whether it was read."""
+        return self.states[name].read(self.state_keys(lora, tokens, [n]), [record]) == 1
 
     def read(self, found: Found, buffers: list[list[memoryview]]) -> tuple[int, dict[str, int]]:
         """Read found's runs into buffers (PagePool.page_buffers of each of its pages, in order) -> (pages read

@@ -66,7 +66,7 @@ class LLM:
         n_slots = states.n_slots - LOAD.state_slots + SCHEDULER.concurrency if states is not None else 0
         n_pages = -(-self.n_ctx // page_size) if self.cache is not None else 0  # a prompt read from the tiers
         if n_slots or n_pages:
-            prefault(self._store.pool, n_pages, states, n_slots)
+            prefault(self._store.pool, n_pages, states, n_slots, lambda: self.busy)
         self.session = Session(self)  # the server's typed interface to this model's contexts
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
         speculation = opts.spec or ("draft" if self.draft else SPEC.mode)
@@ -141,6 +141,12 @@ class LLM:
         s.concurrency, s.max_queue, s.batch = concurrency, max_queue, batch
         s.start()
         return s
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is running or waiting (its scheduler's; False while the model loads)."""
+        s = getattr(self, "scheduler", None)
+        return s is not None and bool(s.running or s.queue)
 
     @property
     def n_vocab(self) -> int:
@@ -285,15 +291,15 @@ class LLM:
             stats.draft_steps, stats.disk_tokens, stats.shared_tokens = ev.draft_steps, ev.disk_tokens, ev.shared_tokens
 
 
-def prefault(pool, n_pages: int, states, n_slots: int):
+def prefault(pool, n_pages: int, states, n_slots: int, busy):
     """Fault the KV pool's first n_pages, then the state pool's first n_slots in on a thread of its own
-    (PagePool.prefault, StatePool.prefault: bytes unchanged, safe beside their users): the pages a first
-    prompt read from a tier writes, and the slots a hybrid's first contexts and checkpoints take (a fresh
-    slot's first copy faulted 50 ms in on a request's path, Qwen3.5-0.8B)."""
+    (PagePool.prefault, StatePool.prefault: bytes unchanged, safe beside their users), pausing while busy():
+    the pages a first prompt read from a tier writes, and the slots a hybrid's first contexts and
+    checkpoints take (a fresh slot's first copy faulted 50 ms in on a request's path, Qwen3.5-0.8B)."""
     def run():
-        pool.prefault(n_pages)
+        pool.prefault(n_pages, busy)
         if states is not None:
-            states.prefault(n_slots)
+            states.prefault(n_slots, busy)
     threading.Thread(target=run, name="llamay-prefault", daemon=True).start()
 
 
