@@ -156,21 +156,36 @@ def test_pool_prefault_keeps_bytes_and_page_buffers_order():
     assert (pool.v[1][8:12] == 7).all()
 
 
-def test_prefault_waits_while_the_model_is_busy(monkeypatch):
-    """Each POPULATE_STEP waits until busy() is false (a request's pass is not slowed by the faults), then
-    goes on: the bytes of a pool larger than a step end up faulted in all the same."""
+def test_prefault_waits_before_each_step(monkeypatch):
+    """Each POPULATE_STEP bytes are faulted after wait(their bytes) returns (the caller's pace): a pool
+    larger than a step takes a wait a step, and its bytes are faulted in all the same."""
     from llamay.kv import pool as pool_mod
     from llamay.kv.pool import KV_TYPES, PagePool
     monkeypatch.setattr(pool_mod, "POPULATE_STEP", 4096)
     pool = PagePool(1, 8, 16, 2, 64, KV_TYPES["f32"])  # 8 pages of 16 slots x 512 bytes: 64 KB a layer
-    polls = []
-
-    def busy():
-        polls.append(1)
-        return len(polls) <= 3  # busy for the first three looks
-    calls = []
+    waits, calls = [], []
     real = pool_mod.madvise_populate
-    monkeypatch.setattr(pool_mod, "madvise_populate", lambda a, b=None: calls.append(a.nbytes) or real(a, b))
-    pool.prefault(8, busy)
-    steps = sum(-(-(a.ctypes.data + a.nbytes) // 4096) - a.ctypes.data // 4096 for a in pool.k + pool.v)
-    assert calls == [64 * 1024] * 2 and len(polls) == 3 + steps  # one look a step, three more while busy
+    monkeypatch.setattr(pool_mod, "madvise_populate", lambda a, w=None: calls.append(a.nbytes) or real(a, w))
+    if not pool.prefault(8, waits.append):
+        pytest.skip("this kernel has no MADV_POPULATE_WRITE")
+    spans = [-(-(a.ctypes.data + a.nbytes) // 4096) * 4096 - a.ctypes.data // 4096 * 4096 for a in pool.k + pool.v]
+    assert calls == [64 * 1024] * 2 and len(waits) == sum(s // 4096 for s in spans) and sum(waits) == sum(spans)
+
+
+def test_a_prefault_waits_while_a_request_runs():
+    """paused_while: no wait while idle; while busy, none until it is not."""
+    import threading
+    import time
+
+    from llamay.engine.llm import paused_while
+    busy = [False]
+    wait = paused_while(lambda: busy[0])
+    t = time.monotonic()
+    for _ in range(5):
+        wait(4096)
+    assert time.monotonic() - t < 0.05
+    busy[0] = True
+    threading.Timer(0.1, lambda: busy.__setitem__(0, False)).start()
+    t = time.monotonic()
+    wait(4096)
+    assert time.monotonic() - t >= 0.1 and not busy[0]

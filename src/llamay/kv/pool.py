@@ -6,7 +6,6 @@ may differ in KV heads and head size (dims)."""
 from __future__ import annotations
 
 import mmap
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,18 +54,17 @@ POPULATE_STEP = 4 << 20  # bytes a call: it holds the process's memory-map lock,
                          # munmap of the serving thread waits for
 
 
-def madvise_populate(a: np.ndarray, busy=None) -> bool:
-    """Fault a C-contiguous array's memory in (Linux 5.14+), POPULATE_STEP bytes a call, each once busy()
-    is false (a forward pass running: the faults took a core and the map lock from it, and a request
-    right after a restart took 0.2-1.8 s instead of 0.13) -> whether the kernel did."""
+def madvise_populate(a: np.ndarray, wait=None) -> bool:
+    """Fault a C-contiguous array's memory in (Linux 5.14+), POPULATE_STEP bytes a call, each after
+    wait(its bytes) returns (engine/llm.py paused_while: while no request runs) -> whether it did."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     page = mmap.PAGESIZE
     lo = a.ctypes.data // page * page
     hi = -(-(a.ctypes.data + a.nbytes) // page) * page
     for at in range(lo, hi, POPULATE_STEP):
-        while busy is not None and busy():
-            time.sleep(0.002)
+        if wait is not None:
+            wait(min(POPULATE_STEP, hi - at))
         if libc.madvise(ctypes.c_void_p(at), ctypes.c_size_t(min(POPULATE_STEP, hi - at)), MADV_POPULATE_WRITE):
             return False
     return True
@@ -102,7 +100,7 @@ class PagePool:
         """The page's bytes in the tiers' and state records' order: K then V of every layer in turn."""
         return [memoryview(a[page]).cast("B") for a in self._pages]
 
-    def prefault(self, n_pages: int, busy=None) -> bool:
+    def prefault(self, n_pages: int, wait=None) -> bool:
         """Back pages [0, n_pages) with memory now, their bytes unchanged (MADV_POPULATE_WRITE: safe while
         other threads use them) -> whether the system could. The allocator hands out the lowest page ids
         first, so a fresh process's first prompt lands there: its first writes then fault no memory in,
@@ -111,7 +109,7 @@ class PagePool:
         n = min(n_pages, self.n_pages) * self.page_size
         try:
             for a in self.k + self.v:
-                if a.size and n and not madvise_populate(a[:n], busy):
+                if a.size and n and not madvise_populate(a[:n], wait):
                     return False
         except (OSError, AttributeError):
             return False
