@@ -158,7 +158,7 @@ class Builder:
 
     def _alloc(self):
         """How the builder's own buffers (activation forms, routes) are made."""
-        return np.zeros if self._arena is None else (lambda shape, dtype: np.empty(shape, dtype))
+        return np.zeros if self._arena is None else np.empty  # placeholders, as tensor()'s
 
     def finish(self):
         """Lays the scratch buffers out in the arena by lifetime (arena.layout) and points the nodes at them;
