@@ -349,14 +349,21 @@ def test_state_record_keys_hashed_in_one_pass_equal_each_prefix_alone():
 
 
 def test_a_loaded_hybrid_faults_its_state_slots_in_beside_the_requests(files, monkeypatch):
-    """Without a cache tier too, a loaded hybrid prefaults the slots its first contexts and checkpoints take
-    on a thread of its own (a fresh slot's first copy faulted it in on a request's path)."""
+    """Without a cache tier too, a loaded hybrid prefaults the slots its first contexts and checkpoints take:
+    the first SLOTS_AT_LOAD before load returns, the rest on a thread of its own (a fresh slot's first copy
+    faulted it in on a request's path)."""
+    from llamay.engine.llm import SLOTS_AT_LOAD
     from llamay.kv.state_pool import StatePool
     from llamay.settings import LOAD, SCHEDULER
     asked, done = [], threading.Event()
-    monkeypatch.setattr(StatePool, "prefault", lambda self, n, busy=None: asked.append((self, n)) or done.set())
+
+    def prefault(self, n, wait=None, first=0):
+        asked.append((self, n, first))
+        if len(asked) == 2:
+            done.set()
+    monkeypatch.setattr(StatePool, "prefault", prefault)
     name = next(iter(CASES))
     llm = llamay.load(files[name], threads=1, n_ctx=CASES[name].n_ctx)
-    assert done.wait(30)
-    states = llm.context_store.states
-    assert asked == [(states, states.n_slots - LOAD.state_slots + SCHEDULER.concurrency)] and asked[0][1] > 0
+    states, n = llm.context_store.states, llm.context_store.states.n_slots - LOAD.state_slots + SCHEDULER.concurrency
+    assert asked[:1] == [(states, SLOTS_AT_LOAD, 0)] and done.wait(30)
+    assert asked[1] == (states, n, SLOTS_AT_LOAD) and n > SLOTS_AT_LOAD

@@ -303,16 +303,23 @@ def paused_while(busy):
     return wait
 
 
+SLOTS_AT_LOAD = 8  # state slots faulted in before load returns: those a conversation's first turns take
+
+
 def prefault(pool, n_pages: int, states, n_slots: int, wait):
-    """Fault the KV pool's first n_pages, then the state pool's first n_slots in on a thread of its own
-    (PagePool.prefault, StatePool.prefault: bytes unchanged, safe beside their users), each step after
-    wait(nbytes): the pages a first prompt read from a tier writes, and the slots a hybrid's first contexts and
-    checkpoints take (a fresh slot's first copy faulted 50 ms in on a request's path, Qwen3.5-0.8B)."""
-    def run():
-        pool.prefault(n_pages, wait)
-        if states is not None:
-            states.prefault(n_slots, wait)
-    threading.Thread(target=run, name="llamay-prefault", daemon=True).start()
+    """Fault the KV pool's first n_pages and the state pool's first n_slots in (PagePool.prefault,
+    StatePool.prefault: bytes unchanged, safe beside their users): the pages a first prompt read from a tier
+    writes (0.1-0.5 s of a request's time when it faulted them in), and the slots a hybrid's first contexts
+    and checkpoints take (a fresh slot's first copy faulted 50 ms in on a request's path, Qwen3.5-0.8B).
+    The pages and the first SLOTS_AT_LOAD slots now, the other slots on a thread of its own, each step after
+    wait(nbytes): requests come on its heels, and it yields to them."""
+    now = min(n_slots, SLOTS_AT_LOAD) if states is not None else 0
+    pool.prefault(n_pages)
+    if now:
+        states.prefault(now)
+    if now < n_slots:
+        threading.Thread(target=states.prefault, args=(n_slots, wait, now), name="llamay-prefault",
+                         daemon=True).start()
 
 
 def context_length(spec, n_ctx: int | None) -> int:

@@ -84,12 +84,12 @@ class StatePool:
         parts = [a[slot].ravel() for arrays in self.layers.values() for a in arrays]
         return np.concatenate(parts, out=out)
 
-    def prefault(self, n_slots: int, wait=None) -> bool:
-        """Back slots [0, n_slots) with memory now, their bytes unchanged (MADV_POPULATE_WRITE, as
+    def prefault(self, n_slots: int, wait=None, first: int = 0) -> bool:
+        """Back slots [first, n_slots) with memory now, their bytes unchanged (MADV_POPULATE_WRITE, as
         PagePool.prefault), slot by slot, each step after wait(its bytes) -> whether the system could. alloc
         hands out the lowest free slot ids first: they are the first ready."""
         try:
-            for slot in range(min(n_slots, self.n_slots)):
+            for slot in range(first, min(n_slots, self.n_slots)):
                 for arrays in self.layers.values():
                     for a in arrays:
                         if not madvise_populate(a[slot], wait):
