@@ -172,20 +172,20 @@ def test_prefault_waits_before_each_step(monkeypatch):
     assert calls == [64 * 1024] * 2 and len(waits) == sum(s // 4096 for s in spans) and sum(waits) == sum(spans)
 
 
-def test_a_prefault_waits_while_a_request_runs():
-    """paused_while: no wait while idle; while busy, none until it is not."""
-    import threading
-    import time
+def test_a_prefault_waits_while_a_request_runs(monkeypatch):
+    """paused_while: no wait while idle; while busy, a sleep between looks until it is not (the clock is
+    the test's: no timing)."""
+    from llamay.engine import llm
+    busy, sleeps = [False], []
 
-    from llamay.engine.llm import paused_while
-    busy = [False]
-    wait = paused_while(lambda: busy[0])
-    t = time.monotonic()
+    def sleep(s):
+        sleeps.append(s)
+        busy[0] = len(sleeps) < 3  # the request ends during the third sleep
+    monkeypatch.setattr(llm.time, "sleep", sleep)
+    wait = llm.paused_while(lambda: busy[0])
     for _ in range(5):
         wait(4096)
-    assert time.monotonic() - t < 0.05
+    assert sleeps == []
     busy[0] = True
-    threading.Timer(0.1, lambda: busy.__setitem__(0, False)).start()
-    t = time.monotonic()
     wait(4096)
-    assert time.monotonic() - t >= 0.1 and not busy[0]
+    assert sleeps == [llm.PREFAULT_POLL] * 3 and not busy[0]

@@ -292,6 +292,9 @@ class LLM:
             stats.draft_steps, stats.disk_tokens, stats.shared_tokens = ev.draft_steps, ev.disk_tokens, ev.shared_tokens
 
 
+PREFAULT_POLL = 0.01  # seconds between looks at busy() while a request runs (a wakeup of the waiting thread)
+
+
 def paused_while(busy):
     """A prefault's wait(nbytes) before each step: until busy() is false. Beside a request the faults took
     a core and the memory-map lock from it (first touches are slow in a VM: a prompt of 1,026 tokens of
@@ -299,7 +302,7 @@ def paused_while(busy):
     restart 0.4-0.7 s instead of 0.2), so it faults in only while nothing runs."""
     def wait(nbytes: int):
         while busy():
-            time.sleep(0.002)
+            time.sleep(PREFAULT_POLL)
     return wait
 
 
@@ -311,15 +314,17 @@ def prefault(pool, n_pages: int, states, n_slots: int, wait):
     StatePool.prefault: bytes unchanged, safe beside their users): the pages a first prompt read from a tier
     writes (0.1-0.5 s of a request's time when it faulted them in), and the slots a hybrid's first contexts
     and checkpoints take (a fresh slot's first copy faulted 50 ms in on a request's path, Qwen3.5-0.8B).
-    The pages and the first SLOTS_AT_LOAD slots now, the other slots on a thread of its own, each step after
-    wait(nbytes): requests come on its heels, and it yields to them."""
+    The first SLOTS_AT_LOAD slots now (0.4 s of Qwen3.5-0.8B's load here), the pages (1.1 s for a 3B's
+    4096-token KV: not at load) and the other slots on a thread of its own, each step after wait(nbytes)."""
     now = min(n_slots, SLOTS_AT_LOAD) if states is not None else 0
-    pool.prefault(n_pages)
     if now:
         states.prefault(now)
-    if now < n_slots:
-        threading.Thread(target=states.prefault, args=(n_slots, wait, now), name="llamay-prefault",
-                         daemon=True).start()
+
+    def run():
+        pool.prefault(n_pages, wait)
+        if now < n_slots:
+            states.prefault(n_slots, wait, now)
+    threading.Thread(target=run, name="llamay-prefault", daemon=True).start()
 
 
 def context_length(spec, n_ctx: int | None) -> int:

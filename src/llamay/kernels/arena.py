@@ -12,39 +12,36 @@ ALIGN = 64  # bytes: a cache line, and every SIMD load's alignment
 POISON = 0xFF  # a new arena's bytes: NaN as float32, so a buffer read before it is written shows
 
 
-def layout(sizes: list[int], first: list[int], last: list[int], ready: list[int] | None = None
-           ) -> tuple[list[int], list[int], int]:
-    """Offsets for buffers of `sizes` bytes used from node first[i] to node last[i] (inclusive), so that two
-    buffers share bytes only when one's last node comes before the other's first -> (offsets, waits, bytes
-    in all): waits[i], the latest last node of the buffers that held buffer i's bytes before (-1: none), which
-    node first[i] must wait for. Placed in order of first use, each in the smallest free gap that holds it
-    and whose users are done by node ready[i] (what node first[i] waits for anyway, so that it waits for
-    nothing more; default: any gap), else in new bytes at the end."""
-    n = len(sizes)
-    offsets, waits, total = [0] * n, [-1] * n, 0
+def layout(sizes: list[int], first: list[int], last: list[int], ready: list[int]) -> tuple[list[int], int]:
+    """Offsets for buffers of `sizes` bytes used from node first[i] to node last[i] (inclusive) -> (offsets,
+    bytes in all). Buffer i takes bytes another buffer j held only when last[j] <= ready[i] (the nodes node
+    first[i] waits for anyway: it then waits for nothing more); so two buffers in use at once never share a
+    byte. Placed in order of first use, each in the smallest such free gap that holds it, else in new bytes
+    at the end."""
+    offsets, total = [0] * len(sizes), 0
     live: list[tuple[int, int, int]] = []  # (last node, offset, size) of buffers placed and still in use
     free: list[tuple[int, int, int]] = []  # (offset, size, latest last node of what it held), by offset
-    for i in sorted(range(n), key=lambda i: (first[i], i)):
+    for i in sorted(range(len(sizes)), key=lambda i: (first[i], i)):
         for last_node, off, size in [b for b in live if b[0] < first[i]]:
             free = _give_back(free, off, size, last_node)
         live = [b for b in live if b[0] >= first[i]]
         size = -(-sizes[i] // ALIGN) * ALIGN
-        fits = [g for g in free if g[1] >= size and (ready is None or g[2] <= ready[i])]
+        fits = [g for g in free if g[1] >= size and g[2] <= ready[i]]
         if fits:
             gap = min(fits, key=lambda g: (g[1], g[0]))
             free.remove(gap)
             if gap[1] > size:
                 free = _give_back(free, gap[0] + size, gap[1] - size, gap[2])
-            offsets[i], waits[i] = gap[0], gap[2]
+            offsets[i] = gap[0]
         else:
             offsets[i], total = total, total + size
         live.append((last[i], offsets[i], size))
-    return offsets, waits, total
+    return offsets, total
 
 
 def _give_back(free: list[tuple[int, int, int]], off: int, size: int, held: int) -> list[tuple[int, int, int]]:
     """free with [off, off + size) added (its bytes' latest user `held`), neighbours merged (the later user
-    kept: a gap's waiter waits for everything it held), sorted by offset."""
+    kept: a buffer placed in the gap comes after everything it held), sorted by offset."""
     out: list[tuple[int, int, int]] = []
     for g in sorted(free + [(off, size, held)]):
         if out and out[-1][0] + out[-1][1] == g[0]:

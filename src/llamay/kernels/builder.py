@@ -161,9 +161,10 @@ class Builder:
         return np.zeros if self._arena is None else np.empty  # placeholders, as tensor()'s
 
     def finish(self):
-        """Lays the scratch buffers out in the arena by lifetime (arena.layout) and points the nodes at them;
-        the node that first writes bytes another buffer held waits for that buffer's last node. A buffer a
-        node reads before any writes it (or none uses) gets zeros of its own, as without an arena."""
+        """Lays the scratch buffers out in the arena by lifetime (arena.layout) and points the nodes at them:
+        a buffer takes bytes another held only when that one's last node is done before its first writer
+        starts (no node waits for more than it did). A buffer a node reads before any writes it (or none
+        uses) gets zeros of its own, as without an arena."""
         if self._arena is None or not self._scratch:
             return
         first, last, fresh = {}, {}, {}
@@ -175,8 +176,8 @@ class Builder:
                     last[k] = i
         laid = [k for k in self._scratch if fresh.get(k)]
         sizes = [sum(-(-a.nbytes // 64) * 64 for a in self._scratch[k]) for k in laid]
-        ready = [self._g._specs[first[k]][4] for k in laid]
-        offsets, waits, total = layout(sizes, [first[k] for k in laid], [last[k] for k in laid], ready)
+        ready = [self._g._specs[first[k]][4] for k in laid]  # what each first writer waits for already
+        offsets, total = layout(sizes, [first[k] for k in laid], [last[k] for k in laid], ready)
         buf = self._arena.buffer(total)
         self.laid_out = (sum(sizes), total)  # bytes of the buffers laid out, bytes they take in the arena
         moved: dict[int, np.ndarray] = {}  # id(placeholder) -> where it lives now
@@ -189,10 +190,6 @@ class Builder:
                 for a in self._scratch[k]:
                     moved[id(a)] = np.zeros(a.shape, a.dtype)
         self._relocate(moved, {id(a): a for arrays in self._scratch.values() for a in arrays})
-        specs = self._g._specs
-        for k, wait in zip(laid, waits):
-            op, ptrs, sizes_, floats, after = specs[first[k]]
-            specs[first[k]] = (op, ptrs, sizes_, floats, max(after, wait))
         self._g.keep_only(lambda o: not (isinstance(o, np.ndarray) and self._key(o) in self._scratch),
                           [buf, *moved.values()])
         self._scratch, self._fusable, self._touch = {}, None, []
@@ -505,7 +502,11 @@ class Builder:
         return x
 
     def run(self, nthreads: int):
-        self._g.run(nthreads)
+        if self._arena is None:
+            self._g.run(nthreads)
+            return
+        with self._arena.lock:  # graphs sharing its bytes never run at once
+            self._g.run(nthreads)
 
     def profile(self, nthreads: int) -> list[tuple[str, float]]:
         """(op name, seconds) per node, each node run to completion before the next (bench/profile_ops.py)."""

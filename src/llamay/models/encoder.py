@@ -136,7 +136,7 @@ class EncoderPlan:
 
     def __init__(self, enc: Encoder, n: int):
         s, b = enc.spec, Builder(arena=enc.arena)
-        self.b, self.batch, self.arena = b, b.batch(n), enc.arena
+        self.b, self.batch = b, b.batch(n)
         self.pool = PagePool(s.n_layer, n, 1, s.n_head, s.head_dim, kv_type("f32", s.head_dim))
         w, eps = enc.w, s.norm_eps
         self.x = x = b.tensor(n, s.n_embd, io=True)
@@ -167,5 +167,4 @@ class EncoderPlan:
             table[i, :m] = np.arange(f, f + m)
         seq = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
         self.batch.fill(BatchMeta(pos, seq, table, 1))
-        with self.arena.lock:
-            self.b.run(nthreads)
+        self.b.run(nthreads)

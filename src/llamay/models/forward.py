@@ -27,7 +27,6 @@ class ForwardGraph:
         StatePool (kv/state_pool.py), when the spec has such layers. arena: the scratch this plan shares with
         the model's others (kernels/arena.py; None: buffers of its own)."""
         s, b = spec, Builder(fuse, arena)
-        self.arena = arena
         self.n, self.b, self.batch = n, b, b.batch(n)
         self.pool, self.states = pool, states  # held: while this plan lives, their ids name no other
         self.x = x = b.tensor(n, s.n_embd, io=True)
@@ -59,11 +58,7 @@ class ForwardGraph:
     def run(self, meta, nthreads: int):
         """meta: BatchMeta for these n tokens (positions also feed RoPE)."""
         self.batch.fill(meta)
-        if self.arena is None:
-            self.b.run(nthreads)
-            return
-        with self.arena.lock:
-            self.b.run(nthreads)
+        self.b.run(nthreads)
 
 
 def _layer(b: Builder, P: LayerPlan, L, x, h, mm, mixer, per_layer_in):
