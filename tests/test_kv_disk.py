@@ -172,20 +172,65 @@ def test_prefault_waits_before_each_step(monkeypatch):
     assert calls == [64 * 1024] * 2 and len(waits) == sum(s // 4096 for s in spans) and sum(waits) == sum(spans)
 
 
-def test_a_prefault_waits_while_a_request_runs(monkeypatch):
-    """paused_while: no wait while idle; while busy, a sleep between looks until it is not (the clock is
-    the test's: no timing)."""
-    from llamay.engine import llm
-    busy, sleeps = [False], []
+class _Clock:
+    """time.monotonic and time.sleep of engine/idle.py: sleeping moves the clock (no timing in the test)."""
+    def __init__(self, monkeypatch):
+        from llamay.engine import idle
+        self.now, self.sleeps = 100.0, []
+        monkeypatch.setattr(idle.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(idle.time, "sleep", self.sleep)
 
-    def sleep(s):
-        sleeps.append(s)
-        busy[0] = len(sleeps) < 3  # the request ends during the third sleep
-    monkeypatch.setattr(llm.time, "sleep", sleep)
-    wait = llm.paused_while(lambda: busy[0])
-    for _ in range(5):
-        wait(4096)
-    assert sleeps == []
-    busy[0] = True
-    wait(4096)
-    assert sleeps == [llm.PREFAULT_POLL] * 3 and not busy[0]
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.now += max(s, 1e-6)  # a real sleep takes some time however short it is asked to be
+
+
+def test_background_work_waits_for_a_moment_without_requests(monkeypatch):
+    """when_idle: no wait once the model has been idle for IDLE_GRACE; while a request runs and for
+    IDLE_GRACE after its last step, sleeps of at most IDLE_POLL; `until` ends the wait however busy."""
+    from llamay.engine.idle import IDLE_GRACE, IDLE_POLL, when_idle
+    clock = _Clock(monkeypatch)
+    ends = [clock.now - 10]  # the last step's end
+    ends_at = 100.35  # the running request's last step ends then
+
+    def idle_for():
+        if ends[0] is None:  # a request runs
+            if clock.now >= ends_at:
+                ends[0] = clock.now
+            return 0.0
+        return clock.now - ends[0]
+    wait = when_idle(idle_for)
+    for _ in range(3):
+        wait()
+    assert clock.sleeps == []
+    ends[0] = None
+    wait()
+    assert clock.now >= ends_at + IDLE_GRACE and all(0 < s <= IDLE_POLL for s in clock.sleeps)
+    assert clock.now < ends_at + IDLE_GRACE + IDLE_POLL + 1e-5  # it went on as soon as the grace was over
+    ends[0], ends_at, start = None, float("inf"), clock.now  # a request that never ends
+    wait(until=start + 0.5)
+    assert start + 0.5 <= clock.now < start + 0.5 + 1e-5
+
+
+def test_a_tier_writes_once_the_model_is_idle_or_its_wait_is_over(tmp_path):
+    """A queued write waits for idle(until), until CACHE.write_wait seconds after it was queued; nothing is
+    written before idle returns, then all of it."""
+    import threading
+    import time
+    from llamay.engine.cache_tiers import CacheTiers
+    from llamay.kv.disk import DiskTier
+    from llamay.kv.pool import KV_TYPES, PagePool
+    from llamay.settings import CACHE
+    pool = PagePool(1, 4, 16, 2, 64, KV_TYPES["f32"])
+    pool.k[0][:] = 3
+    asked, go = [], threading.Event()
+    tier = DiskTier(tmp_path, 1 << 20, sum(len(b) for b in pool.page_buffers(0)))
+    tiers = CacheTiers({"disk": tier}, lambda lora: b"root", 16, tier.page_bytes,
+                       idle=lambda until: asked.append(until) or go.wait(30))
+    before = time.monotonic()
+    tiers.save("me", pool, (), list(range(48)), [0, 1, 2])
+    assert not tiers.flush(timeout=0.2) and tiers.pages_written["disk"] == 0
+    assert len(asked) == 1 and before + CACHE.write_wait <= asked[0] <= time.monotonic() + CACHE.write_wait
+    go.set()
+    assert tiers.flush(timeout=30) and tiers.pages_written["disk"] == 3 and tiers.written("me") == [[0, 1, 2]]
+    tiers.close()

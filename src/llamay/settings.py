@@ -40,6 +40,7 @@ class CacheSettings:
     api_disk: int = 0  # the same for llamay.load: the Python API writes nothing unless asked
     subdir: str = "kv"  # under $LLAMAY_HOME/cache, unless --cache-dir
     state_share: float = 0.25  # a hybrid model's state records may take this share of the disk budget more
+    write_wait: float = 2.0  # seconds a queued write waits for the model to be idle before it goes on beside requests
 
 
 @dataclass(frozen=True)

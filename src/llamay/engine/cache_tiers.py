@@ -1,7 +1,9 @@
 """The prefix cache's tiers below memory: the disk (kv/disk.py) and a shared Redis/Valkey (kv/shared.py).
 
 Write-through: when a context's tokens enter the radix tree (ContextStore.free with cache), its full pages go
-to every tier that lacks them, on a writer thread of this object's own, off the scheduler's critical path.
+to every tier that lacks them, on a writer thread of this object's own, off the scheduler's critical path,
+once the model is idle (engine/idle.py: a write beside a request took a core from it) or CACHE.write_wait
+seconds after it was queued, whichever comes first.
 The store pins those pages (not evicted; full pages are never written) until the writer has read them out
 of the pool, and unpins them when written() hands them back. This module never touches the KV state.
 So the tiers hold what memory holds and what it evicted, and a restarted process, or another server, finds it.
@@ -65,13 +67,16 @@ class Found:
 
 class CacheTiers:
     def __init__(self, tiers: dict, root_of: Callable[[tuple], bytes], page_size: int, page_bytes: int,
-                 states: dict | None = None):
+                 states: dict | None = None, idle: Callable[[float | None], None] | None = None):
         """tiers: name (TIERS) -> DiskTier or SharedTier; root_of(lora choice) -> the chain root of K/V
         computed under those adapters (see above); states: name -> the tier of state records (a hybrid
-        model's), of state bytes + page_bytes each."""
+        model's), of state bytes + page_bytes each; idle(until): returns when the model is idle or at
+        time.monotonic() until (engine/idle.py): each write waits for it, at most CACHE.write_wait seconds
+        after it was queued."""
         self.tiers = {name: tiers[name] for name in TIERS if name in tiers}
         self.states = {name: (states or {})[name] for name in TIERS if name in (states or {})}
         self.root_of, self.page_size, self.page_bytes = root_of, page_size, page_bytes
+        self.idle = idle
         self.read_bps: dict[str, float] = {}  # measured: bytes read per second, per tier
         self.pages_written = {name: 0 for name in self.tiers}
         self.pages_read = {name: 0 for name in self.tiers}
@@ -99,7 +104,7 @@ class CacheTiers:
         holding tokens' K/V for every tier (the ones a tier holds already are skipped)."""
         with self._busy:
             self._in_flight += 1
-        self._jobs.put((owner, pool, lora, tokens, pages))
+        self._jobs.put((time.monotonic(), (owner, pool, lora, tokens, pages)))
 
     def written(self, owner) -> list[list[int] | int]:
         """What of owner's saves the writer is through with: each save's pages to unpin, or a state record's
@@ -147,7 +152,8 @@ class CacheTiers:
         if self.states:
             with self._busy:
                 self._in_flight += 1
-            self._jobs.put(("state", owner, self.state_keys(lora, tokens, [n])[0], states, slot, kv_bytes))
+            self._jobs.put((time.monotonic(), ("state", owner, self.state_keys(lora, tokens, [n])[0], states, slot,
+                                               kv_bytes)))
 
     def find_state(self, lora: tuple, tokens: list[int], lo: int, hi: int) -> tuple[int, str] | None:
         """(n, tier) of the deepest state record the tiers hold after tokens[:n], lo < n <= hi."""
@@ -208,7 +214,10 @@ class CacheTiers:
     # --- the writer's thread -------------------------------------------------------------------
 
     def _write_loop(self):
-        while (job := self._jobs.get()) is not None:
+        while (item := self._jobs.get()) is not None:
+            queued, job = item
+            if self.idle is not None:
+                self.idle(queued + CACHE.write_wait)
             if job[0] == "state":
                 self._write_state(*job[1:])
                 continue
@@ -248,9 +257,11 @@ def cache_root() -> Path:
     return env.home() / "cache" / CACHE.subdir
 
 
-def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redis_url: str | None) -> CacheTiers:
+def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redis_url: str | None,
+                idle: Callable[[float | None], None] | None = None) -> CacheTiers:
     """The LLM's tiers: a disk folder per weights digest, KV type and page size under directory (default
-    cache_root()) holding disk_budget bytes of pages (0: no disk tier), and the Redis/Valkey at redis_url."""
+    cache_root()) holding disk_budget bytes of pages (0: no disk tier), and the Redis/Valkey at redis_url;
+    their writes wait for idle (CacheTiers)."""
     from ..kv.shared import SharedTier
     digest, ps = weights_digest(llm.path), llm.page_size
     dims = llm.spec.kv_dims
@@ -268,7 +279,7 @@ def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redi
         tiers["shared"] = SharedTier(redis_url, one_page)
         if record:
             states["shared"] = SharedTier(redis_url, record)
-    return CacheTiers(tiers, chain_root(llm, digest), ps, one_page, states)
+    return CacheTiers(tiers, chain_root(llm, digest), ps, one_page, states, idle)
 
 
 def chain_root(llm, digest: str | None = None) -> Callable[[tuple], bytes]:

@@ -22,6 +22,7 @@ from .context import Context, GenerationStats
 from .digest import weights_digest
 from . import snapshots
 from .embed import file_tokenizer
+from .idle import when_idle
 from .cache_tiers import cache_tiers
 from .draft_model import DraftModel
 from .context_store import ContextStore
@@ -60,14 +61,15 @@ class LLM:
         self.kv, self.page_size = kv, page_size
         self.stats = GenerationStats()
         self.kv_events = None  # where its prefix cache's changes are reported (publish_kv_events)
-        self.cache = cache_tiers(self, opts.cache_dir, opts.cache_disk, opts.cache_redis) \
+        idle = when_idle(lambda: self.idle_for)
+        self.cache = cache_tiers(self, opts.cache_dir, opts.cache_disk, opts.cache_redis, idle) \
             if opts.cache_disk or opts.cache_redis else None
         self._store = self._new_store(kv_budget)
         states = self._store.states  # a hybrid's slots of its first contexts and of its checkpoints
         n_slots = states.n_slots - LOAD.state_slots + SCHEDULER.concurrency if states is not None else 0
         n_pages = -(-self.n_ctx // page_size) if self.cache is not None else 0  # a prompt read from the tiers
         if n_slots or n_pages:
-            prefault(self._store.pool, n_pages, states, n_slots, paused_while(lambda: self.busy))
+            prefault(self._store.pool, n_pages, states, n_slots, lambda nbytes: idle())
         self.session = Session(self)  # the server's typed interface to this model's contexts
         self.draft = self._draft_model(os.fspath(draft_model)) if draft_model is not None else None
         speculation = opts.spec or ("draft" if self.draft else SPEC.mode)
@@ -144,10 +146,10 @@ class LLM:
         return s
 
     @property
-    def busy(self) -> bool:
-        """Whether a request is running or waiting (its scheduler's; False while the model loads)."""
+    def idle_for(self) -> float:
+        """Seconds since the last request's last step (0 while one runs; infinite while the model loads)."""
         s = getattr(self, "scheduler", None)
-        return s is not None and bool(s.running or s.queue)
+        return float("inf") if s is None else s.idle_for
 
     @property
     def n_vocab(self) -> int:
@@ -290,20 +292,6 @@ class LLM:
             stats.prefill_s, stats.decode_s = ev.prompt_ns / 1e9, ev.eval_ns / 1e9
             stats.drafted_tokens, stats.accepted_tokens = ev.drafted_tokens, ev.accepted_tokens
             stats.draft_steps, stats.disk_tokens, stats.shared_tokens = ev.draft_steps, ev.disk_tokens, ev.shared_tokens
-
-
-PREFAULT_POLL = 0.01  # seconds between looks at busy() while a request runs (a wakeup of the waiting thread)
-
-
-def paused_while(busy):
-    """A prefault's wait(nbytes) before each step: until busy() is false. Beside a request the faults took
-    a core and the memory-map lock from it (first touches are slow in a VM: a prompt of 1,026 tokens of
-    Qwen3.5-0.8B 3.6 s alone, 4.5-5.7 s beside a prefault held to 200 MB/s; a request right after a
-    restart 0.4-0.7 s instead of 0.2), so it faults in only while nothing runs."""
-    def wait(nbytes: int):
-        while busy():
-            time.sleep(PREFAULT_POLL)
-    return wait
 
 
 SLOTS_AT_LOAD = 8  # state slots faulted in before load returns: those a conversation's first turns take

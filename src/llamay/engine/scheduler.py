@@ -75,6 +75,7 @@ class Scheduler:
         self.cv = threading.Condition()
         self.stopping = False
         self.steps = 0
+        self.last_busy = float("-inf")  # time.monotonic() at the end of the last step (idle_for)
         # every sequence's speculation so far: draft tokens verified, accepted, passes verifying a draft
         self.drafted_tokens = self.accepted_tokens = self.draft_steps = 0
         self.thread: threading.Thread | None = None
@@ -150,6 +151,11 @@ class Scheduler:
         return fut
 
     @property
+    def idle_for(self) -> float:
+        """Seconds since the last step ended; 0 while a request runs or waits (background work waits for it)."""
+        return 0.0 if self.running or self.queue else time.monotonic() - self.last_busy
+
+    @property
     def queue_depth(self) -> int:
         return len(self.queue)
 
@@ -197,6 +203,12 @@ class Scheduler:
             job.sink(Done(0, "cancelled", 0, 0, 0, 0, 0, 0, []))
 
     def _step(self):
+        try:
+            self._advance()
+        finally:
+            self.last_busy = time.monotonic()
+
+    def _advance(self):
         for seq in [s for s in self.running if s.job.cancelled]:
             self._finish(seq, "cancelled")
         self._admit()
