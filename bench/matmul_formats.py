@@ -1,6 +1,6 @@
 """matmul speed by weight format on one random matrix: decode (n=1, GB/s of weight bytes over several
 matrices so they stream from memory) and prefill (n=128, GOP/s), under every kernel path this CPU runs,
-interleaved. usage: python bench/matmul_formats.py [--types Q4_0,IQ4_NL,IQ4_XS,MXFP4] [--threads 2]"""
+interleaved. usage: python bench/matmul_formats.py [--types Q4_0,Q4_K,Q6_K,IQ4_NL,IQ4_XS,MXFP4] [--threads 2]"""
 import argparse
 import statistics
 import sys
@@ -14,7 +14,7 @@ import machine  # noqa: E402
 
 from llamay.gguf import BY_NAME  # noqa: E402
 from llamay.kernels import _lib  # noqa: E402
-from llamay.kernels.matmul import QWeight, matmul, quantize_act  # noqa: E402
+from llamay.kernels.matmul import QWeight, act_block, matmul, quantize_act  # noqa: E402
 
 M = K = 2048
 N_MATS = 64  # 64 x ~2.3 MB: beyond the caches
@@ -38,10 +38,11 @@ def main():
     args = ap.parse_args()
     print(machine.describe(args.threads))
     rng = np.random.default_rng(0)
-    x1, xp = quantize_act(rng.standard_normal((1, K)).astype(np.float32)), quantize_act(
-        rng.standard_normal((128, K)).astype(np.float32))
+    v1, vp = rng.standard_normal((1, K)).astype(np.float32), rng.standard_normal((128, K)).astype(np.float32)
     for name in args.types.split(","):
         ws = [random_weight(name, rng) for _ in range(N_MATS)]
+        bs = act_block(ws[0].qtype)  # the K-quants read activations in 256-value blocks
+        x1, xp = quantize_act(v1, bs=bs), quantize_act(vp, bs=bs)
         for path in _lib.available():
             with _lib.using(path):
                 dec, pre = [], []
