@@ -187,7 +187,7 @@ class _Clock:
 
 def test_background_work_waits_for_a_moment_without_requests(monkeypatch):
     """when_idle: no wait once the model has been idle for IDLE_GRACE; while a request runs and for
-    IDLE_GRACE after its last step, sleeps of at most IDLE_POLL; `until` ends the wait however busy."""
+    IDLE_GRACE after its last step, sleeps of at most IDLE_POLL; done() ends the wait however busy."""
     from llamay.engine.idle import IDLE_GRACE, IDLE_POLL, when_idle
     clock = _Clock(monkeypatch)
     ends = [clock.now - 10]  # the last step's end
@@ -208,29 +208,53 @@ def test_background_work_waits_for_a_moment_without_requests(monkeypatch):
     assert clock.now >= ends_at + IDLE_GRACE and all(0 < s <= IDLE_POLL for s in clock.sleeps)
     assert clock.now < ends_at + IDLE_GRACE + IDLE_POLL + 1e-5  # it went on as soon as the grace was over
     ends[0], ends_at, start = None, float("inf"), clock.now  # a request that never ends
-    wait(until=start + 0.5)
-    assert start + 0.5 <= clock.now < start + 0.5 + 1e-5
+    wait(lambda: clock.now >= start + 0.5)
+    assert start + 0.5 <= clock.now < start + 0.5 + IDLE_POLL + 1e-5
 
 
-def test_a_tier_writes_once_the_model_is_idle_or_its_wait_is_over(tmp_path):
-    """A queued write waits for idle(until), until CACHE.write_wait seconds after it was queued; nothing is
-    written before idle returns, then all of it."""
-    import threading
-    import time
-    from llamay.engine.cache_tiers import CacheTiers
+def _tiers(tmp_path, monkeypatch, write_wait: float, idle):
+    """A disk tier behind CacheTiers whose writes wait on idle, CACHE.write_wait = write_wait; a pool of
+    4 pages to save."""
+    import dataclasses
+    from llamay.engine import cache_tiers
     from llamay.kv.disk import DiskTier
     from llamay.kv.pool import KV_TYPES, PagePool
-    from llamay.settings import CACHE
+    monkeypatch.setattr(cache_tiers, "CACHE", dataclasses.replace(cache_tiers.CACHE, write_wait=write_wait))
     pool = PagePool(1, 4, 16, 2, 64, KV_TYPES["f32"])
     pool.k[0][:] = 3
-    asked, go = [], threading.Event()
     tier = DiskTier(tmp_path, 1 << 20, sum(len(b) for b in pool.page_buffers(0)))
-    tiers = CacheTiers({"disk": tier}, lambda lora: b"root", 16, tier.page_bytes,
-                       idle=lambda until: asked.append(until) or go.wait(30))
-    before = time.monotonic()
+    return cache_tiers.CacheTiers({"disk": tier}, lambda lora: b"root", 16, tier.page_bytes, idle=idle), pool
+
+
+def test_a_tier_writes_nothing_until_the_model_is_idle(tmp_path, monkeypatch):
+    """A queued write waits for idle(done); nothing is written before it returns, then all of it."""
+    import threading
+    asked, called, go = [], threading.Event(), threading.Event()
+    tiers, pool = _tiers(tmp_path, monkeypatch, 1e6,
+                         lambda done: asked.append(done) or called.set() or go.wait(30))
     tiers.save("me", pool, (), list(range(48)), [0, 1, 2])
-    assert not tiers.flush(timeout=0.2) and tiers.pages_written["disk"] == 0
-    assert len(asked) == 1 and before + CACHE.write_wait <= asked[0] <= time.monotonic() + CACHE.write_wait
+    assert called.wait(30) and len(asked) == 1
+    assert not asked[0]() and tiers.pages_written["disk"] == 0  # not due, no flush waiting
     go.set()
     assert tiers.flush(timeout=30) and tiers.pages_written["disk"] == 3 and tiers.written("me") == [[0, 1, 2]]
+    tiers.close()
+
+
+def test_a_flush_or_the_write_wait_ends_a_tier_writes_wait_for_idle(tmp_path, monkeypatch):
+    """Beside a model that is never idle: a flush gets its pages written (it waited for ever before the
+    writer looked at flushes: a reset beside running requests held the scheduler); with CACHE.write_wait 0
+    the pages are written with no flush at all."""
+    import time
+    from llamay.engine.idle import when_idle
+    never_idle = when_idle(lambda: 0.0)
+    tiers, pool = _tiers(tmp_path, monkeypatch, 1e6, never_idle)
+    tiers.save("me", pool, (), list(range(48)), [0, 1, 2])
+    assert tiers.flush(timeout=60) and tiers.pages_written["disk"] == 3
+    tiers.close()
+    tiers, pool = _tiers(tmp_path / "b", monkeypatch, 0.0, never_idle)
+    tiers.save("me", pool, (), list(range(48)), [0, 1, 2])
+    deadline = time.monotonic() + 60
+    while tiers.pages_written["disk"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tiers.pages_written["disk"] == 3
     tiers.close()

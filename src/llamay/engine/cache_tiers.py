@@ -2,8 +2,8 @@
 
 Write-through: when a context's tokens enter the radix tree (ContextStore.free with cache), its full pages go
 to every tier that lacks them, on a writer thread of this object's own, off the scheduler's critical path,
-once the model is idle (engine/idle.py: a write beside a request took a core from it) or CACHE.write_wait
-seconds after it was queued, whichever comes first.
+once the model is idle (engine/idle.py: a write beside a request took a core from it), CACHE.write_wait
+seconds after it was queued, or when a flush waits for it, whichever comes first.
 The store pins those pages (not evicted; full pages are never written) until the writer has read them out
 of the pool, and unpins them when written() hands them back. This module never touches the KV state.
 So the tiers hold what memory holds and what it evicted, and a restarted process, or another server, finds it.
@@ -67,12 +67,12 @@ class Found:
 
 class CacheTiers:
     def __init__(self, tiers: dict, root_of: Callable[[tuple], bytes], page_size: int, page_bytes: int,
-                 states: dict | None = None, idle: Callable[[float | None], None] | None = None):
+                 states: dict | None = None, idle: Callable[[Callable[[], bool]], None] | None = None):
         """tiers: name (TIERS) -> DiskTier or SharedTier; root_of(lora choice) -> the chain root of K/V
         computed under those adapters (see above); states: name -> the tier of state records (a hybrid
-        model's), of state bytes + page_bytes each; idle(until): returns when the model is idle or at
-        time.monotonic() until (engine/idle.py): each write waits for it, at most CACHE.write_wait seconds
-        after it was queued."""
+        model's), of state bytes + page_bytes each; idle(done): returns when the model is idle or done() is
+        true (engine/idle.py): each write waits for it, at most CACHE.write_wait seconds after it was
+        queued, and not at all while a flush waits for it."""
         self.tiers = {name: tiers[name] for name in TIERS if name in tiers}
         self.states = {name: (states or {})[name] for name in TIERS if name in (states or {})}
         self.root_of, self.page_size, self.page_bytes = root_of, page_size, page_bytes
@@ -85,6 +85,7 @@ class CacheTiers:
         self._done: deque = deque()  # (owner, pages) the writer is through with: handed back by written
         self._busy = threading.Condition()
         self._in_flight = 0
+        self._flushing = 0  # flushes waiting: the writer waits for no idle moment meanwhile
         self._thread = threading.Thread(target=self._write_loop, name="llamay-cache-tiers", daemon=True)
         self._thread.start()
         ref = weakref.ref(self)
@@ -204,7 +205,11 @@ class CacheTiers:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued page is written (or failed) -> whether it finished in time."""
         with self._busy:
-            return self._busy.wait_for(lambda: self._in_flight == 0, timeout)
+            self._flushing += 1
+            try:
+                return self._busy.wait_for(lambda: self._in_flight == 0, timeout)
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout: float = 60.0):
         """Write what is queued (up to timeout), then stop the writer."""
@@ -217,7 +222,7 @@ class CacheTiers:
         while (item := self._jobs.get()) is not None:
             queued, job = item
             if self.idle is not None:
-                self.idle(queued + CACHE.write_wait)
+                self.idle(lambda: self._flushing > 0 or time.monotonic() >= queued + CACHE.write_wait)
             if job[0] == "state":
                 self._write_state(*job[1:])
                 continue
@@ -258,7 +263,7 @@ def cache_root() -> Path:
 
 
 def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redis_url: str | None,
-                idle: Callable[[float | None], None] | None = None) -> CacheTiers:
+                idle: Callable[[Callable[[], bool]], None] | None = None) -> CacheTiers:
     """The LLM's tiers: a disk folder per weights digest, KV type and page size under directory (default
     cache_root()) holding disk_budget bytes of pages (0: no disk tier), and the Redis/Valkey at redis_url;
     their writes wait for idle (CacheTiers)."""

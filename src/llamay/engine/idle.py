@@ -13,15 +13,11 @@ IDLE_POLL = 0.01  # seconds between looks at the model (each a wakeup of the wai
 IDLE_GRACE = 0.05  # seconds without a request before background work goes on
 
 
-def when_idle(idle_for: Callable[[], float], grace: float = IDLE_GRACE) -> Callable[[float | None], None]:
-    """wait(until=None): returns once idle_for() (seconds since the model's last request; 0 while one runs)
-    reaches grace, or at time.monotonic() >= until (work that must not wait for ever: a tier's write-behind
-    under steady load)."""
-    def wait(until: float | None = None):
-        while (left := grace - idle_for()) > 0:
-            if until is not None:
-                if (now := time.monotonic()) >= until:
-                    return
-                left = min(left, until - now)
+def when_idle(idle_for: Callable[[], float], grace: float = IDLE_GRACE) -> Callable[[Callable[[], bool] | None], None]:
+    """wait(done=None): returns once idle_for() (seconds since the model's last request; 0 while one runs)
+    reaches grace, or once done() is true (work that must not wait for ever: a tier's write-behind under
+    steady load, or one a flush waits for)."""
+    def wait(done: Callable[[], bool] | None = None):
+        while (left := grace - idle_for()) > 0 and not (done is not None and done()):
             time.sleep(min(left, IDLE_POLL))
     return wait
