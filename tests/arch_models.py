@@ -29,7 +29,7 @@ GEMMA3 = dict(num_hidden_layers=7, head_dim=32, query_pre_attn_scalar=32, slidin
 GEMMA3_LINEAR = dict(full_attention=dict(rope_type="linear", factor=8.0, rope_theta=1e6),
                      sliding_attention=dict(rope_type="default", rope_theta=10000.0))
 SPM_SPECIALS = dict(pad_token_id=0, eos_token_id=1, bos_token_id=2)  # tiny_tokenizers.save_spm's ids
-SPM = ("gemma", "gemma2", "phi3", "ernie4_5")  # llama.cpp converts these from a SentencePiece tokenizer.model
+SPM = ("gemma", "gemma2", "phi3", "ernie4_5", "jamba")  # llama.cpp converts these from a SentencePiece tokenizer.model
 BPE_SPM = ("gemma4",)  # and these from an SPM-style BPE tokenizer.json
 SHIFTED_NORMS = ("gemma", "gemma2", "gemma3")  # RMSNorm scales by (1 + w)
 # Gemma 4: sliding layers of head 16, full layers of head 32 with proportional RoPE over a quarter of it,
@@ -251,6 +251,16 @@ def hf_logits(model, ids, attn: str = "eager") -> np.ndarray:
     model.set_attn_implementation(attn)
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def edited_logits(case: Case, edit=None, **overrides) -> np.ndarray:
+    """float32 transformers' logits of the case's model built with config overrides, then edit(model) under
+    no_grad (tests that a setting or parameter moves the logits)."""
+    model = build(case, **overrides)
+    if edit is not None:
+        with torch.no_grad():
+            edit(model)
+    return hf_logits(model, token_ids(model.config.vocab_size, case.n_tokens))
 
 
 def float64_logits(model, ids) -> np.ndarray:

@@ -27,7 +27,7 @@ def test_non_gguf_file_is_one_line_error(capsys, tmp_path):
     assert code == 1 and "not a GGUF file" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("arch,words", [("mamba", "state-space"), ("deepseek2", "latent attention"),
+@pytest.mark.parametrize("arch,words", [("plamo2", "state-space"), ("deepseek2", "latent attention"),
                                         ("bloomz-unknown", "not supported")])
 def test_unsupported_architecture_is_refused(capsys, tmp_path, arch, words):
     w = GGUFWriter()

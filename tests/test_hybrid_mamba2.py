@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from arch_models import build, hf_logits, token_ids, zeroed
+from arch_models import edited_logits, zeroed
 from hybrid_mamba2 import CASES
 
 MOVES = 5e-2  # 50x the tolerance, as tests/test_arch_transformers.py
@@ -29,12 +29,7 @@ def reference(name: str) -> np.ndarray:
 
 
 def logits(name: str, edit=None, **overrides) -> np.ndarray:
-    case = CASES[name]
-    model = build(case, **overrides)
-    if edit is not None:
-        with torch.no_grad():
-            edit(model)
-    return hf_logits(model, token_ids(model.config.vocab_size, case.n_tokens))
+    return edited_logits(CASES[name], edit, **overrides)
 
 
 @pytest.mark.parametrize("name, edit", [("mamba2", zeroed(".D")), ("mamba2", zeroed(".dt_bias")),

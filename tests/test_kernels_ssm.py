@@ -1,4 +1,5 @@
-"""Mamba2's selective scan against its numpy reference, and the equalities that make it canonical: a
+"""Mamba's selective scan (Mamba2's one A per head, Mamba1's one per channel and state with B and C in rows
+of their own) against its numpy reference, and the equalities that make it canonical: a
 sequence's outputs and state are the same bits token by token as in one pass, alone as batched with
 others, at any thread count."""
 import numpy as np
@@ -11,36 +12,47 @@ from test_kernels_recurrent import meta
 RNG = np.random.default_rng(1)
 
 
-def inputs(n, H, P, N, G):
-    xbc = RNG.standard_normal((n, H * P + 2 * G * N), np.float32)
+def inputs(n, H, P, N, G, mamba1=False):
+    """(xbc, bc, dt, params): Mamba1's x [n, H] and its own bc [n, 2 N] with A [H, N] (P = G = 1), else xbc
+    holding x, B and C, bc None, A [H]."""
+    xbc = RNG.standard_normal((n, H * P + (0 if mamba1 else 2 * G * N)), np.float32)
+    bc = RNG.standard_normal((n, 2 * G * N), np.float32) if mamba1 else None
     dt = (RNG.standard_normal((n, H)) * 3).astype(np.float32)
     dt[0, 0] = 25.0  # above softplus's threshold
-    a = -np.exp(RNG.standard_normal(H)).astype(np.float32)
+    a = -np.exp(RNG.standard_normal((H, N) if mamba1 else H)).astype(np.float32)
     d, dt_bias = RNG.standard_normal(H).astype(np.float32), RNG.standard_normal(H).astype(np.float32)
-    return xbc, dt, (a, d, dt_bias)
+    return xbc, bc, dt, (a, d, dt_bias)
 
 
-def run_scan(xbc, dt, params, pool, m, G, nthreads=1):
+def run_scan(xbc, bc, dt, params, pool, m, G, nthreads=1):
     b = Builder()
     batch = b.batch(len(xbc))
     xin, dtin = b.tensor(*xbc.shape), b.tensor(*dt.shape)
-    y = b.ssm_scan(xin, dtin, *params, pool, batch, G)
+    bcin = None if bc is None else b.tensor(*bc.shape)
+    y = b.ssm_scan(xin, dtin, *params, pool, batch, G, bc=bcin)
     xin[:], dtin[:] = xbc, dt
+    if bc is not None:
+        bcin[:] = bc
     batch.fill(m)
     b.run(nthreads)
     return y.copy()
 
 
-@pytest.mark.parametrize("H,P,N,G", [(4, 8, 16, 1), (6, 4, 8, 2), (3, 5, 7, 3)])
-def test_ssm_scan_matches_reference(H, P, N, G):
+def cat(parts):
+    return None if parts[0] is None else np.concatenate(parts)
+
+
+@pytest.mark.parametrize("H,P,N,G,mamba1", [(4, 8, 16, 1, False), (6, 4, 8, 2, False), (3, 5, 7, 3, False),
+                                             (12, 1, 16, 1, True), (5, 1, 3, 1, True)])
+def test_ssm_scan_matches_reference(H, P, N, G, mamba1):
     n = 11
-    xbc, dt, params = inputs(n, H, P, N, G)
+    xbc, bc, dt, params = inputs(n, H, P, N, G, mamba1)
     init = RNG.standard_normal((H, P, N)).astype(np.float32)
     pool = np.zeros((3, H, P, N), np.float32)
     pool[1] = init
-    got = run_scan(xbc, dt, params, pool, meta([n], [1]), G)
+    got = run_scan(xbc, bc, dt, params, pool, meta([n], [1]), G)
     state = init.copy()
-    want = ssm_ref(xbc, dt, *params, state, G)
+    want = ssm_ref(xbc, dt, *params, state, G, bc=bc)
     # exp and log1p: numpy's and libm's may differ in the last bit
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(pool[1], state, rtol=1e-5, atol=1e-5)
@@ -57,25 +69,31 @@ def test_ssm_scan_rejects_bad_shapes():
     with pytest.raises(ValueError):
         b.ssm_scan(b.tensor(2, 4 * 8 + 2 * 2 * 16), b.tensor(2, 4), *params, np.zeros((1, 4, 8, 16), np.float32),
                    batch, 3)  # 3 groups do not divide 4 heads
+    with pytest.raises(ValueError):
+        b.ssm_scan(b.tensor(2, 4), b.tensor(2, 4), np.zeros((4, 8), np.float32), *params[1:],
+                   np.zeros((1, 4, 1, 16), np.float32), batch, 1, bc=b.tensor(2, 32))  # A of 8 states, not 16
+    with pytest.raises(ValueError):
+        b.ssm_scan(b.tensor(2, 4), b.tensor(2, 4), np.zeros((4, 16), np.float32), *params[1:],
+                   np.zeros((1, 4, 1, 16), np.float32), batch, 1, bc=b.tensor(2, 16))  # BC lacks C
 
 
-def test_ssm_scan_is_canonical():
-    H, P, N, G = 24, 16, 16, 2  # enough rows to split into chunks
-    xa, dta, params = inputs(7, H, P, N, G)
-    xb, dtb, _ = inputs(5, H, P, N, G)
+@pytest.mark.parametrize("H,P,N,G,mamba1", [(24, 16, 16, 2, False), (48, 1, 16, 1, True)])
+def test_ssm_scan_is_canonical(H, P, N, G, mamba1):  # enough rows to split into chunks
+    xa, bca, dta, params = inputs(7, H, P, N, G, mamba1)
+    xb, bcb, dtb, _ = inputs(5, H, P, N, G, mamba1)
     whole = np.zeros((2, H, P, N), np.float32)
-    ya = run_scan(xa, dta, params, whole, meta([7], [0]), G)
+    ya = run_scan(xa, bca, dta, params, whole, meta([7], [0]), G)
     steps = np.zeros((2, H, P, N), np.float32)
-    one = np.concatenate([run_scan(xa[t:t + 1], dta[t:t + 1], params, steps, meta([1], [1], [t]), G)
-                          for t in range(7)])
+    one = np.concatenate([run_scan(xa[t:t + 1], None if bca is None else bca[t:t + 1], dta[t:t + 1], params, steps,
+                                   meta([1], [1], [t]), G) for t in range(7)])
     assert np.array_equal(ya, one) and np.array_equal(whole[0], steps[1])
-    yb = run_scan(xb, dtb, params, np.zeros((1, H, P, N), np.float32), meta([5], [0]), G)
+    yb = run_scan(xb, bcb, dtb, params, np.zeros((1, H, P, N), np.float32), meta([5], [0]), G)
     for nthreads in (1, 2, 3):
         for a_first in (False, True):  # a on slot 0, b on slot 1, in either batch order
-            parts = [(xa, dta, 0), (xb, dtb, 1)][::1 if a_first else -1]
+            parts = [(xa, bca, dta, 0), (xb, bcb, dtb, 1)][::1 if a_first else -1]
             pool = np.zeros((2, H, P, N), np.float32)
-            both = run_scan(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), params,
-                            pool, meta([len(p[0]) for p in parts], [p[2] for p in parts]), G, nthreads)
+            both = run_scan(cat([p[0] for p in parts]), cat([p[1] for p in parts]), cat([p[2] for p in parts]),
+                            params, pool, meta([len(p[0]) for p in parts], [p[3] for p in parts]), G, nthreads)
             got_a, got_b = (both[:7], both[7:]) if a_first else (both[5:], both[:5])
             assert np.array_equal(got_a, ya) and np.array_equal(got_b, yb)
             assert np.array_equal(pool[0], whole[0])

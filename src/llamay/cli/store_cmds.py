@@ -211,7 +211,8 @@ def _arch_lines(name: str) -> list[str]:
     from .common import resolve_model
     path = resolve_model(name)
     try:
-        return describe(arch_spec(GGUFReader(path).metadata))
+        reader = GGUFReader(path)
+        return describe(arch_spec(reader.metadata, reader.tensors))
     except (GGUFError, UnsupportedModel, OSError) as e:
         raise CLIError(f"{name}: {e}") from None
 

@@ -47,7 +47,7 @@ class DraftModel:
                  kv: str = LOAD.kv, page_size: int = LOAD.page_size):
         """cost: one draft token relative to one of the target's decode steps. n_ctx: the target's."""
         reader = GGUFReader(path)
-        spec = arch_spec(reader.metadata)
+        spec = arch_spec(reader.metadata, reader.tensors)
         if spec.state_layers:
             raise UnsupportedModel(f"draft model {os.path.basename(path)}: a hybrid model ({spec.arch}) cannot "
                                    "draft yet (its recurrent state would have to follow every cut)")

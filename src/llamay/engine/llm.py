@@ -48,7 +48,7 @@ class LLM:
         self.path = os.fspath(path)
         reader = GGUFReader(self.path)
         self.metadata = reader.metadata
-        self.spec = arch_spec(reader.metadata)
+        self.spec = arch_spec(reader.metadata, reader.tensors)
         self.tokenizer = file_tokenizer(reader)
         self.threads = threads or default_threads()
         self.n_ctx = context_length(self.spec, n_ctx)

@@ -391,22 +391,29 @@ class Builder:
         return out
 
     def ssm_scan(self, xbc: np.ndarray, dt: np.ndarray, a: np.ndarray, d: np.ndarray, dt_bias: np.ndarray,
-                 state: np.ndarray, batch: BatchSlot, n_group: int) -> np.ndarray:
-        """Mamba2's selective scan (graph.h SSM_SCAN) -> y [n, H * P]. xbc [n, H * P + 2 * n_group * N]: the
-        conv's output after SiLU (x, B, C); dt [n, H]: raw, before dt_bias and softplus; a, d, dt_bias [H];
-        state [slots, H, P, N]: each sequence's slot is read and updated."""
+                 state: np.ndarray, batch: BatchSlot, n_group: int, bc: np.ndarray | None = None) -> np.ndarray:
+        """Mamba's selective scan (graph.h SSM_SCAN) -> y [n, H * P]. xbc [n, H * P + 2 * n_group * N]: the
+        conv's output after SiLU (x, B, C), or [n, H * P] (x) with bc [n, 2 * n_group * N] (B, C); dt [n, H]:
+        raw, before dt_bias and softplus; d, dt_bias [H]; a [H] (Mamba2) or [H, N] (Mamba1, P = 1); state
+        [slots, H, P, N]: each sequence's slot is read and updated."""
         _f32(xbc, "xBC"), _f32(dt, "dt"), _f32(state, "ssm state")
         if state.ndim != 4 or n_group < 1 or state.shape[1] % n_group:
             raise ValueError(f"ssm state {state.shape} for {n_group} groups")
         H, P, N = state.shape[1:]
         n = batch.n_tokens
-        _f32(dt, "dt", (n, H)), _f32(xbc, "xBC", (n, H * P + 2 * n_group * N))
-        for v, name in ((a, "A"), (d, "D"), (dt_bias, "dt_bias")):
+        _f32(dt, "dt", (n, H))
+        if bc is None:
+            _f32(xbc, "xBC", (n, H * P + 2 * n_group * N))
+        else:
+            _f32(xbc, "x", (n, H * P)), _f32(bc, "BC", (n, 2 * n_group * N))
+        _f32(a, "A", (H,) if a.ndim == 1 else (H, N))
+        for v, name in ((d, "D"), (dt_bias, "dt_bias")):
             _f32(v, name, (H,))
-        params = np.concatenate([a, d, dt_bias])  # [3 H], read-only: copied once, kept by the graph
+        params = np.concatenate([a.reshape(-1), d, dt_bias])  # read-only: copied once, kept by the graph
         y = self.tensor(n, H * P)
-        self._op("ssm_scan", (xbc, dt, params, y, state, batch.struct), (n, H, P, N, n_group),
-                 writes=(y, state), keep=(batch,), reads=(xbc, dt, state))
+        reads = (xbc, dt, state) if bc is None else (xbc, bc, dt, state)
+        self._op("ssm_scan", (xbc, dt, params, y, state, batch.struct, bc), (n, H, P, N, n_group, a.size // H),
+                 writes=(y, state), keep=(batch,), reads=reads)
         return y
 
     def rope(self, x: np.ndarray, batch: BatchSlot, heads: int, head_dim: int, n_rot: int, base: float,

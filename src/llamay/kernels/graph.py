@@ -15,7 +15,7 @@ OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attenti
 
 
 class NodeStruct(ctypes.Structure):
-    _fields_ = [("op", I64), ("p", P * 6), ("n", I64 * 6), ("f", ctypes.c_float * 3), ("after", I64)]
+    _fields_ = [("op", I64), ("p", P * 7), ("n", I64 * 6), ("f", ctypes.c_float * 3), ("after", I64)]
 
 
 class Batch(ctypes.Structure):
@@ -45,7 +45,7 @@ class Graph:
         self._nodes = None
 
     def add(self, op: str, ptrs=(), sizes=(), floats=(), keep=(), after: int | None = None):
-        """ptrs: up to 6 arrays or ctypes objects; keep: more objects that must outlive the graph; after:
+        """ptrs: up to 7 arrays or ctypes objects; keep: more objects that must outlive the graph; after:
         the latest earlier node this one depends on (-1: none; None: the one before it)."""
         self._keep.extend(ptrs)
         self._keep.extend(keep)

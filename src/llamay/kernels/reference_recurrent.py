@@ -55,24 +55,26 @@ def delta_rule(qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarr
 
 
 def ssm_scan(xbc: np.ndarray, dt: np.ndarray, a: np.ndarray, d: np.ndarray, dt_bias: np.ndarray,
-             state: np.ndarray, n_group: int) -> np.ndarray:
-    """One sequence's Mamba2 selective scan: xbc [n, H P + 2 G N] (x, B, C), dt [n, H] raw, a, d, dt_bias
-    [H], state [H, P, N] (updated in place) -> y [n, H P]. float32 throughout; numpy's exp and log1p may
-    differ from C's exp (mathfn.h ly_exp) and log1pf in the last bit."""
+             state: np.ndarray, n_group: int, bc: np.ndarray | None = None) -> np.ndarray:
+    """One sequence's Mamba selective scan: xbc [n, H P + 2 G N] (x, B, C), or x [n, H P] with bc [n, 2 G N];
+    dt [n, H] raw; d, dt_bias [H]; a [H] (Mamba2) or [H, N] (Mamba1); state [H, P, N] (updated in place)
+    -> y [n, H P]. float32 throughout; numpy's exp and log1p may differ from C's exp (mathfn.h ly_exp) and
+    log1pf in the last bit."""
     H, P, N = state.shape
     rep = H // n_group
+    bc = xbc[:, H * P:] if bc is None else bc
     y = np.zeros((len(xbc), H * P), np.float32)
     for t in range(len(xbc)):
         x = xbc[t, :H * P].reshape(H, P)
-        B = np.repeat(xbc[t, H * P:H * P + n_group * N].reshape(n_group, N), rep, axis=0)  # [H, N]
-        C = np.repeat(xbc[t, H * P + n_group * N:].reshape(n_group, N), rep, axis=0)
+        B = np.repeat(bc[t, :n_group * N].reshape(n_group, N), rep, axis=0)  # [H, N]
+        C = np.repeat(bc[t, n_group * N:].reshape(n_group, N), rep, axis=0)
         v = dt[t] + dt_bias
         sp = np.where(v > np.float32(20), v, np.log1p(np.exp(np.minimum(v, np.float32(20))))).astype(np.float32)
-        dA = np.exp(sp * a)
+        dA = np.exp(sp[:, None] * (a[:, None] if a.ndim == 1 else a))  # [H, 1] or [H, N]
         xdt = x * sp[:, None]  # [H, P]
         acc = np.zeros((H, P), np.float32)
         for i in range(N):
-            state[:, :, i] = state[:, :, i] * dA[:, None] + B[:, None, i] * xdt
+            state[:, :, i] = state[:, :, i] * dA[:, min(i, dA.shape[1] - 1), None] + B[:, None, i] * xdt
             acc = acc + state[:, :, i] * C[:, None, i]
         y[t] = (acc + d[:, None] * x).reshape(-1)
     return y

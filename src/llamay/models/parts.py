@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIXERS = ("attention", "shortconv", "mamba2", "deltanet", "none")  # what a layer's mixer may be; "none": the
+MIXERS = ("attention", "shortconv", "mamba", "mamba2", "deltanet", "none")  # what a layer's mixer may be; "none": the
 # layer is its FFN alone (Nemotron-H); every other one keeps a recurrent state (models/recurrent.py)
 
 
@@ -110,6 +110,18 @@ class ShortConv:
     """LFM2's short convolution: in_proj to B, C, x; y = C * conv(B * x) over the last `d_conv` tokens;
     out_proj. Its state: the last d_conv - 1 values of B * x."""
     d_conv: int
+
+
+@dataclass(frozen=True)
+class Mamba:
+    """Mamba's (Mamba1's) mixer (models/mixer_mamba.py): in_proj to x, z; a causal convolution over the last
+    d_conv rows of x, SiLU; x_proj to dt (rank dt_rank), B, C, normed by `norms`; dt_proj; the selective scan
+    of each of d_inner channels over a state of d_state, one A per channel and state; y * SiLU(z); out_proj."""
+    d_conv: int
+    d_inner: int
+    d_state: int
+    dt_rank: int
+    norms: str = "none"  # dt, B and C RMS-normed: "rms" without weights (Falcon-Mamba), "weights" (Jamba)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 from ..kernels.builder import MAX_EXPERTS_USED
 from .arch import ArchSpec
 from .checks import MAX_LAYERS, MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
-from .parts import FFN, Attention, DeltaNet, Mamba2, MoE, Norms, Rope, ShortConv
+from .parts import FFN, Attention, DeltaNet, Mamba, Mamba2, MoE, Norms, Rope, ShortConv
 from .rope import yarn_mscale
 
 MAX_CONV = 64  # taps of a recurrent layer's convolution
@@ -440,6 +440,40 @@ def _hybrid_heads(meta: dict, m: Meta) -> tuple[dict, tuple]:
     return {**meta, m.key("attention.head_count_kv"): heads.pop() if heads else 1}, tuple(k > 0 for k in kvs)
 
 
+def _mamba_part(m: Meta, norms: str | None = None) -> Mamba:
+    """The ssm.* keys of a Mamba1 mixer (time_step_rank is dt's rank); norms: "rms" when ssm.dt_b_c_rms says
+    so (Falcon-Mamba), unless the family says (Jamba: "weights")."""
+    return Mamba(d_conv=m.int("ssm.conv_kernel", lo=2, hi=MAX_CONV), d_inner=m.int("ssm.inner_size"),
+                 d_state=m.int("ssm.state_size"), dt_rank=m.int("ssm.time_step_rank"),
+                 norms=norms or ("rms" if m.bool("ssm.dt_b_c_rms", False) else "none"))
+
+
+def _mamba(meta: dict) -> ArchSpec:
+    # ref: HF MambaForCausalLM and FalconMambaForCausalLM, llama.cpp mamba.cpp: every layer x + mamba(rmsnorm(x)),
+    # no FFN, no attention
+    m = Meta(meta, "mamba")
+    n = m.int("block_count", hi=MAX_LAYERS)
+    c = _common({**meta, m.key("attention.head_count"): 1, m.key("feed_forward_length"): 1}, "mamba")
+    return _build(c, neox=False, ffn=dict(n_ff=0), mixers=("mamba",) * n, recurrent=_mamba_part(m))
+
+
+def _jamba(meta: dict, tensors=None) -> ArchSpec:
+    # ref: HF JambaAttentionDecoderLayer / JambaMambaDecoderLayer, llama.cpp jamba.cpp: x + mixer(rmsnorm(x)),
+    # then x + ffn(rmsnorm(x)); a layer of head_count_kv 0 is Mamba (dt, B and C normed by weights), the others
+    # attention without RoPE; the FFN is a SiLU-gated MLP, or experts (softmax over all, the chosen k's weights
+    # as they are) in the layers whose tensors have a router (llama.cpp's rule: no key says which), the
+    # published pattern (every second layer from layer 1) when the tensors are not at hand
+    m = Meta(meta, "jamba")
+    meta, attends = _hybrid_heads(meta, m)
+    n = len(attends)
+    routed = (tuple(f"blk.{i}.ffn_gate_inp.weight" in tensors for i in range(n)) if tensors is not None
+              else tuple(i % 2 == 1 for i in range(n)))
+    c = _common(meta, "jamba")
+    moe = _moe(m, c["ffn"]["n_ff"], layers=routed) if m.int("expert_count", 0, lo=0) and any(routed) else None
+    return _build(c, neox=False, rope=dict(none_every=1), mixers=tuple("attention" if a else "mamba" for a in attends),
+                  recurrent=_mamba_part(m, norms="weights"), moe=moe)
+
+
 def _mamba2(meta: dict) -> ArchSpec:
     # ref: HF Mamba2ForCausalLM, llama.cpp mamba2.cpp: every layer x + mamba2(rmsnorm(x)), no FFN, no attention
     m = Meta(meta, "mamba2")
@@ -537,6 +571,8 @@ BUILDERS = {
     "gemma4": _gemma4,
     "lfm2": _lfm2,
     "lfm2moe": _lfm2moe,
+    "mamba": _mamba,
+    "jamba": _jamba,
     "mamba2": _mamba2,
     "granitehybrid": _granitehybrid,
     "nemotron_h": _nemotron_h,
@@ -548,7 +584,7 @@ _STATE = "its layers keep a recurrent or convolutional state besides the KV cach
 _LATENT = "multi-head latent attention changes what a KV page holds"
 DECLINED = {
     # names as llama.cpp's llama-arch.cpp writes them
-    **{arch: "a state-space model: " + _STATE for arch in ("mamba", "jamba", "plamo2")},
+    **{arch: "a state-space model: " + _STATE for arch in ("plamo2",)},
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
        for arch in ("kimi-linear", "minimax-01")},
@@ -556,12 +592,13 @@ DECLINED = {
 }
 
 
-def arch_spec(meta: dict) -> ArchSpec:
-    """The spec of a decoder file; hostile or self-contradicting metadata is ModelFileError."""
+def arch_spec(meta: dict, tensors=None) -> ArchSpec:
+    """The spec of a decoder file; hostile or self-contradicting metadata is ModelFileError. tensors: the file's
+    tensor names, for the one family whose layers' kinds only its tensors say (jamba's experts)."""
     arch = architecture(meta)
     if arch in DECLINED:
         raise UnsupportedModel(f"architecture '{arch}' is not supported: {DECLINED[arch]}")
     if arch not in BUILDERS:
         raise UnsupportedModel(f"architecture '{arch}' is not supported "
                                f"(supported: {', '.join(sorted(BUILDERS))})")
-    return BUILDERS[arch](meta)
+    return _jamba(meta, tensors) if arch == "jamba" else BUILDERS[arch](meta)

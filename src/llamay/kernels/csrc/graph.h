@@ -73,11 +73,13 @@ typedef struct {
  *           [slots, K - 1, C] (the last K - 1 inputs, oldest first), ly_batch*, bias [C] or NULL
  *           n: tokens, C, K   (y[t, c] = sum_j w[j, c] win[j, c] (+ bias[c]), j ascending, win = state
  *           rows then x[t]; then the state drops its oldest row and takes x[t])
- * SSM_SCAN  Mamba2's selective scan (ssm.c)   p: xBC [tokens, H P + 2 G N] (x, then B and C of each
- *           group), dt [tokens, H] (raw), params [3 H] (A, D, dt_bias), y [tokens, H P], state pool
- *           [slots, H, P, N], ly_batch*   n: tokens, H, P, N, G (head h uses group h / (H / G))
+ * SSM_SCAN  Mamba's selective scan (ssm.c)   p: xBC [tokens, H P + 2 G N] (x, then B and C of each
+ *           group), dt [tokens, H] (raw), params [H A_n + 2 H] (A, D, dt_bias), y [tokens, H P], state
+ *           pool [slots, H, P, N], ly_batch*, BC [tokens, 2 G N] or NULL (B and C in a row of their own,
+ *           not after x in xBC's)   n: tokens, H, P, N, G (head h uses group h / (H / G)), A_n (1: one A
+ *           per head, Mamba2; N: one per head and state, Mamba1 with P = 1)
  *           (per token and head: sp = softplus(dt + dt_bias) (v > 20: v, else log1pf(expf(v))),
- *           dA = expf(sp A); per row p: xdt = x sp; s[i] = s[i] dA + B[i] xdt, acc = acc + s[i] C[i],
+ *           dA = expf(sp A); per row p: xdt = x sp; s[i] = s[i] dA[i] + B[i] xdt, acc = acc + s[i] C[i],
  *           i ascending from acc = 0; y = acc + D x)
  * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [2, tokens, Hv] (b's rows, then
  *           a's), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
@@ -90,7 +92,7 @@ typedef struct {
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
     int64_t op;
-    void *p[6];
+    void *p[7];
     int64_t n[6];
     float f[3];
     int64_t after;
