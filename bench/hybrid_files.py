@@ -32,6 +32,10 @@ SHAPES = {  # name -> (model class, config class, the published config's fields 
         linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4, full_attention_interval=4,
         max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e7, partial_rotary_factor=0.25))),
+    # Mamba-370M as published (state-spaces/mamba-370m-hf: 48 Mamba1 layers, no attention)
+    "mamba-370m": ("MambaForCausalLM", "MambaConfig", dict(
+        vocab_size=50280, hidden_size=1024, num_hidden_layers=48, state_size=16, expand=2, conv_kernel=4,
+        time_step_rank=64, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True)),
 }
 
 

@@ -120,3 +120,20 @@ def test_group_rmsnorm_weights():
     assert np.array_equal(y, np.concatenate(alone, axis=1))
     with pytest.raises(ValueError):
         b.rmsnorm(b.tensor(n, G * d + 1), w, 1e-5)
+
+
+@pytest.mark.parametrize("H,P,N,G,mamba1", [(6, 4, 19, 2, False), (40, 1, 21, 1, True), (8, 2, 16, 1, True)])
+def test_ssm_scan_every_kernel_path_gives_the_same_bits(H, P, N, G, mamba1):
+    """The vector rows (8 states at once, exp and all) run the portable row's operations per state and its
+    lanes' sum, the states past the last whole vector included: outputs and states equal with ==."""
+    from llamay.kernels import _lib
+    xbc, bc, dt, params = inputs(9, H, P, N, G, mamba1)
+    init = RNG.standard_normal((1, H, P, N)).astype(np.float32)
+
+    def once():
+        pool = init.copy()
+        return np.concatenate([run_scan(xbc, bc, dt, params, pool, meta([9], [0]), G, nthreads=2).ravel(),
+                               pool.ravel()])
+    results = _lib.each_path(once)
+    first = next(iter(results.values()))
+    assert len(results) == len(_lib.available()) and all(np.array_equal(r, first) for r in results.values())

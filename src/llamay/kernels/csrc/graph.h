@@ -79,8 +79,8 @@ typedef struct {
  *           not after x in xBC's)   n: tokens, H, P, N, G (head h uses group h / (H / G)), A_n (1: one A
  *           per head, Mamba2; N: one per head and state, Mamba1 with P = 1)
  *           (per token and head: sp = softplus(dt + dt_bias) (v > 20: v, else log1pf(expf(v))),
- *           dA = expf(sp A); per row p: xdt = x sp; s[i] = s[i] dA[i] + B[i] xdt, acc = acc + s[i] C[i],
- *           i ascending from acc = 0; y = acc + D x)
+ *           dA = expf(sp A); per row p: xdt = x sp; s[i] = s[i] dA[i] + B[i] xdt, acc = the sum of s[i] C[i]
+ *           in lanes.h order; y = acc + D x)
  * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [2, tokens, Hv] (b's rows, then
  *           a's), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
  *           ly_batch*   n: tokens, Hk, Hv, dk, dv (<= LY_DELTA_MAX_DIM), tiled (v-head h reads k-head

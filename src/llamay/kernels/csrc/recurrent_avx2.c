@@ -1,10 +1,12 @@
-/* The recurrent ops' 8-wide kernels: the causal convolution's row (conv_x.h) and the gated delta rule's
- * passes (deltanet_x.h), each the same float operations per channel or column as its portable version. */
+/* The recurrent ops' 8-wide kernels: the causal convolution's row (conv_x.h), the gated delta rule's
+ * passes (deltanet_x.h) and the selective scan's row, each the same float operations per channel, column or
+ * state as its portable version. */
 #include "common.h"
 #if LY_X86
 #include "graph.h"
 #include "kernels.h"
 #include "x86.h"
+#include "avx2.h"
 
 #define VEC __m256
 #define W 8
@@ -18,4 +20,25 @@
 #define ATTR LY_AVX2
 #define ISA avx2
 #include "deltanet_x.h"
+
+/* ssm.c's row, 8 states at once: lane j of the sum takes the states i % 8 == j in order, as lanes.h. */
+LY_AVX2 float ly_ssm_row_avx2(float *s, const float *B, const float *C, const float *A, float sp, float dA, float xdt,
+                              int64_t N) {
+    int64_t whole = N / 8 * 8;
+    __m256 acc = _mm256_setzero_ps(), vxdt = _mm256_set1_ps(xdt), vsp = _mm256_set1_ps(sp), vdA = _mm256_set1_ps(dA);
+    for (int64_t i = 0; i < whole; i += 8) {
+        __m256 d = A ? ly_exp_avx2(_mm256_mul_ps(vsp, _mm256_loadu_ps(A + i))) : vdA;
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(s + i), d), _mm256_mul_ps(_mm256_loadu_ps(B + i), vxdt));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(v, _mm256_loadu_ps(C + i)));
+        _mm256_storeu_ps(s + i, v);
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (int64_t i = whole; i < N; i++) {
+        float v = s[i] * (A ? ly_exp(sp * A[i]) : dA) + B[i] * xdt;
+        l[i & 7] = l[i & 7] + v * C[i];
+        s[i] = v;
+    }
+    return ly_lanes_reduce(l);
+}
 #endif
