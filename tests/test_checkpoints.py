@@ -1,5 +1,6 @@
 """State checkpoints share StatePool slots (engine/checkpoints.py): nothing is copied, the byte budget and a
-full pool both give slots back, least recently used first, and a prompt's end keeps its logits."""
+full pool both give slots back, least recently used first, and a prompt's end keeps its logits (a dense
+model's checkpoints are those logits alone); a dense model asked the same prompt again samples at once."""
 import numpy as np
 import pytest
 
@@ -72,6 +73,45 @@ def test_a_prompts_end_keeps_its_logits_with_the_state():
     assert np.array_equal(cps.whole(0, TOKENS[:20])[1], np.arange(6, dtype=np.float32))
     cps.evict()
     assert cps.bytes == 0 and cps.whole(0, TOKENS[:20]) is None and pool.n_free == 3
+
+
+def test_without_a_pool_a_checkpoint_is_a_prompts_logits():
+    cps = Checkpoints(2 * 24)  # two prompts' logits of 6 floats
+    assert not cps.put(0, TOKENS, 20, None) and not len(cps)  # nothing to keep without logits
+    logits = np.arange(6, dtype=np.float32)
+    assert not cps.put(0, TOKENS, 20, None, logits) and cps.put(0, TOKENS, 20, None, logits)
+    held, kept = cps.whole(0, TOKENS[:20])
+    assert held is None and np.array_equal(kept, logits) and cps.held() == {}
+    cps.put(0, TOKENS, 30, None, logits + 1)
+    cps.put(0, TOKENS, 40, None, logits + 2)  # over the budget: the least recently used goes
+    assert cps.whole(0, TOKENS[:20]) is None and cps.bytes == 2 * logits.nbytes
+    assert np.array_equal(cps.whole(0, TOKENS[:40])[1], logits + 2)
+
+
+def test_a_dense_model_asked_a_prompt_again_computes_nothing_before_its_first_token(tiny_pair):
+    """The logits at a prompt's end are kept: the same prompt again (a regenerate) opens whole, computing
+    no token of it (one token fewer than with those logits dropped, which recomputes the prompt's last), and
+    gives the same answer, the same as a model that never saw the prompt."""
+    import llamay
+    llm = llamay.load(tiny_pair[0], threads=1)
+    prompt = list(range(5, 45))
+    first = list(llm.generate(prompt, max_tokens=6, temperature=0))
+    store = llm.context_store
+
+    def again() -> tuple[list, int, int]:
+        before = store.n_prefilled
+        out = list(llm.generate(prompt, max_tokens=6, temperature=0))
+        return out, llm.stats.cached_tokens, store.n_prefilled - before
+    kept = again()
+    while store.checkpoints.evict():
+        pass
+    dropped = again()
+    assert kept[0] == dropped[0] == first
+    assert kept[1] == len(prompt) and dropped[1] == len(prompt) - 1 and kept[2] == dropped[2] - 1
+    ctx = llm.create_context(prompt)
+    fresh = llamay.load(tiny_pair[0], threads=1)
+    assert ctx.n_cached == len(prompt) and np.array_equal(ctx.logits, fresh.logits(prompt)[-1])
+    assert list(fresh.generate(prompt, max_tokens=6, temperature=0)) == first
 
 
 def test_prefaulting_slots_keeps_their_bytes():

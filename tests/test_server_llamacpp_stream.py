@@ -71,8 +71,9 @@ def test_chat_stream_progress_is_a_role_chunk_and_a_repeat_starts_at_its_cache(s
     progress = [c for c in again if "prompt_progress" in c]
     assert [c["choices"][0]["delta"] for c in progress] == [{"role": "assistant", "content": None}] * len(progress)
     total = progress[0]["prompt_progress"]["total"]
-    assert [c["prompt_progress"]["processed"] for c in progress] == [total - 1, total]  # the rest was cached
-    assert {c["prompt_progress"]["cache"] for c in progress} == {total - 1}
+    # all of it was cached, with the logits at its end: one progress chunk, nothing computed
+    assert [c["prompt_progress"]["processed"] for c in progress] == [total]
+    assert {c["prompt_progress"]["cache"] for c in progress} == {total}
     assert not any("timings" in c for c in progress)  # timings_per_token not asked
     text = [c["choices"][0]["delta"].get("content") for c in again[len(progress):] if c["choices"]]
     assert "".join(t for t in text if t) == "".join(c["choices"][0]["delta"].get("content") or ""

@@ -238,7 +238,8 @@ def read(client, stream, r: httpx.Response):
     text = "".join(x["message"].get("content", "") for x in lines)
     calls = [(c["function"]["name"], c["function"]["arguments"]) for x in lines for c in x["message"].get("tool_calls") or []]
     last = lines[-1]
-    return text, calls, (last["prompt_eval_count"], 0, last["eval_count"]), last["done_reason"]
+    # prompt_eval_count 0 (a prompt answered before, nothing evaluated) is omitted, as Go's omitempty does
+    return text, calls, (last.get("prompt_eval_count", 0), 0, last["eval_count"]), last["done_reason"]
 
 
 CLIENTS = ["openai", "anthropic", "ollama"]

@@ -66,8 +66,8 @@ class Usage:
 
     @property
     def prompt_eval_count(self) -> int:
-        """What was actually evaluated (Ollama's prompt_eval_count): the last prompt token is always
-        recomputed, so a full cache hit still counts 1."""
+        """What was actually evaluated (Ollama's prompt_eval_count): 0 for a prompt asked before whose end's
+        logits are kept (a regenerate), else at least its last token."""
         return self.prompt_tokens - self.cached_tokens
 
 

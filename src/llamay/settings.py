@@ -28,6 +28,8 @@ class LoadSettings:
     # but not a message starting fewer tokens than this after the checkpoint a generation's prompt resumes
     # from: a new turn then prefills in one pass, not two, and an edit there recomputes those tokens in its one
     turn_checkpoint_gap: int = 16
+    # a dense model's logits at its prompts' ends (a prompt asked again, a regenerate, samples at once)
+    prompt_logits: int = 64 << 20
     # matrices the kernel path has x16 tiles for are regrouped 16 rows at a time at load (a copy in memory,
     # built once; the same bits): decode then streams each matrix at the memory's speed
     repack: bool = True

@@ -1,6 +1,7 @@
 """Recurrent state checkpoints: a hybrid context's state after a prefix of tokens, found by that prefix
 (and the adapters' namespace) so a context opened on a cached prefix resumes from the deepest checkpoint
-at or below it instead of recomputing from the start. LRU within a byte budget."""
+at or below it instead of recomputing from the start; and the logits at a prompt's end (a dense model keeps
+only those: its K/V pages are in the radix tree). LRU within a byte budget."""
 from __future__ import annotations
 
 import hashlib
@@ -29,10 +30,11 @@ def turn_starts(tokens: Sequence[int], is_control: Callable[[int], bool], last: 
 class Checkpoints:
     """Each checkpoint holds a share of a StatePool slot (a context's slot as it was: copy on write keeps it,
     nothing is copied) and, at a prompt's end, the logits after it (a prompt asked again then computes
-    nothing before its first token). Byte budget: a slot's bytes and the logits' per checkpoint."""
+    nothing before its first token). Without a pool (a dense model) a checkpoint is those logits alone.
+    Byte budget: a slot's bytes and the logits' per checkpoint."""
 
     def __init__(self, budget: int, pool=None):
-        """budget: bytes of states kept (0: none); pool: the StatePool whose slots they share."""
+        """budget: bytes kept (0: none); pool: the StatePool whose slots they share (None: logits only)."""
         self.budget, self.bytes, self.pool = budget, 0, pool
         self._items: OrderedDict[bytes, list] = OrderedDict()  # key -> [ns, n, slot, logits or None]
         self._lengths: dict[int, Counter] = {}  # ns -> prefix lengths held, with their counts
@@ -42,13 +44,19 @@ class Checkpoints:
 
     def held(self) -> Counter:
         """slot -> the checkpoints sharing it (for StatePool.check)."""
-        return Counter(item[2] for item in self._items.values())
+        return Counter(item[2] for item in self._items.values() if item[2] is not None)
 
-    def put(self, ns: int, tokens: Sequence[int], n: int, slot: int, logits: np.ndarray | None = None) -> bool:
-        """Keep slot (its state after tokens[:n]) as the checkpoint of that prefix, sharing it; logits: those
-        after tokens[:n], a copy kept with it (none made when it has them already) -> whether it was held
-        already."""
-        if n <= 0 or self.pool is None or self.pool.bytes_per_slot > self.budget:
+    @property
+    def _slot_bytes(self) -> int:
+        return self.pool.bytes_per_slot if self.pool is not None else 0
+
+    def put(self, ns: int, tokens: Sequence[int], n: int, slot: int | None, logits: np.ndarray | None = None) -> bool:
+        """Keep slot (its state after tokens[:n]; None without a pool) as the checkpoint of that prefix,
+        sharing it; logits: those after tokens[:n], a copy kept with it (none made when it has them already;
+        required without a pool) -> whether it was held already."""
+        if n <= 0 or (slot is None) != (self.pool is None) or (slot is None and logits is None):
+            return False
+        if self._slot_bytes + (logits.nbytes if logits is not None else 0) > self.budget:
             return False
         key = _key(ns, tokens, n)
         item = self._items.get(key)
@@ -60,9 +68,9 @@ class Checkpoints:
                 self._fit()
             return True
         logits = logits.copy() if logits is not None else None
-        self._items[key] = [ns, n, self.pool.share(slot), logits]
+        self._items[key] = [ns, n, self.pool.share(slot) if slot is not None else None, logits]
         self._lengths.setdefault(ns, Counter())[n] += 1
-        self.bytes += self.pool.bytes_per_slot + (logits.nbytes if logits is not None else 0)
+        self.bytes += self._slot_bytes + (logits.nbytes if logits is not None else 0)
         self._fit()
         return False
 
@@ -75,8 +83,9 @@ class Checkpoints:
         if not self._items:
             return False
         _, (ns, n, slot, logits) = self._items.popitem(last=False)
-        self.bytes -= self.pool.bytes_per_slot + (logits.nbytes if logits is not None else 0)
-        self.pool.release(slot)
+        self.bytes -= self._slot_bytes + (logits.nbytes if logits is not None else 0)
+        if slot is not None:
+            self.pool.release(slot)
         lengths = self._lengths[ns]
         lengths[n] -= 1
         if not lengths[n]:
@@ -93,9 +102,10 @@ class Checkpoints:
                 return n, self._items[key][2]
         return 0, None
 
-    def whole(self, ns: int, tokens: Sequence[int]) -> tuple[int, np.ndarray] | None:
+    def whole(self, ns: int, tokens: Sequence[int]) -> tuple[int | None, np.ndarray] | None:
         """(slot, logits) of the checkpoint after all of tokens when it holds the logits there (a prompt
-        computed before), else None. The slot and logits are the checkpoint's: share and copy them."""
+        computed before), else None. The slot (None without a pool) and logits are the checkpoint's: share
+        and copy them."""
         if len(tokens) not in self._lengths.get(ns, ()):
             return None
         key = _key(ns, tokens, len(tokens))

@@ -99,7 +99,8 @@ class ContextStore:
         self.states = states if states is not None else decoder.new_states(LOAD.state_slots, LOAD.state_checkpoints)
         if states is not None:
             states.clear()
-        self.checkpoints = Checkpoints(LOAD.state_checkpoints if self.states is not None else 0, self.states)
+        self.checkpoints = Checkpoints(LOAD.state_checkpoints if self.states is not None else LOAD.prompt_logits,
+                                       self.states)
         if self.states is not None:  # a context's slot comes before a checkpoint's
             self.states.reclaim = self.checkpoints.evict
         self._tier_slots: Counter = Counter()  # slots the tiers' writer reads, shared until written
@@ -184,15 +185,16 @@ class ContextStore:
     def open(self, tokens: list[int], lora: tuple | None = None) -> tuple[int, int]:
         """A context of the longest computed prefix of tokens under these adapters (None: the default
         ones), from memory, then the tiers below it -> (ctx_id, n_cached); the rest is not computed. All of
-        them when a hybrid's checkpoint holds the logits after them (last_logits then gives those)."""
+        them when a checkpoint holds the logits after them (last_logits then gives those)."""
         lora = self.default_lora if lora is None else lora
         self.unpin_written()
         ns = self.namespace(lora)
-        whole = self.checkpoints.whole(ns, tokens) if self.states is not None else None
+        whole = self.checkpoints.whole(ns, tokens)
         ctx, n_cached = self._kv.create(tokens, ns, whole=whole is not None)
         if whole is not None and n_cached == len(tokens):  # asked before: nothing to compute (a regenerate)
             slot, logits = whole
-            self._ctxs[ctx] = ContextState(lora, logits.copy(), slot=self.states.share(slot))
+            held = self.states.share(slot) if slot is not None else None
+            self._ctxs[ctx] = ContextState(lora, logits.copy(), slot=held)
             return ctx, n_cached
         self._ctxs[ctx] = ContextState(lora)  # (a whole match cut short holds what a plain one would)
         if self.tiers is not None:
@@ -428,14 +430,15 @@ class ContextStore:
     def checkpoint(self, ctx: int, logits: np.ndarray | None = None):
         """Keep a hybrid context's recurrent state after its computed tokens for the prefix cache (where a
         later prompt over the same prefix resumes): its slot shared, nothing copied. logits: those after
-        its last token, at a prompt's end (a prompt asked again starts sampling at once)."""
+        its last token, at a prompt's end (a prompt asked again starts sampling at once: a dense model keeps
+        those alone)."""
         rec = self._get(ctx)
-        if rec.slot is None:
+        if rec.slot is None and (self.states is not None or logits is None):
             return
         kv = self._kv
         tokens, n = kv.tokens(ctx), kv.n_tokens(ctx)
         held = self.checkpoints.put(kv.namespace(ctx), tokens, n, rec.slot, logits)
-        if not held and self.tiers is not None and self.tiers.states:  # with the page of its last n % page_size tokens
+        if not held and rec.slot is not None and self.tiers is not None and self.tiers.states:  # with the page of its last n % page_size tokens
             page = kv.page_table(ctx)[n // self.page_size] if n % self.page_size else None
             kv_bytes = (b"".join(bytes(b) for b in self.pool.page_buffers(page)) if page is not None
                         else bytes(self.pool.bytes_per_page))

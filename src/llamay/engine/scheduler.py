@@ -395,8 +395,7 @@ class Scheduler:
             store.set_logits(seq.ctx, logits)
         if not seq.t_prefilled:
             seq.t_prefilled = time.perf_counter_ns()
-            if store.states is not None:  # the prompt's end: asked again, it samples at once
-                store.checkpoint(seq.ctx, logits)
+            store.checkpoint(seq.ctx, logits)  # the prompt's end: asked again, it samples at once
             for i, kid in enumerate(store.fork(seq.ctx, seq.job.n - 1) if seq.job.n > 1 else (), start=1):
                 twin = _Seq(seq.job, i, kid, [], list(seq.history), seq.n_cached, self.tokenizer, seq.t_submit)
                 twin.n_disk, twin.n_shared = seq.n_disk, seq.n_shared
