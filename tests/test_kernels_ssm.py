@@ -24,6 +24,11 @@ def inputs(n, H, P, N, G, mamba1=False):
     return xbc, bc, dt, (a, d, dt_bias)
 
 
+def state_shape(H, P, N, mamba1=False) -> tuple:
+    """A slot's state as the kernel lays it out: Mamba1's [N, H], Mamba2's [H, P, N]."""
+    return (N, H) if mamba1 else (H, P, N)
+
+
 def run_scan(xbc, bc, dt, params, pool, m, G, nthreads=1):
     b = Builder()
     batch = b.batch(len(xbc))
@@ -47,8 +52,8 @@ def cat(parts):
 def test_ssm_scan_matches_reference(H, P, N, G, mamba1):
     n = 11
     xbc, bc, dt, params = inputs(n, H, P, N, G, mamba1)
-    init = RNG.standard_normal((H, P, N)).astype(np.float32)
-    pool = np.zeros((3, H, P, N), np.float32)
+    init = RNG.standard_normal(state_shape(H, P, N, mamba1)).astype(np.float32)
+    pool = np.zeros((3, *init.shape), np.float32)
     pool[1] = init
     got = run_scan(xbc, bc, dt, params, pool, meta([n], [1]), G)
     state = init.copy()
@@ -71,27 +76,31 @@ def test_ssm_scan_rejects_bad_shapes():
                    batch, 3)  # 3 groups do not divide 4 heads
     with pytest.raises(ValueError):
         b.ssm_scan(b.tensor(2, 4), b.tensor(2, 4), np.zeros((4, 8), np.float32), *params[1:],
-                   np.zeros((1, 4, 1, 16), np.float32), batch, 1, bc=b.tensor(2, 32))  # A of 8 states, not 16
+                   np.zeros((1, 16, 4), np.float32), batch, 1, bc=b.tensor(2, 32))  # A of 8 states, not 16
     with pytest.raises(ValueError):
         b.ssm_scan(b.tensor(2, 4), b.tensor(2, 4), np.zeros((4, 16), np.float32), *params[1:],
-                   np.zeros((1, 4, 1, 16), np.float32), batch, 1, bc=b.tensor(2, 16))  # BC lacks C
+                   np.zeros((1, 16, 4), np.float32), batch, 1, bc=b.tensor(2, 16))  # BC lacks C
+    with pytest.raises(ValueError):
+        b.ssm_scan(b.tensor(2, 4), b.tensor(2, 4), np.zeros((4, 16), np.float32), *params[1:],
+                   np.zeros((1, 4, 1, 16), np.float32), batch, 1, bc=b.tensor(2, 32))  # Mamba2's layout
 
 
 @pytest.mark.parametrize("H,P,N,G,mamba1", [(24, 16, 16, 2, False), (48, 1, 16, 1, True)])
 def test_ssm_scan_is_canonical(H, P, N, G, mamba1):  # enough rows to split into chunks
     xa, bca, dta, params = inputs(7, H, P, N, G, mamba1)
     xb, bcb, dtb, _ = inputs(5, H, P, N, G, mamba1)
-    whole = np.zeros((2, H, P, N), np.float32)
+    shape = state_shape(H, P, N, mamba1)
+    whole = np.zeros((2, *shape), np.float32)
     ya = run_scan(xa, bca, dta, params, whole, meta([7], [0]), G)
-    steps = np.zeros((2, H, P, N), np.float32)
+    steps = np.zeros((2, *shape), np.float32)
     one = np.concatenate([run_scan(xa[t:t + 1], None if bca is None else bca[t:t + 1], dta[t:t + 1], params, steps,
                                    meta([1], [1], [t]), G) for t in range(7)])
     assert np.array_equal(ya, one) and np.array_equal(whole[0], steps[1])
-    yb = run_scan(xb, bcb, dtb, params, np.zeros((1, H, P, N), np.float32), meta([5], [0]), G)
+    yb = run_scan(xb, bcb, dtb, params, np.zeros((1, *shape), np.float32), meta([5], [0]), G)
     for nthreads in (1, 2, 3):
         for a_first in (False, True):  # a on slot 0, b on slot 1, in either batch order
             parts = [(xa, bca, dta, 0), (xb, bcb, dtb, 1)][::1 if a_first else -1]
-            pool = np.zeros((2, H, P, N), np.float32)
+            pool = np.zeros((2, *shape), np.float32)
             both = run_scan(cat([p[0] for p in parts]), cat([p[1] for p in parts]), cat([p[2] for p in parts]),
                             params, pool, meta([len(p[0]) for p in parts], [p[3] for p in parts]), G, nthreads)
             got_a, got_b = (both[:7], both[7:]) if a_first else (both[5:], both[:5])
@@ -122,13 +131,14 @@ def test_group_rmsnorm_weights():
         b.rmsnorm(b.tensor(n, G * d + 1), w, 1e-5)
 
 
-@pytest.mark.parametrize("H,P,N,G,mamba1", [(6, 4, 19, 2, False), (40, 1, 21, 1, True), (8, 2, 16, 1, True)])
+@pytest.mark.parametrize("H,P,N,G,mamba1", [(6, 4, 19, 2, False), (40, 1, 21, 1, True), (13, 1, 3, 1, True)])
 def test_ssm_scan_every_kernel_path_gives_the_same_bits(H, P, N, G, mamba1):
-    """The vector rows (8 states at once, exp and all) run the portable row's operations per state and its
-    lanes' sum, the states past the last whole vector included: outputs and states equal with ==."""
+    """The vector rows (Mamba2: 8 states at once and its lanes' sum) and columns (Mamba1: 8 channels at once,
+    exp and all) run the portable operations per state or channel, those past the last whole vector
+    included: outputs and states equal with ==."""
     from llamay.kernels import _lib
     xbc, bc, dt, params = inputs(9, H, P, N, G, mamba1)
-    init = RNG.standard_normal((1, H, P, N)).astype(np.float32)
+    init = RNG.standard_normal((1, *state_shape(H, P, N, mamba1))).astype(np.float32)
 
     def once():
         pool = init.copy()

@@ -394,25 +394,31 @@ class Builder:
                  state: np.ndarray, batch: BatchSlot, n_group: int, bc: np.ndarray | None = None) -> np.ndarray:
         """Mamba's selective scan (graph.h SSM_SCAN) -> y [n, H * P]. xbc [n, H * P + 2 * n_group * N]: the
         conv's output after SiLU (x, B, C), or [n, H * P] (x) with bc [n, 2 * n_group * N] (B, C); dt [n, H]:
-        raw, before dt_bias and softplus; d, dt_bias [H]; a [H] (Mamba2) or [H, N] (Mamba1, P = 1); state
-        [slots, H, P, N]: each sequence's slot is read and updated."""
+        raw, before dt_bias and softplus; d, dt_bias [H]. Mamba2: a [H], state [slots, H, P, N]; Mamba1: a
+        [H, N] (one per channel and state), state [slots, N, H] (P = n_group = 1). Each sequence's slot is
+        read and updated."""
         _f32(xbc, "xBC"), _f32(dt, "dt"), _f32(state, "ssm state")
-        if state.ndim != 4 or n_group < 1 or state.shape[1] % n_group:
-            raise ValueError(f"ssm state {state.shape} for {n_group} groups")
-        H, P, N = state.shape[1:]
+        mamba1 = a.ndim == 2
+        if state.ndim != (3 if mamba1 else 4) or n_group < 1 or (mamba1 and n_group != 1) or state.shape[1] % n_group:
+            raise ValueError(f"ssm state {state.shape} for {n_group} groups and A of {a.shape}")
+        if mamba1:
+            (N, H), P = state.shape[1:], 1
+        else:
+            H, P, N = state.shape[1:]
         n = batch.n_tokens
         _f32(dt, "dt", (n, H))
         if bc is None:
             _f32(xbc, "xBC", (n, H * P + 2 * n_group * N))
         else:
             _f32(xbc, "x", (n, H * P)), _f32(bc, "BC", (n, 2 * n_group * N))
-        _f32(a, "A", (H,) if a.ndim == 1 else (H, N))
+        _f32(a, "A", (H, N) if mamba1 else (H,))
         for v, name in ((d, "D"), (dt_bias, "dt_bias")):
             _f32(v, name, (H,))
-        params = np.concatenate([a.reshape(-1), d, dt_bias])  # read-only: copied once, kept by the graph
+        # read-only: copied once, kept by the graph; Mamba1's A as [N, H], its state's layout
+        params = np.concatenate([(a.T if mamba1 else a).reshape(-1), d, dt_bias])
         y = self.tensor(n, H * P)
         reads = (xbc, dt, state) if bc is None else (xbc, bc, dt, state)
-        self._op("ssm_scan", (xbc, dt, params, y, state, batch.struct, bc), (n, H, P, N, n_group, a.size // H),
+        self._op("ssm_scan", (xbc, dt, params, y, state, batch.struct, bc), (n, H, P, N, n_group, int(mamba1)),
                  writes=(y, state), keep=(batch,), reads=reads)
         return y
 

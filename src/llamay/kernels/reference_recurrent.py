@@ -57,21 +57,30 @@ def delta_rule(qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarr
 def ssm_scan(xbc: np.ndarray, dt: np.ndarray, a: np.ndarray, d: np.ndarray, dt_bias: np.ndarray,
              state: np.ndarray, n_group: int, bc: np.ndarray | None = None) -> np.ndarray:
     """One sequence's Mamba selective scan: xbc [n, H P + 2 G N] (x, B, C), or x [n, H P] with bc [n, 2 G N];
-    dt [n, H] raw; d, dt_bias [H]; a [H] (Mamba2) or [H, N] (Mamba1); state [H, P, N] (updated in place)
-    -> y [n, H P]. float32 throughout; numpy's exp and log1p may differ from C's exp (mathfn.h ly_exp) and
-    log1pf in the last bit."""
-    H, P, N = state.shape
+    dt [n, H] raw; d, dt_bias [H]; Mamba2: a [H], state [H, P, N]; Mamba1: a [H, N], state [N, H] (P = G =
+    1); state updated in place -> y [n, H P]. float32 throughout; numpy's exp and log1p may differ from C's
+    exp (mathfn.h ly_exp) and log1pf in the last bit."""
+    mamba1 = a.ndim == 2
+    H, P, N = (state.shape[1], 1, state.shape[0]) if mamba1 else state.shape
     rep = H // n_group
     bc = xbc[:, H * P:] if bc is None else bc
     y = np.zeros((len(xbc), H * P), np.float32)
     for t in range(len(xbc)):
+        v = dt[t] + dt_bias
+        sp = np.where(v > np.float32(20), v, np.log1p(np.exp(np.minimum(v, np.float32(20))))).astype(np.float32)
+        if mamba1:  # each channel's sum over its states in order
+            x, B, C = xbc[t, :H], bc[t, :N], bc[t, N:]
+            xdt, acc = x * sp, np.zeros(H, np.float32)
+            for i in range(N):
+                state[i] = state[i] * np.exp(sp * a[:, i]) + B[i] * xdt
+                acc = acc + state[i] * C[i]
+            y[t] = acc + d * x
+            continue
         x = xbc[t, :H * P].reshape(H, P)
         B = np.repeat(bc[t, :n_group * N].reshape(n_group, N), rep, axis=0)  # [H, N]
         C = np.repeat(bc[t, n_group * N:].reshape(n_group, N), rep, axis=0)
-        v = dt[t] + dt_bias
-        sp = np.where(v > np.float32(20), v, np.log1p(np.exp(np.minimum(v, np.float32(20))))).astype(np.float32)
-        dA = np.exp(sp[:, None] * (a[:, None] if a.ndim == 1 else a))  # [H, 1] or [H, N]
+        dA = np.exp(sp * a)
         xdt = x * sp[:, None]  # [H, P]
-        state[:] = state * dA[:, None, :] + B[:, None, :] * xdt[:, :, None]
+        state[:] = state * dA[:, None, None] + B[:, None, :] * xdt[:, :, None]
         y[t] = (lanes_sum(state * C[:, None, :]) + d[:, None] * x).reshape(-1)  # the sum over the states
     return y

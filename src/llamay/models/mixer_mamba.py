@@ -14,8 +14,8 @@ Per layer (GGUF shapes as numpy's, rows first):
     ssm.dt_b_c_rms: without weights; Jamba: with its three); y = scan(x, B, C, dt_proj(dt)) (graph.h SSM_SCAN
     with one A per channel and state: softplus(dt + dt_bias), D x added); y * SiLU(z)
 
-Its state per slot: the conv's last d_conv - 1 rows of x [d_conv - 1, d_inner] and the scan's [d_inner, 1,
-d_state]. The norms' eps is the model's RMS eps, as llama.cpp (HF Falcon-Mamba has its own mixer_rms_eps)."""
+Its state per slot: the conv's last d_conv - 1 rows of x [d_conv - 1, d_inner] and the scan's [d_state,
+d_inner] (graph.h SSM_SCAN: a vector takes several channels at once). The norms' eps is the model's RMS eps, as llama.cpp (HF Falcon-Mamba has its own mixer_rms_eps)."""
 from __future__ import annotations
 
 import numpy as np
@@ -43,7 +43,7 @@ def tensors(s, p) -> dict:
 
 def state_shapes(s, p) -> tuple:
     r = p.recurrent
-    return ((r.d_conv - 1, r.d_inner), (r.d_inner, 1, r.d_state))
+    return ((r.d_conv - 1, r.d_inner), (r.d_state, r.d_inner))  # the scan's state i of every channel together
 
 
 def prepare(p, mix: dict) -> dict:

@@ -14,8 +14,6 @@ static void unit(const float *x, float *out, int64_t d, float eps, float scale) 
     for (int64_t i = 0; i < d; i++) out[i] = (x[i] * inv) * scale;
 }
 
-/* softplus as torch computes it: x above 20, else log(1 + exp(x)) */
-static float softplus(float x) { return x > 20.0f ? x : log1pf(ly_exp(x)); }
 
 /* A token's first pass over one head's state S [dk, dv]: S = S * decay; kv = S^T k. */
 void ly_delta_pass1_portable(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv) {
@@ -64,7 +62,7 @@ static void token_inputs(const ly_node *nd, int64_t t, int64_t h, int64_t kh, to
     unit(x + kh * dk, in->q, dk, nd->f[0], nd->f[1]);
     unit(x + (Hk + kh) * dk, in->k, dk, nd->f[0], 1.0f);
     in->beta = 1.0f / (1.0f + ly_exp(-ba[t * Hv + h]));
-    in->decay = ly_exp(par[h] * softplus(ba[(n + t) * Hv + h] + par[Hv + h]));
+    in->decay = ly_exp(par[h] * ly_softplus(ba[(n + t) * Hv + h] + par[Hv + h]));
 }
 
 void ly_delta_rule_slice(const ly_node *nd, int ith, int nth) {

@@ -106,7 +106,8 @@ static void fill_portable(ly_kernel_table *k) {
                            .softcap = ly_softcap_portable, .quant_row = ly_quant_row_portable,
                            .kv_dot = ly_kv_dot_portable, .kv_acc = ly_kv_acc_portable,
                            .conv_row = ly_conv_row_portable, .delta_pass1 = ly_delta_pass1_portable,
-                           .delta_pass2 = ly_delta_pass2_portable, .ssm_row = ly_ssm_row_portable};
+                           .delta_pass2 = ly_delta_pass2_portable, .ssm_row = ly_ssm_row_portable,
+                           .ssm_cols = ly_ssm_cols_portable};
     put_tiles(k->tile, ly_tiles_q32_portable);
     put_tiles(k->tile, ly_tiles_float_portable);
     put_tiles(k->tile, ly_tiles_qk_portable);
@@ -127,7 +128,8 @@ static void add_avx2(ly_kernel_table *k) {
     k->conv_row = ly_conv_row_avx2;
     k->delta_pass1 = ly_delta_pass1_avx2;
     k->delta_pass2 = ly_delta_pass2_avx2;
-    k->ssm_row = ly_ssm_row_avx2;  /* avx512 keeps it: the sum's 8 lanes are one 256-bit register */
+    k->ssm_row = ly_ssm_row_avx2;  /* avx512 keeps them: the sum's 8 lanes are one 256-bit register */
+    k->ssm_cols = ly_ssm_cols_avx2;
     put_tiles(k->tile, ly_tiles_q32_avx2);
     put_tiles(k->tile, ly_tiles_float_avx2);
     put_tiles(k->tile, ly_tiles_qk_avx2);

@@ -75,12 +75,14 @@ typedef struct {
  *           rows then x[t]; then the state drops its oldest row and takes x[t])
  * SSM_SCAN  Mamba's selective scan (ssm.c)   p: xBC [tokens, H P + 2 G N] (x, then B and C of each
  *           group), dt [tokens, H] (raw), params [H A_n + 2 H] (A, D, dt_bias), y [tokens, H P], state
- *           pool [slots, H, P, N], ly_batch*, BC [tokens, 2 G N] or NULL (B and C in a row of their own,
- *           not after x in xBC's)   n: tokens, H, P, N, G (head h uses group h / (H / G)), A_n (1: one A
- *           per head, Mamba2; N: one per head and state, Mamba1 with P = 1)
- *           (per token and head: sp = softplus(dt + dt_bias) (v > 20: v, else log1pf(expf(v))),
- *           dA = expf(sp A); per row p: xdt = x sp; s[i] = s[i] dA[i] + B[i] xdt, acc = the sum of s[i] C[i]
- *           in lanes.h order; y = acc + D x)
+ *           pool, ly_batch*, BC [tokens, 2 G N] or NULL (B and C in a row of their own, not after x in
+ *           xBC's)   n: tokens, H, P, N, G (head h uses group h / (H / G)), mamba1
+ *           Mamba2 (mamba1 0): one A per head (A_n 1), state pool [slots, H, P, N]; per token and head
+ *           sp = softplus(dt + dt_bias) (mathfn.h ly_softplus), dA = expf(sp A); per row p:
+ *           xdt = x sp; s[i] = s[i] dA + B[i] xdt, acc = the sum of s[i] C[i] in lanes.h order; y = acc + D x
+ *           Mamba1 (mamba1 1; P = G = 1): A [N, H] (A_n N), state pool [slots, N, H]; per token and
+ *           channel the same with ly_softplus_poly, dA_i = expf(sp A[i]) per state and acc summed
+ *           over i ascending
  * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [2, tokens, Hv] (b's rows, then
  *           a's), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
  *           ly_batch*   n: tokens, Hk, Hv, dk, dv (<= LY_DELTA_MAX_DIM), tiled (v-head h reads k-head

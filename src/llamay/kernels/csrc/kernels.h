@@ -25,10 +25,12 @@ typedef struct {
     void (*delta_pass1)(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
     void (*delta_pass2)(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
                         float decay_n, float *kv_n, int64_t dk, int64_t dv);
-    /* one row of the selective scan (ssm.c): s[i] = s[i] dA_i + B[i] xdt over its N states, dA_i = exp(sp A[i])
-     * (A NULL: dA); returns the sum of s[i] C[i] in lanes.h order */
-    float (*ssm_row)(float *s, const float *B, const float *C, const float *A, float sp, float dA, float xdt,
-                     int64_t N);
+    /* the selective scan (ssm.c): one Mamba2 row, s[i] = s[i] dA + B[i] xdt over its N states, -> the sum
+     * of s[i] C[i] in lanes.h order; Mamba1's channels [lo, hi) of an [N, H] state, y[r]
+     * written */
+    float (*ssm_row)(float *s, const float *B, const float *C, float dA, float xdt, int64_t N);
+    void (*ssm_cols)(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
+                     const float *dt_bias, const float *D, float *y, int64_t lo, int64_t hi, int64_t H, int64_t N);
     ly_tile_fn tile[LY_N_TYPES];                           /* by GGML type id; NULL: unsupported */
     ly_tile_fn tile_x16[LY_N_TYPES];                       /* the same for weights in the x16 layout */
 } ly_kernel_table;
@@ -54,8 +56,9 @@ float ly_kv_dot_portable(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_conv_row_portable(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                           int64_t hi, int64_t C, int64_t K);
-float ly_ssm_row_portable(float *s, const float *B, const float *C, const float *A, float sp, float dA, float xdt,
-                          int64_t N);
+float ly_ssm_row_portable(float *s, const float *B, const float *C, float dA, float xdt, int64_t N);
+void ly_ssm_cols_portable(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
+                          const float *dt_bias, const float *D, float *y, int64_t lo, int64_t hi, int64_t H, int64_t N);
 void ly_delta_pass1_portable(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
 void ly_delta_pass2_portable(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
                           float decay_n, float *kv_n, int64_t dk, int64_t dv);
@@ -75,8 +78,9 @@ void ly_kv_acc_avx2(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_attend_group_f16_avx2(const ly_att *at, float *s);
 void ly_conv_row_avx2(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                       int64_t hi, int64_t C, int64_t K);
-float ly_ssm_row_avx2(float *s, const float *B, const float *C, const float *A, float sp, float dA, float xdt,
-                      int64_t N);
+float ly_ssm_row_avx2(float *s, const float *B, const float *C, float dA, float xdt, int64_t N);
+void ly_ssm_cols_avx2(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
+                      const float *dt_bias, const float *D, float *y, int64_t lo, int64_t hi, int64_t H, int64_t N);
 void ly_delta_pass1_avx2(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
 void ly_delta_pass2_avx2(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
                           float decay_n, float *kv_n, int64_t dk, int64_t dv);

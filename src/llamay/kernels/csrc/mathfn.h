@@ -6,6 +6,7 @@
 #ifndef LLAMAY_MATHFN_H
 #define LLAMAY_MATHFN_H
 #include "common.h"
+#include <math.h>
 
 #define LY_EXP_HI 88.3762626647949f
 #define LY_EXP_LO -87.3365478515625f
@@ -26,6 +27,44 @@ static inline float ly_exp(float x) {
     float scale;
     memcpy(&scale, &bits, 4);
     return y * scale;
+}
+
+/* log(w) for a finite w >= 1: w = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes logf's polynomial in
+ * x = m - 1 (relative error ~1e-7), plus e ln2 in two parts; one float operation sequence, scalar and AVX2
+ * (avx2.h), as ly_exp. */
+#define LY_SQRTHF 0.707106781186547524f
+static const float ly_log_c[9] = {7.0376836292E-2f, -1.1514610310E-1f, 1.1676998740E-1f, -1.2420140846E-1f,
+                                  1.4249322787E-1f, -1.6668057665E-1f, 2.0000714765E-1f, -2.4999993993E-1f,
+                                  3.3333331174E-1f};
+
+static inline float ly_log_ge1(float w) {
+    int32_t bits;
+    memcpy(&bits, &w, 4);
+    int32_t e = (bits >> 23) - 126; /* w = f 2^e, f in [1/2, 1) */
+    bits = (bits & 0x007fffff) | 0x3f000000;
+    float f;
+    memcpy(&f, &bits, 4);
+    int lt = f < LY_SQRTHF;
+    e -= lt;
+    float x = lt ? (f + f) - 1.0f : f - 1.0f, z = x * x, y = ly_log_c[0];
+    for (int i = 1; i < 9; i++) y = y * x + ly_log_c[i];
+    y = (y * x) * z;
+    float fe = (float)e;
+    y = (y + fe * LY_LN2_B) - 0.5f * z;
+    return (x + y) + fe * LY_LN2_A;
+}
+
+/* softplus as torch's (threshold 20): v above 20 as is, else log1p(exp(v)), libm's log1pf: for ops that run it
+ * scalar only (once per head: Mamba2's dt, the delta net's decay) */
+static inline float ly_softplus(float v) { return v > 20.0f ? v : log1pf(ly_exp(v)); }
+
+/* The same with a log of the project's own, for ops whose vector paths must agree (Mamba1's dt, one per
+ * channel: libm's log1pf was 70% of its scan): log(1 + u), u = exp(v), as log(w) + (u - (w - 1)) / w with
+ * w = 1 + u in float (the quotient restores what rounding w lost: a tiny u gives u). */
+static inline float ly_softplus_poly(float v) {
+    if (v > 20.0f) return v;
+    float u = ly_exp(v), w = 1.0f + u;
+    return ly_log_ge1(w) + (u - (w - 1.0f)) / w;
 }
 
 /* gate = act(gate) * up (up NULL: gate = act(gate)). act 0: SiLU g / (1 + exp(-g)); 1: GELU, tanh approximation
