@@ -368,3 +368,15 @@ def test_a_loaded_hybrid_faults_its_state_slots_in_beside_the_requests(files, mo
     states, n = llm.context_store.states, llm.context_store.states.n_slots - LOAD.state_slots + SCHEDULER.concurrency
     assert asked[:1] == [(states, SLOTS_AT_LOAD, 0)] and done.wait(30)
     assert asked[1] == (states, n, SLOTS_AT_LOAD) and n > SLOTS_AT_LOAD
+
+
+def test_jambas_expert_layers_are_those_whose_tensors_have_a_router(files):
+    """No key says which Jamba layers hold experts: llama.cpp's rule, the tensors (a router, ffn_gate_inp); the
+    published every-second-layer pattern where the tensors are not at hand."""
+    from llamay.gguf import GGUFReader
+    from llamay.models.spec import arch_spec
+    reader = GGUFReader(files["jamba"])
+    routed = (False, True, False, True, False, True)  # the case's expert_layer_offset 1, period 2
+    assert arch_spec(reader.metadata, reader.tensors).moe.layers == routed == arch_spec(reader.metadata).moe.layers
+    fewer = {k: v for k, v in reader.tensors.items() if not k.startswith("blk.3.ffn_gate_inp")}
+    assert arch_spec(reader.metadata, fewer).moe.layers == (False, True, False, False, False, True)
