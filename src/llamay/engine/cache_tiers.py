@@ -287,6 +287,12 @@ def cache_tiers(llm, directory: str | os.PathLike | None, disk_budget: int, redi
     return CacheTiers(tiers, chain_root(llm, digest), ps, one_page, states, idle)
 
 
+# The version of the bits a page or state record holds, in every key: bumped when a kernel's results change
+# (2: Mamba's selective scan sums in lanes.h order), so a disk or Redis tier written before never resumes a
+# context to other bits than computing it would give
+KV_NUMERICS = "llamay-kv-2"
+
+
 def chain_root(llm, digest: str | None = None) -> Callable[[tuple], bytes]:
     """root_of(lora choice) -> the root of the chain keys of the LLM's pages computed under those adapters
     (digest: its weights digest, when known). The pages' identity for the tiers and for KV-cache events."""
@@ -294,8 +300,8 @@ def chain_root(llm, digest: str | None = None) -> Callable[[tuple], bytes]:
     adapters = {a.name: a.digest for a in llm.loras}
     rope = llm.decoder.rope_variant or ""
 
-    def root_of(lora: tuple) -> bytes:
-        return root_key("llamay-kv-1", digest, llm.kv, str(ps), rope, *(f"{adapters[n]}*{s!r}" for n, s in lora))
+    def root_of(lora: tuple) -> bytes:  # KV_NUMERICS: pages and states of another version's kernels never match
+        return root_key(KV_NUMERICS, digest, llm.kv, str(ps), rope, *(f"{adapters[n]}*{s!r}" for n, s in lora))
     return root_of
 
 

@@ -2,7 +2,7 @@
  * [H, P, N] state, shares are ranges of its H * P rows (head h, channel p), each row's sum over its states
  * in lanes.h order (ly_ssm_row_portable, which the vector rows follow). Mamba1 (one A per channel and
  * state, P = 1): an [N, H] state (state i of every channel together), shares are ranges of channels, a
- * vector takes W channels at once and each channel's sum runs over its states in order
+ * vector takes several channels at once and each channel's sum runs over its states in order
  * (ly_ssm_cols_portable). Every share walks the batch's tokens in order, so a token's output depends only on
  * its slot's state and its own inputs, however the batch is made. The operation order is the one
  * kernels/reference_recurrent.py ssm_scan follows; no FMA (-ffp-contract=off). */
