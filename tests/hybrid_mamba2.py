@@ -80,6 +80,9 @@ def case(arch, model, config, extra, common=True, hf_config=None):
 
 CASES = {
     "mamba2": case("mamba2", "Mamba2ForCausalLM", "Mamba2Config", MAMBA2, common=False),
+    # one group of B and C (Granite 4.0-H's and Mamba2-370M's): the gated norm's weight is [d_inner, 1], which
+    # llama-quantize writes as [d_inner]
+    "mamba2-1group": case("mamba2", "Mamba2ForCausalLM", "Mamba2Config", dict(MAMBA2, n_groups=1), common=False),
     # Granite 4 (dense): the shared MLP is the FFN
     "granitehybrid": case("granitehybrid", "GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
                           dict(**GRANITE_MAMBA, **GRANITE_LAYERS, **VOCAB, num_local_experts=0, num_experts_per_tok=0,

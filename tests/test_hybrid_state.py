@@ -380,3 +380,23 @@ def test_jambas_expert_layers_are_those_whose_tensors_have_a_router(files):
     assert arch_spec(reader.metadata, reader.tensors).moe.layers == routed == arch_spec(reader.metadata).moe.layers
     fewer = {k: v for k, v in reader.tensors.items() if not k.startswith("blk.3.ffn_gate_inp")}
     assert arch_spec(reader.metadata, fewer).moe.layers == (False, True, False, False, False, True)
+
+
+def test_a_one_group_norm_written_without_its_trailing_1_gives_the_same_bits(files, tmp_path):
+    """A one-group Mamba2's gated norm is [d_inner, 1]; llama-quantize writes it as [d_inner] (ggml leaves
+    trailing 1s out): such a file loads, to the same bits (it was refused: "expected [128, 1]")."""
+    from arch_models import rewrite
+    from llamay.gguf import GGUFReader
+    name = "mamba2-1group"
+
+    def squeeze(meta, tensors):
+        norms = [k for k in tensors if k.endswith("ssm_norm.weight")]
+        assert norms and all(tensors[k].shape == (1, 128) for k in norms)
+        for k in norms:
+            tensors[k] = tensors[k].reshape(-1)
+    rewrite(files[name], tmp_path / "squeezed.gguf", squeeze)
+    assert GGUFReader(tmp_path / "squeezed.gguf").tensors["blk.0.ssm_norm.weight"].shape == (128,)
+    ids = token_ids(CASES[name].extra["vocab_size"], CASES[name].n_tokens)
+    want = llamay.load(files[name], threads=1, n_ctx=CASES[name].n_ctx).logits(ids)
+    got = llamay.load(tmp_path / "squeezed.gguf", threads=1, n_ctx=CASES[name].n_ctx).logits(ids)
+    assert np.array_equal(got, want)

@@ -193,10 +193,17 @@ def check_tensors(tensors: dict[str, TensorInfo], table: dict[str, Expect], path
         check_tensor(name, t, table[name])
 
 
-def check_tensor(name: str, t: TensorInfo, e: Expect):
+def file_shape(t: TensorInfo, e: Expect) -> tuple:
+    """The tensor's shape with the trailing 1s the expected one has and the file left out: ggml's shapes imply
+    them, and llama-quantize writes a [k, 1] tensor (a matrix of one row, Mamba2's norm of one group) as [k]."""
     shape = tuple(t.shape)
-    if e.role == MATRIX and len(shape) == 1:  # a matrix of one row, as llama-quantize writes [k, 1] (ggml: ne1 = 1)
-        shape += (1,)
+    if len(shape) < len(e.shape) and all(w in (1, None) for w in e.shape[len(shape):]):
+        shape += (1,) * (len(e.shape) - len(shape))
+    return shape
+
+
+def check_tensor(name: str, t: TensorInfo, e: Expect):
+    shape = file_shape(t, e)
     if len(shape) != len(e.shape) or any(w is not None and w != d for d, w in zip(shape, e.shape)):
         raise ModelFileError(f"{name} has shape {_fmt(t.shape)}, expected {_fmt(e.shape)}")
     if t.qtype.name not in allowed_types(e.role):

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..gguf import GGUFReader, dequantize
 from ..kernels.matmul import IQ_TYPES, QExperts, QWeight, iq_dequantize
-from .checks import MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors
+from .checks import (MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors,
+                     file_shape)
 from .rope import yarn_factors
 from .arch import ArchSpec
 from .plan import LayerPlan
@@ -326,8 +327,8 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
                                                reader.tensors[name].shape))
 
     def load(name, e: Expect):
-        if e.role == VECTOR:
-            return vec(name)
+        if e.role == VECTOR:  # in the expected shape (numpy's order) where the file left out its trailing 1s
+            return vec(name).reshape(tuple(reversed(file_shape(reader.tensors[name], e))))
         return (QExperts if len(e.shape) == 3 else QWeight).from_gguf(reader, name)
 
     def layer(i: int) -> Layer:
