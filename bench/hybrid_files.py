@@ -36,6 +36,10 @@ SHAPES = {  # name -> (model class, config class, the published config's fields 
     "mamba-370m": ("MambaForCausalLM", "MambaConfig", dict(
         vocab_size=50280, hidden_size=1024, num_hidden_layers=48, state_size=16, expand=2, conv_kernel=4,
         time_step_rank=64, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True)),
+    # Mamba-1.4B's shape (state-spaces/mamba-1.4b-hf: 48 Mamba1 layers of width 2048)
+    "mamba-1.4b": ("MambaForCausalLM", "MambaConfig", dict(
+        vocab_size=50280, hidden_size=2048, num_hidden_layers=48, state_size=16, expand=2, conv_kernel=4,
+        time_step_rank=128, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True)),
     # Mamba2-370M as published (state-spaces/mamba2-370m: 48 Mamba2 layers of 32 heads of 64, states of 128)
     "mamba2-370m": ("Mamba2ForCausalLM", "Mamba2Config", dict(
         vocab_size=50288, hidden_size=1024, num_hidden_layers=48, num_heads=32, head_dim=64, expand=2, n_groups=1,

@@ -58,6 +58,24 @@ def test_other_weights_never_read_it(tiny_pair, tmp_path):
     assert a.cache.root_of(()) != b.cache.root_of(())
 
 
+def test_pages_of_other_kernels_numerics_are_never_read(tiny_pair, tmp_path, monkeypatch):
+    """KV_NUMERICS is in every key: a tier written by kernels whose bits differ (an earlier version) is never
+    matched, so a resumed context never continues to other bits than computing it gives."""
+    from llamay.engine import cache_tiers
+    ids = prompt(100)
+    a = load(tiny_pair[0], tmp_path)
+    a.eval_last(ids)
+    a.cache.flush()
+    monkeypatch.setattr(cache_tiers, "KV_NUMERICS", cache_tiers.KV_NUMERICS + "-other")
+    b = load(tiny_pair[0], tmp_path)  # the same file and folder, other numerics
+    b.eval_last(ids)
+    assert b.stats.cached_tokens == 0 and b.stats.disk_tokens == 0
+    monkeypatch.undo()
+    c = load(tiny_pair[0], tmp_path)  # the writer's numerics again: read
+    c.eval_last(ids)
+    assert c.stats.disk_tokens == 96
+
+
 def test_a_page_corrupted_on_disk_is_computed_again(tiny_pair, tmp_path):
     ids = prompt(161, seed=3)  # five full pages before the last token
     a = load(tiny_pair[0], tmp_path)

@@ -400,3 +400,14 @@ def test_a_one_group_norm_written_without_its_trailing_1_gives_the_same_bits(fil
     want = llamay.load(files[name], threads=1, n_ctx=CASES[name].n_ctx).logits(ids)
     got = llamay.load(tmp_path / "squeezed.gguf", threads=1, n_ctx=CASES[name].n_ctx).logits(ids)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["mamba", "mamba2"])
+def test_a_model_without_attention_wider_than_a_rope_head_is_taken(files, name):
+    """No layer attends, so no RoPE size may refuse it: Mamba-1.4B (n_embd 2048) was refused as a head of
+    2048 dims rotated whole, past MAX_ROPE_DIMS."""
+    from llamay.gguf import GGUFReader
+    from llamay.models.spec import MAX_ROPE_DIMS, arch_spec
+    meta = dict(GGUFReader(files[name]).metadata)
+    meta[f"{name}.embedding_length"] = 2 * MAX_ROPE_DIMS
+    assert arch_spec(meta).n_embd == 2 * MAX_ROPE_DIMS

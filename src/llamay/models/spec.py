@@ -448,13 +448,16 @@ def _mamba_part(m: Meta, norms: str | None = None) -> Mamba:
                  norms=norms or ("rms" if m.bool("ssm.dt_b_c_rms", False) else "none"))
 
 
-def _mamba(meta: dict) -> ArchSpec:
-    # ref: HF MambaForCausalLM and FalconMambaForCausalLM, llama.cpp mamba.cpp: every layer x + mamba(rmsnorm(x)),
-    # no FFN, no attention
-    m = Meta(meta, "mamba")
+def _ssm_only(meta: dict, arch: str, part) -> ArchSpec:
+    # ref: HF MambaForCausalLM, FalconMambaForCausalLM, Mamba2ForCausalLM; llama.cpp mamba.cpp: every layer
+    # x + mixer(rmsnorm(x)), no FFN, no attention; part(Meta) -> the mixer's settings (its name: arch's). The
+    # attention and RoPE sizes _common reads are placeholders no layer uses (a head of n_embd rotated whole
+    # refused every file wider than MAX_ROPE_DIMS: Mamba-1.4B and up)
+    m = Meta(meta, arch)
     n = m.int("block_count", hi=MAX_LAYERS)
-    c = _common({**meta, m.key("attention.head_count"): 1, m.key("feed_forward_length"): 1}, "mamba")
-    return _build(c, neox=False, ffn=dict(n_ff=0), mixers=("mamba",) * n, recurrent=_mamba_part(m))
+    c = _common({**meta, m.key("attention.head_count"): 1, m.key("feed_forward_length"): 1,
+                 m.key("rope.dimension_count"): 2}, arch)
+    return _build(c, neox=False, ffn=dict(n_ff=0), mixers=(arch,) * n, recurrent=part(m))
 
 
 def _jamba(meta: dict, tensors=None) -> ArchSpec:
@@ -472,14 +475,6 @@ def _jamba(meta: dict, tensors=None) -> ArchSpec:
     moe = _moe(m, c["ffn"]["n_ff"], layers=routed) if m.int("expert_count", 0, lo=0) and any(routed) else None
     return _build(c, neox=False, rope=dict(none_every=1), mixers=tuple("attention" if a else "mamba" for a in attends),
                   recurrent=_mamba_part(m, norms="weights"), moe=moe)
-
-
-def _mamba2(meta: dict) -> ArchSpec:
-    # ref: HF Mamba2ForCausalLM, llama.cpp mamba2.cpp: every layer x + mamba2(rmsnorm(x)), no FFN, no attention
-    m = Meta(meta, "mamba2")
-    n = m.int("block_count", hi=MAX_LAYERS)
-    c = _common({**meta, m.key("attention.head_count"): 1, m.key("feed_forward_length"): 1}, "mamba2")
-    return _build(c, neox=False, ffn=dict(n_ff=0), mixers=("mamba2",) * n, recurrent=_mamba2_part(m))
 
 
 def _granitehybrid(meta: dict) -> ArchSpec:
@@ -571,9 +566,9 @@ BUILDERS = {
     "gemma4": _gemma4,
     "lfm2": _lfm2,
     "lfm2moe": _lfm2moe,
-    "mamba": _mamba,
+    "mamba": lambda meta: _ssm_only(meta, "mamba", _mamba_part),
     "jamba": _jamba,
-    "mamba2": _mamba2,
+    "mamba2": lambda meta: _ssm_only(meta, "mamba2", _mamba2_part),
     "granitehybrid": _granitehybrid,
     "nemotron_h": _nemotron_h,
     "nemotron_h_moe": lambda meta: _nemotron_h(meta, "nemotron_h_moe"),
