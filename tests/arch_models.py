@@ -62,6 +62,9 @@ class Case:
     # config.json keys set (None: removed) before llama.cpp's converter reads it: as published checkpoints
     # spell them where transformers now saves other names
     hf_config: dict = dataclasses.field(default_factory=dict)
+    # tensor names rewritten (regex -> replacement) in the saved checkpoint: where transformers saves a name
+    # the published checkpoints spell otherwise
+    hf_rename: dict = dataclasses.field(default_factory=dict)
 
 
 CASES = {
@@ -286,6 +289,8 @@ def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> d
         model.save_pretrained(d)
         if case.hf_config:
             edit_config(d / "config.json", case.hf_config)
+        if case.hf_rename:
+            rename_tensors(d, case.hf_rename)
         save = (tiny_tokenizers.save_spm if case.arch in SPM else
                 tiny_tokenizers.save_bpe_spm if case.arch in BPE_SPM else tiny_tokenizers.save_bpe)
         save(d, model.config.vocab_size)
@@ -302,6 +307,18 @@ def edit_config(path: Path, keys: dict):
     config = json.loads(path.read_text())
     config.update(keys)
     path.write_text(json.dumps({k: v for k, v in config.items() if v is not None}, indent=2))
+
+
+def rename_tensors(d: Path, renames: dict):
+    from safetensors.torch import load_file, save_file
+    for f in d.glob("*.safetensors"):
+        tensors = load_file(f)
+        for pattern, new in renames.items():
+            tensors = {re.sub(pattern, new, k): v for k, v in tensors.items()}
+        save_file(tensors, f, metadata={"format": "pt"})
+    index = d / "model.safetensors.index.json"
+    if index.exists():
+        raise ValueError("renaming tensors of a sharded checkpoint")
 
 
 def sha256(path: Path) -> str:

@@ -287,7 +287,7 @@ def test_rope_factors_out_of_range_refused(files, tmp_path, bad):
         llamay.load(_edited(files, tmp_path, "llama3-rope", spoil))
 
 
-@pytest.mark.parametrize("arch", ["rwkv6", "deepseek2", "kimi-linear", "plamo2", "not-an-arch"])
+@pytest.mark.parametrize("arch", ["rwkv6", "deepseek2", "minimax-01", "plamo2", "not-an-arch"])
 def test_unsupported_architecture_refused(files, tmp_path, arch):
     def rename(meta, tensors):
         meta["general.architecture"] = (arch, *meta["general.architecture"][1:])

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import hybrid_deltanet
+import hybrid_kda
 import hybrid_mamba
 import hybrid_mamba2
 import hybrid_shortconv
@@ -23,7 +24,7 @@ from llamay.kv.snapshot_format import SnapshotError, read_snapshot, write_snapsh
 from llamay.models.describe import state_bytes
 
 FAMILIES = {"hybrid_shortconv": hybrid_shortconv.CASES, "hybrid_mamba": hybrid_mamba.CASES,
-            "hybrid_mamba2": hybrid_mamba2.CASES, "hybrid_deltanet": hybrid_deltanet.CASES}
+            "hybrid_mamba2": hybrid_mamba2.CASES, "hybrid_deltanet": hybrid_deltanet.CASES, "hybrid_kda": hybrid_kda.CASES}
 CASES = {name: case for cases in FAMILIES.values() for name, case in cases.items()}
 MODULE = {name: module for module, cases in FAMILIES.items() for name in cases}
 GAPS = hybrid_deltanet.GAPS  # case -> where llamay is further from float64 than llama.cpp (strict xfails)

@@ -97,3 +97,91 @@ def test_every_kernel_path_gives_the_same_bits(dv):
     assert len(results) >= 1
     first = next(iter(results.values()))
     assert all(np.array_equal(r, first) for r in results.values()), list(results)
+
+
+# ---- Kimi's delta attention (KDA): q, k, v in planes, a decay per state row ----
+
+def kda_inputs(n, h, d):
+    """Planes q, k, v [3, n, H d] as three convs + SiLU give them; b [n, H]; the gate's raw a [n, H d];
+    A < 0 [H] and dt_bias [H d] as the files hold them."""
+    qkv = RNG.standard_normal((3, n, h * d)).astype(np.float32)
+    b, g = (2 * RNG.standard_normal((n, h))).astype(np.float32), (2 * RNG.standard_normal((n, h * d))).astype(np.float32)
+    a = -np.exp(RNG.uniform(-2, 2, h)).astype(np.float32)
+    return qkv, b, g, a, RNG.standard_normal(h * d).astype(np.float32)
+
+
+def run_kda(qkv, bg, gg, a, dt, state, m, nthreads=1):
+    b = Builder()
+    n = qkv.shape[1]
+    batch = b.batch(n)
+    x, ba = b.tensor(*qkv.shape), b.tensor(bg.size + gg.size)
+    out = b.delta_rule(x, ba, a, dt, state, batch, tiled=False, eps=EPS, planar=True)
+    x[:], ba[:bg.size], ba[bg.size:] = qkv, bg.ravel(), gg.ravel()
+    batch.fill(m)
+    b.run(nthreads)
+    return out.copy()
+
+
+def test_kda_matches_reference():
+    n, h, d = 12, 3, 16
+    qkv, bg, gg, a, dt = kda_inputs(n, h, d)
+    init = (0.1 * RNG.standard_normal((h, d, d))).astype(np.float32)
+    pool = np.zeros((2, h, d, d), np.float32)
+    pool[1] = init
+    got = run_kda(qkv, bg, gg, a, dt, pool, meta([n], [1]))
+    want = delta_ref(qkv, (bg, gg), a, dt, init, h, False, EPS)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pool[1], init, rtol=1e-5, atol=1e-6)
+    assert not pool[0].any()
+
+
+def test_kda_matches_transformers_in_float64():
+    """The op (float32) against transformers' token-by-token KDA in float64 (HF KimiLinear's
+    recurrent_kimi_delta_attention), its gate g = A softplus(a + dt_bias) per channel as KimiLinearForgetGate."""
+    import torch
+    from transformers.models.kimi_linear.modeling_kimi_linear import recurrent_kimi_delta_attention
+    n, h, d = 40, 2, 16
+    qkv, bg, gg, a, dt = kda_inputs(n, h, d)
+    state = np.zeros((1, h, d, d), np.float32)
+    got = run_kda(qkv, bg, gg, a, dt, state, meta([n], [0]))
+    x, b, g, A, dt = (torch.from_numpy(v).double() for v in (qkv, bg, gg, a, dt))
+    gate = (A.repeat_interleave(d) * torch.nn.functional.softplus(g + dt)).reshape(1, n, h, d)
+    q, k, v = (x[i].reshape(1, n, h, d) for i in range(3))
+    want, s = recurrent_kimi_delta_attention(q, k, v, gate, torch.sigmoid(b)[None], None, True,
+                                             use_qk_l2norm_in_kernel=True)
+    rel = lambda got, want: np.abs(got - want).max() / np.abs(want).max()  # noqa: E731
+    assert rel(got, want.reshape(n, -1).numpy()) < 1e-6
+    assert rel(state[0], s[0].numpy()) < 1e-6
+
+
+def test_kda_is_canonical():
+    h, d = 8, 32
+    xa, xb = kda_inputs(9, h, d), kda_inputs(6, h, d)
+    shape = (2, h, d, d)
+    whole = np.zeros(shape, np.float32)
+    ya = run_kda(*xa, whole, meta([9], [0]))
+    steps = np.zeros(shape, np.float32)
+    one = np.concatenate([run_kda(xa[0][:, t:t + 1].copy(), xa[1][t:t + 1], xa[2][t:t + 1], *xa[3:], steps,
+                                  meta([1], [1], [t])) for t in range(9)])
+    assert np.array_equal(ya, one) and np.array_equal(whole[0], steps[1])
+    for nthreads in (1, 2, 3):
+        for first, second, slots in ((xa, xb, [0, 1]), (xb, xa, [1, 0])):
+            pool = np.zeros(shape, np.float32)
+            qkv = np.concatenate([first[0], second[0]], axis=1)
+            bg, gg = np.concatenate([first[1], second[1]]), np.concatenate([first[2], second[2]])
+            both = run_kda(qkv, bg, gg, *xa[3:], pool, meta([len(first[1]), len(second[1])], slots), nthreads)
+            mine = both[:9] if first is xa else both[6:]
+            assert np.array_equal(mine, ya) and np.array_equal(pool[0], whole[0])
+
+
+def test_kda_every_kernel_path_gives_the_same_bits():
+    from llamay.kernels import _lib
+    n, h, d = 7, 2, 40  # 40: whole vectors of both widths and a tail
+    x = kda_inputs(n, h, d)
+
+    def once():
+        pool = np.zeros((1, h, d, d), np.float32)
+        return np.concatenate([run_kda(*x, pool, meta([n], [0]), nthreads=2).ravel(), pool.ravel()])
+    results = _lib.each_path(once)
+    first = next(iter(results.values()))
+    assert all(np.array_equal(r, first) for r in results.values()), list(results)

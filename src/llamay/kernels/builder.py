@@ -371,23 +371,56 @@ class Builder:
         return out
 
     def delta_rule(self, qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarray, state: np.ndarray,
-                   batch: BatchSlot, *, tiled: bool, eps: float) -> np.ndarray:
-        """The gated delta rule (csrc/graph.h DELTA_RULE) over each token's sequence: qkv [n, 2 Hk dk + Hv dv],
-        ba [2, n, Hv] (b, then a), a and dt_bias [Hv], state [slots, Hv, dk, dv] (its slot read and updated)
-        -> y [n, Hv dv]. tiled: v-head h reads k-head h % Hk, else h // (Hv / Hk)."""
+                   batch: BatchSlot, *, tiled: bool, eps: float, planar: bool = False) -> np.ndarray:
+        """The gated delta rule (csrc/graph.h DELTA_RULE) over each token's sequence: qkv [n, 2 Hk dk + Hv dv]
+        (planar: [3, n, Hk dk], Hk dk = Hv dv), ba [2, n, Hv] (b, then a), a and dt_bias [Hv], state [slots,
+        Hv, dk, dv] (its slot read and updated) -> y [n, Hv dv]. A decay per state row (Kimi's KDA) when
+        dt_bias is [Hv dk]: ba then [n Hv (1 + dk)] (b [n, Hv], then a [n, Hv dk]). tiled: v-head h reads
+        k-head h % Hk, else h // (Hv / Hk)."""
         for arr, name in ((qkv, "qkv"), (ba, "ba"), (a, "ssm_a"), (dt_bias, "dt_bias"), (state, "delta state")):
             _f32(arr, name)
         if state.ndim != 4 or not 0 < max(state.shape[2:]) <= 512:  # csrc/graph.h LY_DELTA_MAX_DIM
             raise ValueError(f"delta rule state {state.shape} must be [slots, Hv, dk <= 512, dv <= 512]")
         n, (hv, dk, dv) = batch.n_tokens, state.shape[1:]
-        hk, odd = divmod(qkv.shape[1] - hv * dv, 2 * dk) if qkv.ndim == 2 else (0, 1)
-        if odd or hk < 1 or hv % hk or qkv.shape[0] != n:
+        if planar:
+            hk, odd = divmod(qkv.shape[2], dk) if qkv.ndim == 3 and qkv.shape[:2] == (3, n) else (0, 1)
+            odd = odd or hk * dk != hv * dv
+        else:
+            hk, odd = divmod(qkv.shape[1] - hv * dv, 2 * dk) if qkv.ndim == 2 and qkv.shape[0] == n else (0, 1)
+        if odd or hk < 1 or hv % hk:
             raise ValueError(f"delta rule qkv {qkv.shape} over {n} tokens for state {state.shape}")
-        _f32(ba, "ba", (2, n, hv)), _f32(a, "ssm_a", (hv,)), _f32(dt_bias, "dt_bias", (hv,))
+        per_row = dt_bias.shape == (hv * dk,) and dk > 1
+        _f32(ba, "ba", (n * hv * (1 + dk),) if per_row else (2, n, hv)), _f32(a, "ssm_a", (hv,))
+        _f32(dt_bias, "dt_bias", (hv * dk,) if per_row else (hv,))
         params = np.concatenate([a, dt_bias])
         out = self.tensor(n, hv * dv)
-        self._op("delta_rule", (qkv, ba, params, out, state, batch.struct), (n, hk, hv, dk, dv, int(tiled)),
+        flags = int(tiled) | (2 if planar else 0) | (4 if per_row else 0)  # graph.h LY_DELTA_*
+        self._op("delta_rule", (qkv, ba, params, out, state, batch.struct), (n, hk, hv, dk, dv, flags),
                  (eps, 1.0 / np.sqrt(dk)), writes=(out, state), keep=(batch,), reads=(qkv, ba, params, state))
+        return out
+
+    def head_matmul(self, x: np.ndarray, w: np.ndarray, out: np.ndarray, x_off: int = 0, out_off: int = 0) -> np.ndarray:
+        """Each head's own matrix on its own slice of each row: x [n, H * sx], w float32 [H, M, K],
+        out [n, H * sy]; out[t, h sy + out_off + m] = w[h, m] . x[t, h sx + x_off : + K] (graph.h HEAD_MATMUL)."""
+        _f32(x, "x"), _f32(w, "per-head weights"), _f32(out, "out")
+        if w.ndim != 3 or x.ndim != 2 or out.ndim != 2 or x.shape[0] != out.shape[0]:
+            raise ValueError(f"head matmul of x {x.shape} by {w.shape} into {out.shape}")
+        (h, m, k), n = w.shape, x.shape[0]
+        sx, sy = divmod(x.shape[1], h), divmod(out.shape[1], h)
+        if sx[1] or sy[1] or x_off + k > sx[0] or out_off + m > sy[0]:
+            raise ValueError(f"head matmul of x {x.shape} by {w.shape} into {out.shape} at {x_off}, {out_off}")
+        self._op("head_matmul", (x.reshape(-1)[x_off:], w, out.reshape(-1)[out_off:]), (n * h, h, m, k, sx[0], sy[0]),
+                 writes=(out,), reads=(x, w))
+        return out
+
+    def copy_rows(self, x: np.ndarray, out: np.ndarray, rows: int, width: int, x_off: int = 0, out_off: int = 0) -> np.ndarray:
+        """out viewed as `rows` rows, x as as many: out[r, out_off : + width] = x[r, x_off : + width]."""
+        _f32(x, "x"), _f32(out, "out")
+        sx, sy = divmod(x.size, rows), divmod(out.size, rows)
+        if rows < 1 or sx[1] or sy[1] or x_off + width > sx[0] or out_off + width > sy[0]:
+            raise ValueError(f"copy of {rows} rows of {width} from x {x.shape} into {out.shape}")
+        self._op("copy_rows", (x.reshape(-1)[x_off:], out.reshape(-1)[out_off:]), (rows, width, sx[0], sy[0]),
+                 writes=(out,), reads=(x,))
         return out
 
     def ssm_scan(self, xbc: np.ndarray, dt: np.ndarray, a: np.ndarray, d: np.ndarray, dt_bias: np.ndarray,

@@ -11,7 +11,8 @@ from ._lib import I32, I64, P, declare
 OPS = {"rmsnorm": 1, "quant": 2, "matmul": 3, "rope": 4, "kv_write": 5, "attention": 6, "gated": 7,
        "add": 8, "scale": 9, "softcap": 10, "layernorm": 11, "moe_route": 12, "gather": 13, "moe_matmul": 14,
        "moe_combine": 15, "pos_scale": 16, "sigmoid_scale": 17,
-       "row_scale": 18, "conv": 19, "ssm_scan": 20, "delta_rule": 21}
+       "row_scale": 18, "conv": 19, "ssm_scan": 20, "delta_rule": 21, "head_matmul": 22,
+       "copy_rows": 23}
 
 
 class NodeStruct(ctypes.Structure):

@@ -25,23 +25,34 @@ def conv(x: np.ndarray, w: np.ndarray, state: np.ndarray, bias: np.ndarray | Non
     return y
 
 
-def delta_rule(qkv: np.ndarray, ba: np.ndarray, a: np.ndarray, dt_bias: np.ndarray, state: np.ndarray,
+def delta_rule(qkv: np.ndarray, ba, a: np.ndarray, dt_bias: np.ndarray, state: np.ndarray,
                n_k_heads: int, tiled: bool, eps: float) -> np.ndarray:
-    """One sequence's gated delta rule (csrc/graph.h DELTA_RULE): qkv [n, 2 Hk dk + Hv dv], ba [2, n, Hv],
-    a and dt_bias [Hv], state [Hv, dk, dv] (updated in place) -> y [n, Hv dv]. exp and log1p are numpy's."""
+    """One sequence's gated delta rule (csrc/graph.h DELTA_RULE): qkv [n, 2 Hk dk + Hv dv] or planes [3, n,
+    Hk dk]; ba (b [n, Hv], a [n, Hv], or [n, Hv dk] with dt_bias [Hv dk]: a decay per state row, Kimi's
+    KDA); A [Hv]; state [Hv, dk, dv] (updated in place) -> y [n, Hv dv]. exp and log1p are numpy's."""
     hv, dk, dv = state.shape
     hk, f32 = n_k_heads, np.float32
     kh = np.arange(hv) % hk if tiled else np.arange(hv) // (hv // hk)
-    y = np.zeros((len(qkv), hv * dv), f32)
-    for t, (x, b, a_t) in enumerate(zip(qkv, *ba)):
-        q, k = x[:hk * dk].reshape(hk, dk)[kh], x[hk * dk:2 * hk * dk].reshape(hk, dk)[kh]
-        v = x[2 * hk * dk:].reshape(hv, dv)
+    planar = qkv.ndim == 3
+    n = qkv.shape[1] if planar else len(qkv)
+    y = np.zeros((n, hv * dv), f32)
+    for t in range(n):
+        b, a_t = ba[0][t], ba[1][t]
+        if planar:
+            q, k, v = qkv[0, t].reshape(hk, dk)[kh], qkv[1, t].reshape(hk, dk)[kh], qkv[2, t].reshape(hv, dv)
+        else:
+            x = qkv[t]
+            q, k = x[:hk * dk].reshape(hk, dk)[kh], x[hk * dk:2 * hk * dk].reshape(hk, dk)[kh]
+            v = x[2 * hk * dk:].reshape(hv, dv)
         q = (q * (f32(1) / np.sqrt(lanes_sum(q * q) + f32(eps)))[:, None]) * f32(1 / np.sqrt(dk))
         k = (k * (f32(1) / np.sqrt(lanes_sum(k * k) + f32(eps)))[:, None]) * f32(1)
         beta = f32(1) / (f32(1) + np.exp(-b))
         z = a_t + dt_bias
         softplus = np.where(z > 20, z, np.log1p(np.exp(np.minimum(z, 20))))
-        state *= np.exp(a * softplus)[:, None, None]
+        if len(z) == hv:
+            state *= np.exp(a * softplus)[:, None, None]
+        else:
+            state *= np.exp(a[:, None] * softplus.reshape(hv, dk))[:, :, None]
         kv = np.zeros((hv, dv), f32)
         for i in range(dk):
             kv = kv + state[:, i] * k[:, i, None]

@@ -147,6 +147,7 @@ MATRIX = "matmul weight"  # C kernels
 VECTOR = "norm or bias vector"  # dequantized whole to float32
 TABLE = "lookup table"  # rows dequantized by numpy (embeddings, position tables)
 TIED = "tied embedding and output weight"  # token_embd without output.weight: both of the above
+HEADS = "per-head matrices"  # dequantized whole to float32 (multi-head latent attention's k_b, v_b)
 
 
 @functools.cache
@@ -156,6 +157,8 @@ def allowed_types(role: str) -> frozenset[str]:
     tables = frozenset(DEQUANT_TYPES) | IQ_TYPES  # the IQ formats' rows through the C decoder (weights.py)
     if role == TABLE:
         return tables
+    if role == HEADS:
+        return frozenset(DEQUANT_TYPES)
     matmul = frozenset(t.name for t in QUANT_TYPES.values() if supported(t))
     return matmul if role == MATRIX else matmul & tables
 

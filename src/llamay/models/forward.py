@@ -13,6 +13,7 @@ from ..kernels.matmul import QWeight
 from .arch import ArchSpec
 from .parts import Norms
 from .plan import LayerPlan
+from . import latent
 from .recurrent import MIXERS
 
 
@@ -98,6 +99,8 @@ def _attention(b: Builder, batch, pool, P: LayerPlan, L, inp, mm, rope_factors, 
     """The attention of layer P over its pool layer [n, n_head * head_dim], before the output projection;
     writes the layer's K/V when it has its own."""
     a, hd = P.attn, P.head_dim
+    if a.kv_lora:
+        return latent.build(b, batch, pool, P, L, inp, mm)
     q = mm(inp, L, "q")
     k = mm(inp, L, "k") if L.k is not None else None
     v = mm(inp, L, "v") if L.v is not None else None

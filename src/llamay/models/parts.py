@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIXERS = ("attention", "shortconv", "mamba", "mamba2", "deltanet", "none")  # what a layer's mixer may be; "none": the
+MIXERS = ("attention", "shortconv", "mamba", "mamba2", "deltanet", "kda", "none")  # what a layer's mixer may be; "none": the
 # layer is its FFN alone (Nemotron-H); every other one keeps a recurrent state (models/recurrent.py)
 
 
@@ -74,6 +74,13 @@ class Attention:
     n_head_kv_layers: tuple = ()  # KV heads per layer, when they differ between layers
     n_kv_shared: int = 0  # the last n layers compute no K/V: each attends to the K/V of the last earlier
     # layer of its kind (sliding or global), so the page pool holds only the other layers
+    # multi-head latent attention (models/latent.py), absorbed: kv_lora > 0 is the latent's size; the pool
+    # holds one head of head_dim = kv_lora + n_rot values a token, the normed latent then the shared rotary
+    # key, as keys and values alike
+    kv_lora: int = 0
+    q_lora: int = 0  # > 0: the queries through a projection of this rank and its norm (else attn_q)
+    nope: int = 0  # each query head's dims without RoPE (then n_rot with)
+    v_dim: int = 0  # each head's value size, out of the latent through attn_v_b
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,15 @@ class Mamba2:
     @property
     def conv_dim(self) -> int:  # x, B and C
         return self.d_inner + 2 * self.n_group * self.d_state
+
+
+@dataclass(frozen=True)
+class KimiDelta:
+    """Kimi's delta attention (models/mixer_kda.py): q, k, v each through a causal convolution of d_conv
+    taps, then the delta rule with a decay per state row over a [head_dim, head_dim] state per head."""
+    d_conv: int
+    n_head: int
+    head_dim: int
 
 
 @dataclass(frozen=True)

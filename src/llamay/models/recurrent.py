@@ -8,6 +8,7 @@
   states are the layer's pool arrays ([slots, *shape] each) and mm projects by a Layer field;
 - prepare(plan, mix) -> mix, optional: the loaded weights repacked once (mixer_deltanet: ssm_ba's rows as
   beta and alpha)."""
-from . import mixer_deltanet, mixer_mamba, mixer_mamba2, mixer_shortconv
+from . import mixer_deltanet, mixer_kda, mixer_mamba, mixer_mamba2, mixer_shortconv
 
-MIXERS = {"shortconv": mixer_shortconv, "mamba": mixer_mamba, "mamba2": mixer_mamba2, "deltanet": mixer_deltanet}
+MIXERS = {"shortconv": mixer_shortconv, "mamba": mixer_mamba, "mamba2": mixer_mamba2, "deltanet": mixer_deltanet,
+           "kda": mixer_kda}

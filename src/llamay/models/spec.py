@@ -10,7 +10,7 @@ import numpy as np
 from ..kernels.builder import MAX_EXPERTS_USED
 from .arch import ArchSpec
 from .checks import MAX_LAYERS, MAX_ROPE_DIMS, Meta, ModelFileError, UnsupportedModel, architecture
-from .parts import FFN, Attention, DeltaNet, Mamba, Mamba2, MoE, Norms, Rope, ShortConv
+from .parts import FFN, Attention, DeltaNet, KimiDelta, Mamba, Mamba2, MoE, Norms, Rope, ShortConv
 from .rope import yarn_mscale
 
 MAX_CONV = 64  # taps of a recurrent layer's convolution
@@ -540,6 +540,39 @@ def _lfm2moe(meta: dict) -> ArchSpec:
     return replace(base, ffn=replace(base.ffn, n_ff=m.int("feed_forward_length")), moe=moe)
 
 
+def _kimi_linear(meta: dict) -> ArchSpec:
+    # ref: HF KimiLinearDecoderLayer, llama.cpp kimi-linear.cpp: x + mixer(rmsnorm(x)), then x + ffn(rmsnorm(x));
+    # a layer of head_count_kv 0 is Kimi's delta attention (mixer_kda.py), the others multi-head latent
+    # attention without RoPE (latent.py; key_length is the absorbed head, kv_lora_rank + rope dims; the
+    # queries' scale 1 / sqrt(key_length_mla)); the first leading_dense_block_count layers a SiLU MLP, the
+    # others experts chosen by sigmoid score + expert bias, weighted by the score renormalized times
+    # expert_weights_scale (llama.cpp's graph always renormalizes), beside an ungated shared expert
+    m = Meta(meta, "kimi-linear")
+    meta, attends = _hybrid_heads(meta, m)
+    kv_lora, head = m.int("attention.kv_lora_rank"), m.int("attention.key_length")
+    k_mla, rot = m.int("attention.key_length_mla"), m.int("rope.dimension_count", lo=0)
+    if head != kv_lora + rot or not rot < k_mla:
+        raise ModelFileError(f"kimi-linear: attention.key_length {head} must be kv_lora_rank {kv_lora} + "
+                             f"rope.dimension_count {rot}, and key_length_mla {k_mla} more than the latter")
+    c = _common({**meta, m.key("attention.value_length"): head}, "kimi-linear")
+    c["ffn"]["n_ff"] = m.int("feed_forward_length")
+    m.int("expert_gating_func", 2, lo=2, hi=2)  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID only
+    groups = m.int("expert_group_count", 1)
+    if m.int("expert_group_used_count", groups, hi=groups) < groups:
+        raise UnsupportedModel(f"kimi-linear: routing within {groups} groups of experts is not supported yet")
+    n_ff_exp = m.int("expert_feed_forward_length")
+    moe = _moe(m, n_ff_exp, gating="sigmoid", norm=True, select_bias=True, shared_gate=False,
+               scale=m.float("expert_weights_scale", 1.0, hi=1e4),
+               n_dense_lead=m.int("leading_dense_block_count", 0, lo=0, hi=len(attends)),
+               n_ff_shared=n_ff_exp * m.int("expert_shared_count", 0, lo=0, hi=64))
+    kda = KimiDelta(d_conv=m.int("ssm.conv_kernel", lo=2, hi=MAX_CONV), n_head=c["attn"]["n_head"],
+                    head_dim=m.int("kda.head_dim", hi=MAX_DELTA_HEAD))
+    attn = dict(kv_lora=kv_lora, q_lora=m.int("attention.q_lora_rank", 0, lo=0), nope=k_mla - rot,
+                v_dim=m.int("attention.value_length_mla"), scale=1.0 / math.sqrt(k_mla))
+    return _build(c, neox=False, rope=dict(none_every=1), attn=attn, moe=moe, recurrent=kda,
+                  mixers=tuple("attention" if a else "kda" for a in attends))
+
+
 BUILDERS = {
     "llama": _llama,
     "smollm3": _smollm3,
@@ -573,6 +606,7 @@ BUILDERS = {
     "nemotron_h": _nemotron_h,
     "nemotron_h_moe": lambda meta: _nemotron_h(meta, "nemotron_h_moe"),
     "falcon-h1": _falcon_h1,
+    "kimi-linear": _kimi_linear,
     **{arch: (lambda meta, arch=arch: _delta_net(meta, arch)) for arch in ("qwen35", "qwen35moe", "qwen3next")},
 }
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
@@ -582,7 +616,7 @@ DECLINED = {
     **{arch: "a state-space model: " + _STATE for arch in ("plamo2",)},
     **{arch: "a recurrent (RWKV) model: " + _STATE for arch in ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")},
     **{arch: "a hybrid of attention and linear attention: " + _STATE
-       for arch in ("kimi-linear", "minimax-01")},
+       for arch in ("minimax-01",)},
     **{arch: _LATENT for arch in ("deepseek2", "deepseek3", "deepseek32")},  # DeepSeek V2/V3, Kimi K2
 }
 

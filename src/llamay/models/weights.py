@@ -10,7 +10,7 @@ import numpy as np
 
 from ..gguf import GGUFReader, dequantize
 from ..kernels.matmul import IQ_TYPES, QExperts, QWeight, iq_dequantize
-from .checks import (MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors,
+from .checks import (HEADS, MATRIX, TABLE, TIED, VECTOR, Expect, ModelFileError, check_block_count, check_tensors,
                      file_shape)
 from .rope import yarn_factors
 from .arch import ArchSpec
@@ -45,6 +45,8 @@ def _recurrent(s: ArchSpec, p: LayerPlan) -> dict:
 
 def _attention(d: int, p: LayerPlan) -> dict:
     a, hd = p.attn, p.head_dim
+    if a.kv_lora:
+        return _latent(d, p)
     q, kv = p.n_head * hd, p.n_head_kv * hd
     t = {"o": ("attn_output.weight", _mat(q, d))}
     if a.fused_qkv:
@@ -67,6 +69,23 @@ def _attention(d: int, p: LayerPlan) -> dict:
         t["q_norm"] = ("attn_q_norm.weight", _vec(qn))
         if p.writes_kv:
             t["k_norm"] = ("attn_k_norm.weight", _vec(kn))
+    return t
+
+
+def _latent(d: int, p: LayerPlan) -> dict:
+    """Multi-head latent attention's tensors (models/latent.py), as llama.cpp's converter writes them."""
+    a, h = p.attn, p.n_head
+    rot = p.head_dim - a.kv_lora
+    qd = h * (a.nope + rot)
+    t = {"o": ("attn_output.weight", _mat(h * a.v_dim, d)), "kv_a": ("attn_kv_a_mqa.weight", _mat(d, p.head_dim)),
+         "kv_a_norm": ("attn_kv_a_norm.weight", _vec(a.kv_lora)),
+         "k_b": ("attn_k_b.weight", Expect((a.nope, a.kv_lora, h), HEADS)),
+         "v_b": ("attn_v_b.weight", Expect((a.kv_lora, a.v_dim, h), HEADS))}
+    if a.q_lora:
+        t.update(q_a=("attn_q_a.weight", _mat(d, a.q_lora)), q_a_norm=("attn_q_a_norm.weight", _vec(a.q_lora)),
+                 q_b=("attn_q_b.weight", _mat(a.q_lora, qd)))
+    else:
+        t["q"] = ("attn_q.weight", _mat(d, qd))
     return t
 
 
@@ -176,12 +195,14 @@ def row_parts(s: ArchSpec, il: int, field: str) -> list[tuple[str, int, int]]:
         return [("gate", 0, ff), ("up", ff, 2 * ff)]
     if field == "gate_up_exps":
         return [("gate_exps", 0, p.moe.n_ff), ("up_exps", p.moe.n_ff, 2 * p.moe.n_ff)]
+    if field == "kv_a":  # multi-head latent attention's: the latent, then the rotary key
+        return [("kv_c", 0, p.attn.kv_lora), ("k_rope", p.attn.kv_lora, p.head_dim)]
     return [(field, 0, {"q": q, "k": kv, "v": kv, "o": s.n_embd, "down": s.n_embd}.get(field, ff))]
 
 
 def _unfuse(s: ArchSpec, f: dict, il: int) -> dict:
     """Fused projections as views of their parts' rows (row_parts)."""
-    for fused in ("qkv", "up", "gate_up_exps"):
+    for fused in ("qkv", "up", "gate_up_exps", "kv_a"):
         if fused in f and (fused != "up" or s.ffn.fused_gate_up):
             w = f.pop(fused)
             f.update({name: w.rows(lo, hi) for name, lo, hi in row_parts(s, il, fused)})
@@ -252,6 +273,14 @@ class Layer:
     ple_proj: QWeight | None = None
     ple_norm: np.ndarray | None = None
     out_scale: np.ndarray | None = None  # [1]: the layer's output times it
+    q_a: QWeight | None = None  # multi-head latent attention (models/latent.py): the queries' low-rank pair,
+    q_a_norm: np.ndarray | None = None
+    q_b: QWeight | None = None
+    kv_c: QWeight | None = None  # the latent's projection and norm, the rotary key's projection,
+    kv_a_norm: np.ndarray | None = None
+    k_rope: QWeight | None = None
+    k_b: np.ndarray | None = None  # float32 [H, kv_lora, nope]: each head's queries into the latent
+    v_b: np.ndarray | None = None  # float32 [H, v_dim, kv_lora]: each head's output out of it
 
 
 def matrices(items) -> list[QWeight]:
@@ -327,6 +356,8 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
                                                reader.tensors[name].shape))
 
     def load(name, e: Expect):
+        if e.role == HEADS:  # [H, M, K] float32, whatever the file's type
+            return vec(name).astype(np.float32).reshape(tuple(reversed(e.shape)))
         if e.role == VECTOR:  # in the expected shape (numpy's order) where the file left out its trailing 1s
             return vec(name).reshape(tuple(reversed(file_shape(reader.tensors[name], e))))
         return (QExperts if len(e.shape) == 3 else QWeight).from_gguf(reader, name)

@@ -6,37 +6,36 @@
 #define LY_NAME2(a, b) a##b
 #define LY_NAME(a, b) LY_NAME2(a, b)
 
-ATTR void LY_NAME(ly_delta_pass1_, ISA)(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv) {
+ATTR void LY_NAME(ly_delta_pass1_, ISA)(float *S, const float *k, const float *decay, float *kv, int64_t dk,
+                                        int64_t dv) {
     int64_t whole = dv / W * W;
     for (int64_t j = 0; j < dv; j++) kv[j] = 0.0f;
-    VEC vdecay = SET1(decay);
     for (int64_t i = 0; i < dk; i++) {
-        float *Si = S + i * dv, ki = k[i];
-        VEC vk = SET1(ki);
+        float *Si = S + i * dv, ki = k[i], di = decay[i];
+        VEC vk = SET1(ki), vdecay = SET1(di);
         for (int64_t j = 0; j < whole; j += W) {
             VEC s = MUL(LOAD(Si + j), vdecay);
             STORE(Si + j, s);
             STORE(kv + j, ADD(LOAD(kv + j), MUL(s, vk)));
         }
         for (int64_t j = whole; j < dv; j++) {
-            Si[j] = Si[j] * decay;
+            Si[j] = Si[j] * di;
             kv[j] = kv[j] + Si[j] * ki;
         }
     }
 }
 
 ATTR void LY_NAME(ly_delta_pass2_, ISA)(float *S, const float *k, const float *delta, const float *q, float *out,
-                                        const float *kn, float decay_n, float *kv_n, int64_t dk, int64_t dv) {
+                                        const float *kn, const float *decay_n, float *kv_n, int64_t dk, int64_t dv) {
     int64_t whole = dv / W * W;
     for (int64_t j = 0; j < dv; j++) out[j] = 0.0f;
     for (int64_t j = 0; j < dv && kn; j++) kv_n[j] = 0.0f;
-    VEC vdecay = SET1(decay_n);
     for (int64_t i = 0; i < dk; i++) {
         float *Si = S + i * dv, ki = k[i], qi = q[i];
         VEC vk = SET1(ki), vq = SET1(qi);
         if (kn) {
-            float kni = kn[i];
-            VEC vkn = SET1(kni);
+            float kni = kn[i], dni = decay_n[i];
+            VEC vkn = SET1(kni), vdecay = SET1(dni);
             for (int64_t j = 0; j < whole; j += W) {
                 VEC s = ADD(LOAD(Si + j), MUL(vk, LOAD(delta + j)));
                 STORE(out + j, ADD(LOAD(out + j), MUL(s, vq)));
@@ -47,7 +46,7 @@ ATTR void LY_NAME(ly_delta_pass2_, ISA)(float *S, const float *k, const float *d
             for (int64_t j = whole; j < dv; j++) {
                 Si[j] = Si[j] + ki * delta[j];
                 out[j] = out[j] + Si[j] * qi;
-                Si[j] = Si[j] * decay_n;
+                Si[j] = Si[j] * dni;
                 kv_n[j] = kv_n[j] + Si[j] * kni;
             }
             continue;

@@ -33,6 +33,8 @@ static void run_node(const ly_node *nd, int ith, int nth) {
     case LY_OP_CONV: ly_conv_slice(nd, ith, nth); break;
     case LY_OP_DELTA_RULE: ly_delta_rule_slice(nd, ith, nth); break;
     case LY_OP_SSM_SCAN: ly_ssm_scan_slice(nd, ith, nth); break;
+    case LY_OP_HEAD_MATMUL: ly_head_matmul_slice(nd, ith, nth); break;
+    case LY_OP_COPY_ROWS: ly_copy_rows_slice(nd, ith, nth); break;
     default: break;
     }
 }
@@ -55,7 +57,8 @@ static int64_t node_work(const ly_node *nd) {
     case LY_OP_CONV: return nd->n[0] * nd->n[1] * nd->n[2];
     case LY_OP_DELTA_RULE: return nd->n[0] * nd->n[2] * nd->n[3] * nd->n[4] * 4;
     case LY_OP_SSM_SCAN: return nd->n[0] * nd->n[1] * nd->n[2] * nd->n[3] * 4;
-    case LY_OP_GATHER: return nd->n[0] * nd->n[1];
+    case LY_OP_GATHER: case LY_OP_COPY_ROWS: return nd->n[0] * nd->n[1];
+    case LY_OP_HEAD_MATMUL: return nd->n[0] * nd->n[2] * nd->n[3];
     case LY_OP_MOE_MATMUL: return nd->n[0] * nd->n[2] * (nd->n[3] < nd->n[4] ? nd->n[3] : nd->n[4]); /* experts' bytes */
     case LY_OP_MOE_COMBINE: return nd->n[0] * nd->n[1] * nd->n[2];
     case LY_OP_POS_SCALE: case LY_OP_SIGMOID_SCALE: case LY_OP_ROW_SCALE: return nd->n[0] * nd->n[1];

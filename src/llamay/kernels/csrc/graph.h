@@ -11,8 +11,8 @@ enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_
        LY_OP_ATTENTION = 6, LY_OP_GATED = 7, LY_OP_ADD = 8, LY_OP_SCALE = 9, LY_OP_SOFTCAP = 10,
        LY_OP_LAYERNORM = 11, LY_OP_MOE_ROUTE = 12, LY_OP_GATHER = 13, LY_OP_MOE_MATMUL = 14,
        LY_OP_MOE_COMBINE = 15, LY_OP_POS_SCALE = 16, LY_OP_SIGMOID_SCALE = 17, LY_OP_ROW_SCALE = 18,
-       LY_OP_CONV = 19, LY_OP_SSM_SCAN = 20, LY_OP_DELTA_RULE = 21,
-       LY_OP_LAST = LY_OP_DELTA_RULE };
+       LY_OP_CONV = 19, LY_OP_SSM_SCAN = 20, LY_OP_DELTA_RULE = 21, LY_OP_HEAD_MATMUL = 22, LY_OP_COPY_ROWS = 23,
+       LY_OP_LAST = LY_OP_COPY_ROWS };
 
 /* Chunks per thread of a node that is worth splitting (attention always is): a thread the OS deschedules
  * mid-node holds back at most one small chunk, the running threads take the rest. Results never depend
@@ -20,6 +20,10 @@ enum { LY_OP_RMSNORM = 1, LY_OP_QUANT = 2, LY_OP_MATMUL = 3, LY_OP_ROPE = 4, LY_
 #define LY_CHUNKS_PER_THREAD 4
 
 #define LY_DELTA_MAX_DIM 512 /* DELTA_RULE's largest head size */
+/* DELTA_RULE's flags (n[5]) */
+#define LY_DELTA_TILED 1   /* v-head h reads k-head h % Hk; else h / (Hv / Hk) */
+#define LY_DELTA_PLANAR 2  /* q, k, v in three planes [tokens, Hk dk], [tokens, Hk dk], [tokens, Hv dv] */
+#define LY_DELTA_PER_ROW 4 /* a decay per state row: a [tokens, Hv dk], dt_bias [Hv dk] (Kimi's KDA) */
 
 /* Where each token of a batch lives; shared by every attention, KV-write and recurrent node of a pass.
  * A sequence's tokens are contiguous and in position order (recurrent ops rely on it). */
@@ -83,13 +87,19 @@ typedef struct {
  *           Mamba1 (mamba1 1; P = G = 1): A [N, H] (A_n N), state pool [slots, N, H]; per token and
  *           channel the same with ly_softplus_poly, dA_i = expf(sp A[i]) per state and acc summed
  *           over i ascending
- * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row), ba [2, tokens, Hv] (b's rows, then
- *           a's), params [2 Hv] (A then dt_bias), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
- *           ly_batch*   n: tokens, Hk, Hv, dk, dv (<= LY_DELTA_MAX_DIM), tiled (v-head h reads k-head
- *           h % Hk; 0: h / (Hv / Hk))   f: eps, q scale   (deltanet.c) Per token and v-head, on S [dk, dv]:
+ * DELTA_RULE p: qkv [tokens, 2 Hk dk + Hv dv] (q, k, v heads per row; or planes, LY_DELTA_PLANAR), ba
+ *           (b's rows [tokens, Hv], then a's [tokens, Hv], or [tokens, Hv dk] with LY_DELTA_PER_ROW), params
+ *           (A [Hv] then dt_bias [Hv] or [Hv dk]), y [tokens, Hv dv] out, state pool [slots, Hv, dk, dv],
+ *           ly_batch*   n: tokens, Hk, Hv, dk, dv (<= LY_DELTA_MAX_DIM), flags (LY_DELTA_*)
+ *           f: eps, q scale   (deltanet.c) Per token and v-head, on S [dk, dv]:
  *           q = q / sqrt(sum q^2 + eps) * scale, k = k / sqrt(sum k^2 + eps) (sums in lanes.h order),
- *           beta = sigmoid(b), decay = exp(A softplus(a + dt_bias)); S = S decay; delta = (v - S^T k) beta;
- *           S = S + k delta^T; y = S^T q (sums over dk ascending, exp is mathfn.h's) */
+ *           beta = sigmoid(b), decay = exp(A softplus(a + dt_bias)) (per head, or per row i of S);
+ *           row i of S times decay[i]; delta = (v - S^T k) beta; S = S + k delta^T; y = S^T q (sums over dk
+ *           ascending, exp is mathfn.h's)
+ * HEAD_MATMUL p: x, w [H, M, K] float32, y   n: rows (tokens H), H, M, K, x stride, y stride   (latent.c)
+ *           y[r sy + m] = dot(w[r % H, m], x[r sx ..]) in lanes.h order: each head's own matrix on its
+ *           own slice of the row (multi-head latent attention's absorbed projections)
+ * COPY_ROWS p: x, y   n: rows, width, x stride, y stride   (y[r sy + j] = x[r sx + j]) */
 /* after: the latest earlier node whose work this one reads or overwrites; a thread starts it once every
  * node up to `after` is complete (i - 1 when unknown: wait for everything before). */
 typedef struct {
@@ -128,4 +138,6 @@ void ly_row_scale_slice(const ly_node *nd, int ith, int nth);
 void ly_conv_slice(const ly_node *nd, int ith, int nth);
 void ly_ssm_scan_slice(const ly_node *nd, int ith, int nth);
 void ly_delta_rule_slice(const ly_node *nd, int ith, int nth);
+void ly_head_matmul_slice(const ly_node *nd, int ith, int nth);
+void ly_copy_rows_slice(const ly_node *nd, int ith, int nth);
 #endif

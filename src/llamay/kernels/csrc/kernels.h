@@ -22,9 +22,9 @@ typedef struct {
     void (*conv_row)(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo, int64_t hi,
                      int64_t C, int64_t K);
     /* the gated delta rule's passes over one head's state (deltanet.c); dv <= LY_DELTA_MAX_DIM */
-    void (*delta_pass1)(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+    void (*delta_pass1)(float *S, const float *k, const float *decay, float *kv, int64_t dk, int64_t dv);
     void (*delta_pass2)(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
-                        float decay_n, float *kv_n, int64_t dk, int64_t dv);
+                        const float *decay_n, float *kv_n, int64_t dk, int64_t dv);
     /* the selective scan (ssm.c): one Mamba2 row, s[i] = s[i] dA + B[i] xdt over its N states, -> the sum
      * of s[i] C[i] in lanes.h order; Mamba1's channels [lo, hi) of an [N, H] state, y[r]
      * written */
@@ -59,9 +59,9 @@ void ly_conv_row_portable(const float *w, float *s, const float *x, float *y, co
 float ly_ssm_row_portable(float *s, const float *B, const float *C, float dA, float xdt, int64_t N);
 void ly_ssm_cols_portable(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
                           const float *dt_bias, const float *D, float *y, int64_t lo, int64_t hi, int64_t H, int64_t N);
-void ly_delta_pass1_portable(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass1_portable(float *S, const float *k, const float *decay, float *kv, int64_t dk, int64_t dv);
 void ly_delta_pass2_portable(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
-                          float decay_n, float *kv_n, int64_t dk, int64_t dv);
+                          const float *decay_n, float *kv_n, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_portable(int type);   /* q32.c: Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 */
 ly_tile_fn ly_tiles_float_portable(int type); /* qfloat.c: F32, F16, BF16 */
 ly_tile_fn ly_tiles_qk_portable(int type);    /* qk.c: Q2_K .. Q6_K */
@@ -81,9 +81,9 @@ void ly_conv_row_avx2(const float *w, float *s, const float *x, float *y, const 
 float ly_ssm_row_avx2(float *s, const float *B, const float *C, float dA, float xdt, int64_t N);
 void ly_ssm_cols_avx2(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
                       const float *dt_bias, const float *D, float *y, int64_t lo, int64_t hi, int64_t H, int64_t N);
-void ly_delta_pass1_avx2(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass1_avx2(float *S, const float *k, const float *decay, float *kv, int64_t dk, int64_t dv);
 void ly_delta_pass2_avx2(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
-                          float decay_n, float *kv_n, int64_t dk, int64_t dv);
+                          const float *decay_n, float *kv_n, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_avx2(int type);   /* Q4_0 .. Q8_0, IQ4_NL, IQ4_XS, MXFP4 */
 ly_tile_fn ly_tiles_float_avx2(int type);
 ly_tile_fn ly_tiles_qk_avx2(int type);
@@ -96,9 +96,9 @@ ly_tile_fn ly_tiles_x16_avxvnni(int type);
 void ly_attend_group_f16_avx512(const ly_att *at, float *s);
 void ly_conv_row_avx512(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                         int64_t hi, int64_t C, int64_t K);
-void ly_delta_pass1_avx512(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass1_avx512(float *S, const float *k, const float *decay, float *kv, int64_t dk, int64_t dv);
 void ly_delta_pass2_avx512(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
-                          float decay_n, float *kv_n, int64_t dk, int64_t dv);
+                          const float *decay_n, float *kv_n, int64_t dk, int64_t dv);
 ly_tile_fn ly_tiles_q32_avx512(int type);  /* Q4_0 .. Q8_0 */
 ly_tile_fn ly_tiles_float_avx512(int type);
 ly_tile_fn ly_tiles_qk_avx512(int type);
@@ -111,9 +111,9 @@ void ly_softcap_neon(float *x, int64_t lo, int64_t hi, float cap);
 void ly_quant_row_neon(const float *x, int64_t k, int64_t bs, int8_t *q, float *d, int32_t *s16);
 void ly_conv_row_neon(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                       int64_t hi, int64_t C, int64_t K);
-void ly_delta_pass1_neon(float *S, const float *k, float decay, float *kv, int64_t dk, int64_t dv);
+void ly_delta_pass1_neon(float *S, const float *k, const float *decay, float *kv, int64_t dk, int64_t dv);
 void ly_delta_pass2_neon(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
-                         float decay_n, float *kv_n, int64_t dk, int64_t dv);
+                         const float *decay_n, float *kv_n, int64_t dk, int64_t dv);
 float ly_kv_dot_neon(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_neon(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_attend_group_f16_neon(const ly_att *at, float *s);
