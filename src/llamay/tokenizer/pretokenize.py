@@ -19,6 +19,14 @@ QWEN2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN35 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Kimi K2's (tokenization_kimi.py's tiktoken pattern; its set intersections "[...&&[^\p{Han}]]" as a lookahead
+# before the class: the regex package reads "&&" only in its V1 mode)
+_NOT_HAN_UPPER = r"(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])"
+_NOT_HAN_LOWER = r"(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])"
+_CONTRACTION_OPT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+KIMI_K2 = (r"\p{Han}+|[^\r\n\p{L}\p{N}]?" + _NOT_HAN_UPPER + "*" + _NOT_HAN_LOWER + "+" + _CONTRACTION_OPT
+           + r"|[^\r\n\p{L}\p{N}]?" + _NOT_HAN_UPPER + "+" + _NOT_HAN_LOWER + "*" + _CONTRACTION_OPT
+           + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
 _DEEPSEEK_LETTERS = ("\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295"
                      "-\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-"
@@ -50,6 +58,7 @@ _CHAINS = {
     "gpt-2": [GPT2],
     "qwen2": [QWEN2],
     "qwen35": [QWEN35],
+    "kimi-k2": [KIMI_K2],  # Kimi K2, Kimi-Linear
     "bloom": [_BLOOM],
     "viking": [_BLOOM, r"\p{N}"],
     "gemma4": ["[^\n]+|[\n]+"],
