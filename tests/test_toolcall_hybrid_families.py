@@ -31,9 +31,11 @@ FAMILIES = {  # template -> the format its model writes calls in
     "LFM2.5-Instruct": "lfm2", "LFM2-8B-A1B": "lfm2", "LFM2.5-8B-A1B": "lfm2",
     "ibm-granite-granite-4.0": "hermes", "ibm-granite-granite-4.1": "hermes",
     "NVIDIA-Nemotron-Nano-v2": "nemotron",
+    "Kimi-K2-Instruct": "kimi_k2", "Kimi-K2-Thinking": "kimi_k2",  # Kimi-Linear's calls are Kimi K2's
 }
 REGION = {"qwen_xml": ("<tool_call>", "</tool_call>"), "hermes": ("<tool_call>", "</tool_call>"),
-          "lfm2": ("<|tool_call_start|>", "<|tool_call_end|>"), "nemotron": ("<TOOLCALL>", "</TOOLCALL>")}
+          "lfm2": ("<|tool_call_start|>", "<|tool_call_end|>"), "nemotron": ("<TOOLCALL>", "</TOOLCALL>"),
+          "kimi_k2": ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")}
 
 
 def _tool(name: str, properties: dict, required: list) -> dict:
@@ -111,7 +113,7 @@ def test_rendered_calls_parse_back(name, last, calls):
         assert needle in text, needle
     turn = text[text.index(CONTENT) + len(CONTENT):]
     turn = turn if last else turn[:turn.index("RESULT-0")]
-    assert "tool_calls" not in turn  # the calls in the family's format, not llamay's generic JSON
+    assert '"tool_calls"' not in turn  # the calls in the family's format, not llamay's generic JSON
     rng = random.Random(len(turn))
     for _ in range(5):
         content, got = parse(tool_plan.fmt, turn, rng)
@@ -154,6 +156,11 @@ OUTPUTS = [
     ("ibm-granite-granite-4.1", '<tool_call>\n{"name": "search", "arguments": {"query": "q"}}\n</tool_call>\n'
      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Baku", "days": 1}}\n</tool_call>', "", "",
      [("search", {"query": "q"}), ("get_weather", {"city": "Baku", "days": 1})]),
+    ("Kimi-K2-Thinking", "<think>Two lookups.</think>Checking. <|tool_calls_section_begin|> <|tool_call_begin|>"
+     'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Baku", "days": 1}<|tool_call_end|>\n'
+     '<|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>{"query": "a:b <x>"}<|tool_call_end|>'
+     "<|tool_calls_section_end|>", "Two lookups.", "Checking.",
+     [("get_weather", {"city": "Baku", "days": 1}), ("search", {"query": "a:b <x>"})]),
 ]
 
 
@@ -321,13 +328,27 @@ def _json_call(name: str, args: dict, start="<TOOLCALL>[", end="]</TOOLCALL>") -
     return f'{start}{{"name": "{name}", "arguments": {json.dumps(args)}}}{end}'
 
 
+def _kimi(*calls, end="<|tool_call_end|>") -> str:
+    body = "".join(f"<|tool_call_begin|>functions.{name}:{i}<|tool_call_argument_begin|>{json.dumps(args)}{end}"
+                   for i, (name, args) in enumerate(calls))
+    return f"<|tool_calls_section_begin|>{body}<|tool_calls_section_end|>"
+
+
 GOOD = {
+    "kimi_k2": _kimi(("get_weather", {"city": "Paris", "days": 3})),
     "qwen_xml": _xml("get_weather", [("city", "Paris"), ("days", "3")]),
     "lfm2": '<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>',
     "nemotron": _json_call("get_weather", {"city": "Paris", "days": 3}),
     "hermes": _json_call("get_weather", {"city": "Paris", "days": 3}, "<tool_call>\n", "\n</tool_call>"),
 }
 BAD = {  # (what is wrong, text)
+    "kimi_k2": [
+        ("missing required", _kimi(("get_weather", {"city": "Paris"}))),
+        ("integer expected", _kimi(("get_weather", {"city": "Paris", "days": "3"}))),
+        ("unknown function", _kimi(("get_time", {"tz": "UTC"}))),
+        ("no call end", _kimi(("get_weather", {"city": "Paris", "days": 3}), end="")),
+        ("no functions. prefix", _kimi(("get_weather", {"city": "Paris", "days": 3})).replace("functions.", "")),
+    ],
     "qwen_xml": [
         ("missing required", _xml("get_weather", [("city", "Paris")])),
         ("integer expected", _xml("get_weather", [("city", "Paris"), ("days", "three")])),

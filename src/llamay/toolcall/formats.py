@@ -17,7 +17,7 @@ class CallFormat:
     name: str
     trigger: str  # starts a region; "" = the whole output is one region (generic JSON)
     open: str  # after the trigger, before the first call
-    head: str  # a call's text before its arguments; {name} stands for the function name
+    head: str  # a call's text before its arguments; {name} stands for the function name, {index} for a number
     tail: str  # after the arguments
     close: str  # ends the region ("" = a region ends with its call, or at the output's end)
     sep: str = ""  # between calls inside one region ("" = one call per region)
@@ -34,8 +34,8 @@ class CallFormat:
     # typed ("xml"); bound per request (toolcall/plan.py)
     schemas: tuple = field(default=(), compare=False)
 
-    def head_text(self, name: str) -> str:
-        return self.head.replace("{name}", name)
+    def head_text(self, name: str, index: int = 0) -> str:
+        return self.head.replace("{name}", name).replace("{index}", str(index))
 
     def with_tools(self, tools: list[dict]) -> CallFormat:
         """This format knowing the tools' parameter schemas (tools in the chat-template shape)."""
@@ -85,12 +85,19 @@ LFM2 = CallFormat(  # LFM2 / LFM2.5: <|tool_call_start|>[name(key="v", n=1), oth
 NEMOTRON = CallFormat(  # Nemotron Nano 2: <TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>
     "nemotron", "<TOOLCALL>", "[", '{"name": "{name}", "arguments": ', "}", "]</TOOLCALL>", sep=", ",
     head_re=_json_head("name", "arguments"), close_re=r"\s*\]\s*</TOOLCALL>")
+KIMI_K2 = CallFormat(  # Kimi K2, Kimi-Linear: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+    # <|tool_call_argument_begin|>{...}<|tool_call_end|> (more calls each from <|tool_call_begin|>) <|tool_calls_section_end|>;
+    # the templates number the calls (:0, :1, ...)
+    "kimi_k2", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.{name}:{index}<|tool_call_argument_begin|>",
+    "<|tool_call_end|>", "<|tool_calls_section_end|>", sep="<|tool_call_begin|>", keys=None,
+    head_re=r"\s*(?:functions\.)?([^\s:<]+)(?::\d+)?\s*<\|tool_call_argument_begin\|>", tail_re=r"\s*<\|tool_call_end\|>",
+    sep_re=r"\s*<\|tool_call_begin\|>", close_re=r"\s*<\|tool_calls_section_end\|>", quoted_name=False)
 GENERIC = CallFormat(  # llama.cpp's generic form for templates without tool support
     "generic", "", '{"tool_calls": [', '{"name": "{name}", "arguments": ', "}", "]}", sep=", ",
     head_re=_json_head("name", "arguments"), close_re=r"\s*\]\s*\}")
 
 FORMATS = {f.name: f for f in (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, COMMAND_R7B, COMMAND_R, GEMMA4, QWEN_XML, LFM2,
-                                NEMOTRON, GENERIC)}
+                                NEMOTRON, KIMI_K2, GENERIC)}
 
 # Markers in a template's source (all of an entry's), most specific first.
 _DETECT = (
@@ -102,6 +109,7 @@ _DETECT = (
     (("<tool_call>", "<function=", "<parameter="), QWEN_XML),
     (("<tool_call>",), HERMES),
     (("<TOOLCALL>",), NEMOTRON),
+    (("<|tool_calls_section_begin|>",), KIMI_K2),
     (("List of tools: ",), LFM2),  # LFM2 lists tools so; only LFM2.5's newer templates render calls
     (("<|python_tag|>",), LLAMA3),
     (('"parameters": ',), LLAMA3),

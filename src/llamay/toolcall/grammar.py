@@ -51,13 +51,13 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
         if fmt.keys:
             rules.append(f"call: {json_value(_one(_call_schemas(fmt, functions)))}")
         else:
-            rules += [f"call_{i}: {seq(_head(fmt, fn))} {_args(fmt, fn, f'args_{i}', specials, rules)} "
+            rules += [f"call_{i}: {_head_seq(_head(fmt, fn), seq)} {_args(fmt, fn, f'args_{i}', specials, rules)} "
                       f"{seq(fmt.tail)}" for i, fn in enumerate(functions)]
             rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(functions))))
         calls = f"call ({seq(fmt.sep)} call){{0,{MAX_CALLS - 1}}}" if fmt.sep and parallel else "call"
         body = f"{seq(fmt.open)} {calls} {seq(fmt.close)}"
     if in_head:  # the trigger is the head's start: after it, the rest of a head, then the arguments
-        rules += [f"rest_{i}: {seq(_head(fmt, fn)[len(fmt.trigger):])} "
+        rules += [f"rest_{i}: {_head_seq(_head(fmt, fn)[len(fmt.trigger):], seq)} "
                   f"{_args(fmt, fn, f'rest_args_{i}', specials, rules)} {seq(fmt.tail)}"
                   for i, fn in enumerate(functions)]
         rules.append("rest: " + " | ".join(f"rest_{i}" for i in range(len(functions))))
@@ -90,7 +90,13 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
 
 
 def _head(fmt: CallFormat, fn: dict) -> str:
-    return fmt.head_text(json.dumps(fn["name"], ensure_ascii=False)[1:-1] if fmt.quoted_name else fn["name"])
+    name = json.dumps(fn["name"], ensure_ascii=False)[1:-1] if fmt.quoted_name else fn["name"]
+    return fmt.head.replace("{name}", name)
+
+
+def _head_seq(head: str, seq) -> str:
+    """Lark for a head: its literal parts, a call's number where it says {index}."""
+    return " /[0-9]{1,2}/ ".join(seq(part) for part in head.split("{index}"))
 
 
 def _call_schemas(fmt: CallFormat, functions: list[dict]) -> list[dict]:

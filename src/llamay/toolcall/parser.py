@@ -160,6 +160,9 @@ class CallParser:
             m = self._re_sep.match(self.buf, partial=True)
             if m and not m.partial and m.end() > 0:
                 return self._consume(m, "head")
+            closing = self._re_close is not None and self._re_close.match(self.buf, partial=True)
+            if m and m.partial and not final and not closing:  # the start of a separator: wait for the rest
+                return False
         if self._re_close is None:
             return self._go("text" if self.fmt.trigger else "done")
         return self._expect(content, self._re_close, "text" if self.fmt.trigger else "done", final)
