@@ -14,6 +14,7 @@ import transformers as tf
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+import arch_models  # noqa: E402
 import llamacpp_tree  # noqa: E402
 import tiny_tokenizers  # noqa: E402
 from conftest import CACHE  # noqa: E402
@@ -45,11 +46,24 @@ SHAPES = {  # name -> (model class, config class, the published config's fields 
         vocab_size=50288, hidden_size=1024, num_hidden_layers=48, num_heads=32, head_dim=64, expand=2, n_groups=1,
         state_size=128, conv_kernel=4, chunk_size=256, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5,
         tie_word_embeddings=True)),
+    # Kimi-Linear-48B-A3B's widths (moonshotai/Kimi-Linear-48B-A3B-Instruct's config) at 8 of its 27 layers (KDA
+    # then latent attention every fourth, as it has them) and 16 of its 256 experts: a token's work per layer is
+    # the published one (8 experts and the shared one), the file fits this machine
+    "kimi-linear-8l": ("KimiLinearForCausalLM", "KimiLinearConfig", dict(
+        vocab_size=163840, hidden_size=2304, intermediate_size=9216, num_hidden_layers=8, num_attention_heads=32,
+        num_key_value_heads=32, kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=128, qk_rope_head_dim=64,
+        v_head_dim=128, num_experts=16, num_experts_per_token=8, moe_intermediate_size=1024, num_shared_experts=1,
+        routed_scaling_factor=2.446, first_k_dense_replace=1, moe_renormalize=True, num_expert_group=1, topk_group=1,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=1048576,
+        linear_attn_config=dict(head_dim=128, num_heads=32, short_conv_kernel_size=4, kda_layers=[1, 2, 3, 5, 6, 7],
+                                full_attn_layers=[4, 8])),
+        dict(hf_config={"moe_router_activation_func": "sigmoid"},  # as tests/hybrid_kda.py
+             hf_rename={r"layers\.0\.block_sparse_moe\.": "layers.0.mlp."})),
 }
 
 
 def build(name: str, out: Path, quantize: str) -> Path:
-    model_cls, config_cls, fields = SHAPES[name]
+    model_cls, config_cls, fields, *edits = SHAPES[name]
     hf, f16, q4 = out / f"{name}-hf", out / f"{name}-f16.gguf", out / f"{name}-Q4_K_M.gguf"
     if q4.exists():
         return q4
@@ -60,6 +74,9 @@ def build(name: str, out: Path, quantize: str) -> Path:
             p.copy_(torch.ones_like(p) if pname.endswith("norm.weight") or "layernorm" in pname else
                     torch.randn_like(p) * 0.02)
     model.save_pretrained(hf)
+    for key, value in (edits[0] if edits else {}).items():  # where transformers saves what checkpoints spell otherwise
+        (arch_models.edit_config if key == "hf_config" else arch_models.rename_tensors)(
+            hf / "config.json" if key == "hf_config" else hf, value)
     tiny_tokenizers.save_bpe_pairs(hf, fields["vocab_size"])
     del model
     llamacpp_tree.convert(CACHE, [(hf, f16)], outtype="f16")

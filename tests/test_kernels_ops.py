@@ -86,7 +86,11 @@ def test_attention_matches_reference_through_shuffled_pages(window, softcap):
 @pytest.mark.parametrize("n_ctx,n_head,kvh,d,window,cap", [(37, 9, 3, 64, 0, 0.0), (40, 8, 1, 256, 0, 0.0),
                                                            (6, 4, 4, 32, 0, 0.0), (33, 4, 2, 48, 7, 20.0),
                                                            (21, 12, 2, 64, 0, 0.0), (19, 14, 2, 32, 5, 0.0),
-                                                           (17, 5, 1, 64, 0, 0.0)])  # G = 6, 7, 5
+                                                           (17, 5, 1, 64, 0, 0.0),  # G = 6, 7, 5
+                                                           # past the grouped kernels' 8: in subgroups of 8, of 1
+                                                           # (G = 11), latent attention's one head of 576
+                                                           (20, 32, 1, 64, 0, 0.0), (15, 22, 2, 32, 0, 0.0),
+                                                           (9, 16, 1, 576, 0, 0.0)])
 def test_attention_prefill_equals_decode_and_paths_agree(n_ctx, n_head, kvh, d, window, cap):
     ps = 8
     k = rng.standard_normal((n_ctx, kvh, d)).astype(np.float16)

@@ -95,8 +95,8 @@ static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, int64_t 
     ly_kernels->attend_group_f16(&at, s);
 }
 
-/* Shares: (token, head) pairs (or (token, KV head) groups) dealt round-robin, so causal prefill work is
- * balanced across threads. With fewer groups than threads (decode), a group's heads are split into the
+/* Shares: (token, head) pairs (or (token, KV head) groups, of LY_MAX_GROUP heads at most) dealt round-robin,
+ * so causal prefill work is balanced across threads. With fewer groups than threads (decode), a group's heads are split into the
  * fewest subgroups that give every thread one: each subgroup reads the K/V rows again, so no finer. */
 void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     const ly_batch *b = nd->p[4];
@@ -104,9 +104,11 @@ void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     for (int64_t t = 0; t < b->n_tokens; t++) if (b->tok_pos[t] > max_pos) max_pos = b->tok_pos[t];
     int64_t n_kv_head = nd->n[1], G = n_head / n_kv_head;
     float *s = malloc((size_t)(max_pos + 1) * (size_t)G * sizeof(float));
-    if (ly_kernels->attend_group_f16 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 16 == 0 && G <= LY_MAX_GROUP) {
+    if (ly_kernels->attend_group_f16 && nd->n[4] == (LY_KV_F16 | LY_KV_F16 << 8) && nd->n[2] % 16 == 0) {
         const uint16_t **kp = malloc((size_t)(max_pos + 1) * 2 * sizeof *kp), **vp = kp + max_pos + 1;
         int64_t groups = b->n_tokens * n_kv_head, threads = nth / LY_CHUNKS_PER_THREAD, per = 1;
+        /* a larger group (latent attention: one KV head for every query head) in subgroups the kernels take */
+        while (G % per || G / per > LY_MAX_GROUP) per++;
         while (groups * per < threads && per < G) per++;
         while (G % per) per++; /* subgroups of equal size */
         int64_t gs = G / per;
