@@ -255,6 +255,28 @@ static void check_kv(const ly_kernel_table *own, const ly_kernel_table *base) {
         }
 }
 
+/* The selective scan's Mamba2 row (37 states: whole vectors and a tail) and Mamba1 columns (channels [2, 69) of
+ * 70: a partial vector at the end), dt spanning softplus's both sides of 20. */
+static void check_scan(const ly_kernel_table *own, const ly_kernel_table *base) {
+    const int64_t N = 37, H = 70;
+    float *B = rnd_floats(N, 1.0f), *C = rnd_floats(N, 1.0f), *s0 = rnd_floats(N * H, 1.0f), *A = rnd_floats(N * H, 1.0f);
+    float *x = rnd_floats(H, 1.0f), *dt = rnd_floats(H, 12.0f), *dtb = rnd_floats(H, 12.0f), *D = rnd_floats(H, 1.0f);
+    float *s1 = malloc(N * H * 4), *s2 = malloc(N * H * 4), y1[70] = {0}, y2[70] = {0};
+    for (int64_t i = 0; i < N * H; i++) A[i] = -1.0f - A[i] * A[i];
+    if (own->ssm_row != base->ssm_row) {
+        memcpy(s1, s0, N * 4), memcpy(s2, s0, N * 4);
+        float r1 = base->ssm_row(s1, B, C, 0.93f, -0.4f, N), r2 = own->ssm_row(s2, B, C, 0.93f, -0.4f, N);
+        note("ssm_row", !memcmp(&r1, &r2, 4) && !memcmp(s1, s2, N * 4));
+    }
+    if (own->ssm_cols != base->ssm_cols) {
+        memcpy(s1, s0, N * H * 4), memcpy(s2, s0, N * H * 4);
+        base->ssm_cols(s1, A, B, C, x, dt, dtb, D, y1, 2, H - 1, H, N);
+        own->ssm_cols(s2, A, B, C, x, dt, dtb, D, y2, 2, H - 1, H, N);
+        note("ssm_cols", !memcmp(y1, y2, sizeof y1) && !memcmp(s1, s2, N * H * 4));
+    }
+    free(B), free(C), free(s0), free(A), free(x), free(dt), free(dtb), free(D), free(s1), free(s2);
+}
+
 static void check_recurrent(const ly_kernel_table *own, const ly_kernel_table *base) {
     const int64_t C = 70, Kt = 4, dk = 24, dv = 40;
     float *w = rnd_floats(Kt * C, 1.0f), *x = rnd_floats(C, 1.0f), *bias = rnd_floats(C, 1.0f);
@@ -287,6 +309,7 @@ static void check_recurrent(const ly_kernel_table *own, const ly_kernel_table *b
     }
     free(w), free(x), free(bias), free(s0), free(s1), free(s2), free(S0), free(S1), free(S2);
     free(k), free(kn), free(q), free(dl), free(d1), free(d2);
+    check_scan(own, base);
 }
 
 static int path_of(const char *name) {

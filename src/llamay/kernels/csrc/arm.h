@@ -46,4 +46,28 @@ static inline float32x4_t ly_exp_neon(float32x4_t x) {
     int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
     return vmulq_f32(y, vreinterpretq_f32_s32(bits));
 }
+
+/* ly_log_ge1 (mathfn.h), 4 wide */
+static inline float32x4_t ly_log_ge1_neon(float32x4_t w) {
+    int32x4_t bits = vreinterpretq_s32_f32(w);
+    int32x4_t e = vsubq_s32(vshrq_n_s32(bits, 23), vdupq_n_s32(126));
+    float32x4_t f = vreinterpretq_f32_s32(vorrq_s32(vandq_s32(bits, vdupq_n_s32(0x007fffff)), vdupq_n_s32(0x3f000000)));
+    uint32x4_t lt = vcltq_f32(f, vdupq_n_f32(LY_SQRTHF));
+    float32x4_t one = vdupq_n_f32(1.0f);
+    e = vsubq_s32(e, vandq_s32(vreinterpretq_s32_u32(lt), vdupq_n_s32(1)));
+    float32x4_t x = vbslq_f32(lt, vsubq_f32(vaddq_f32(f, f), one), vsubq_f32(f, one));
+    float32x4_t z = vmulq_f32(x, x), y = vdupq_n_f32(ly_log_c[0]);
+    for (int i = 1; i < 9; i++) y = vaddq_f32(vmulq_f32(y, x), vdupq_n_f32(ly_log_c[i]));
+    y = vmulq_f32(vmulq_f32(y, x), z);
+    float32x4_t fe = vcvtq_f32_s32(e);
+    y = vsubq_f32(vaddq_f32(y, vmulq_n_f32(fe, LY_LN2_B)), vmulq_n_f32(z, 0.5f));
+    return vaddq_f32(vaddq_f32(x, y), vmulq_n_f32(fe, LY_LN2_A));
+}
+
+/* ly_softplus_poly (mathfn.h), 4 wide */
+static inline float32x4_t ly_softplus_poly_neon(float32x4_t v) {
+    float32x4_t u = ly_exp_neon(v), one = vdupq_n_f32(1.0f), w = vaddq_f32(one, u);
+    float32x4_t r = vaddq_f32(ly_log_ge1_neon(w), vdivq_f32(vsubq_f32(u, vsubq_f32(w, one)), w));
+    return vbslq_f32(vcgtq_f32(v, vdupq_n_f32(20.0f)), v, r);
+}
 #endif

@@ -164,6 +164,8 @@ static void add_neon(ly_kernel_table *k) {
     k->conv_row = ly_conv_row_neon;
     k->delta_pass1 = ly_delta_pass1_neon;
     k->delta_pass2 = ly_delta_pass2_neon;
+    k->ssm_row = ly_ssm_row_neon;
+    k->ssm_cols = ly_ssm_cols_neon;
     k->kv_dot = ly_kv_dot_neon;
     k->kv_acc = ly_kv_acc_neon;
     k->attend_group_f16 = ly_attend_group_f16_neon;

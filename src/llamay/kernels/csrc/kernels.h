@@ -114,6 +114,9 @@ void ly_conv_row_neon(const float *w, float *s, const float *x, float *y, const 
 void ly_delta_pass1_neon(float *S, const float *k, const float *decay, float *kv, int64_t dk, int64_t dv);
 void ly_delta_pass2_neon(float *S, const float *k, const float *delta, const float *q, float *out, const float *kn,
                          const float *decay_n, float *kv_n, int64_t dk, int64_t dv);
+float ly_ssm_row_neon(float *s, const float *B, const float *C, float dA, float xdt, int64_t N);
+void ly_ssm_cols_neon(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
+                      const float *dt_bias, const float *D, float *y, int64_t lo, int64_t hi, int64_t H, int64_t N);
 float ly_kv_dot_neon(int type, const float *a, const uint8_t *k, int64_t d);
 void ly_kv_acc_neon(int type, float *o, float p, const uint8_t *v, int64_t d);
 void ly_attend_group_f16_neon(const ly_att *at, float *s);
