@@ -4,11 +4,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "llamay"
-LEAVES = {"files", "env", "events", "defaults", "settings", "gguf", "tokenizer", "grammar", "chat"}
+LEAVES = {"files", "env", "events", "defaults", "settings", "memory", "gguf", "tokenizer", "grammar", "chat"}
 ALLOWED = {name: set() for name in LEAVES} | {
     "toolcall": {"chat", "events"},
-    "kernels": {"gguf", "env"},
-    "kv": {"files", "settings"},
+    "kernels": {"gguf", "env", "memory"},
+    "kv": {"files", "settings", "memory"},
     "models": {"gguf", "kernels", "kv", "settings"},
     "quantize": {"gguf", "kernels", "files"},
     "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings", "env", "events"},
