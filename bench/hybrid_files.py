@@ -46,6 +46,15 @@ SHAPES = {  # name -> (model class, config class, the published config's fields 
         vocab_size=50288, hidden_size=1024, num_hidden_layers=48, num_heads=32, head_dim=64, expand=2, n_groups=1,
         state_size=128, conv_kernel=4, chunk_size=256, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5,
         tie_word_embeddings=True)),
+    # Jamba Mini 1.6's widths (ai21labs/AI21-Jamba-Mini-1.6's config: 4096 wide, Mamba1 of d_inner 8192, attention
+    # every 8th layer from layer 4, experts every 2nd from layer 1, 2 a token) at 8 of its 32 layers and 2 of its
+    # 16 experts: a token's work per layer is the published one, the file fits this machine
+    "jamba-mini-8l": ("JambaForCausalLM", "JambaConfig", dict(
+        vocab_size=65536, hidden_size=4096, intermediate_size=14336, num_hidden_layers=8, num_attention_heads=32,
+        num_key_value_heads=8, attn_layer_period=8, attn_layer_offset=4, expert_layer_period=2, expert_layer_offset=1,
+        num_experts=2, num_experts_per_tok=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=256,
+        mamba_conv_bias=True, mamba_proj_bias=False, rms_norm_eps=1e-6, max_position_embeddings=262144,
+        tie_word_embeddings=False), dict(tokenizer=tiny_tokenizers.save_spm)),  # llama.cpp's converter reads SPM
     # Kimi-Linear-48B-A3B's widths (moonshotai/Kimi-Linear-48B-A3B-Instruct's config) at 8 of its 27 layers (KDA
     # then latent attention every fourth, as it has them) and 16 of its 256 experts: a token's work per layer is
     # the published one (8 experts and the shared one), the file fits this machine
@@ -74,10 +83,12 @@ def build(name: str, out: Path, quantize: str) -> Path:
             p.copy_(torch.ones_like(p) if pname.endswith("norm.weight") or "layernorm" in pname else
                     torch.randn_like(p) * 0.02)
     model.save_pretrained(hf)
-    for key, value in (edits[0] if edits else {}).items():  # where transformers saves what checkpoints spell otherwise
-        (arch_models.edit_config if key == "hf_config" else arch_models.rename_tensors)(
-            hf / "config.json" if key == "hf_config" else hf, value)
-    tiny_tokenizers.save_bpe_pairs(hf, fields["vocab_size"])
+    edits = edits[0] if edits else {}
+    if "hf_config" in edits:  # where transformers saves what the published checkpoints spell otherwise
+        arch_models.edit_config(hf / "config.json", edits["hf_config"])
+    if "hf_rename" in edits:
+        arch_models.rename_tensors(hf, edits["hf_rename"])
+    edits.get("tokenizer", tiny_tokenizers.save_bpe_pairs)(hf, fields["vocab_size"])
     del model
     llamacpp_tree.convert(CACHE, [(hf, f16)], outtype="f16")
     subprocess.run([quantize, str(f16), str(q4), "Q4_K_M"], check=True, capture_output=True)
