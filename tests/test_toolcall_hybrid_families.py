@@ -31,7 +31,7 @@ FAMILIES = {  # template -> the format its model writes calls in
     "LFM2.5-Instruct": "lfm2", "LFM2-8B-A1B": "lfm2", "LFM2.5-8B-A1B": "lfm2",
     "ibm-granite-granite-4.0": "hermes", "ibm-granite-granite-4.1": "hermes",
     "NVIDIA-Nemotron-Nano-v2": "nemotron",
-    "Kimi-K2-Instruct": "kimi_k2", "Kimi-K2-Thinking": "kimi_k2",  # Kimi-Linear's calls are Kimi K2's
+    "Kimi-K2-Instruct": "kimi_k2", "Kimi-K2-Thinking": "kimi_k2", "moonshotai-Kimi-K2": "kimi_k2",  # and Kimi-Linear's
 }
 REGION = {"qwen_xml": ("<tool_call>", "</tool_call>"), "hermes": ("<tool_call>", "</tool_call>"),
           "lfm2": ("<|tool_call_start|>", "<|tool_call_end|>"), "nemotron": ("<TOOLCALL>", "</TOOLCALL>"),
