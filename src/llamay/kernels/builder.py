@@ -399,7 +399,8 @@ class Builder:
                  (eps, 1.0 / np.sqrt(dk)), writes=(out, state), keep=(batch,), reads=(qkv, ba, params, state))
         return out
 
-    def head_matmul(self, x: np.ndarray, w: np.ndarray, out: np.ndarray, x_off: int = 0, out_off: int = 0) -> np.ndarray:
+    def head_matmul(self, x: np.ndarray, w: np.ndarray, out: np.ndarray, x_off: int = 0,
+                    out_off: int = 0) -> np.ndarray:
         """Each head's own matrix on its own slice of each row: x [n, H * sx], w float32 [H, M, K],
         out [n, H * sy]; out[t, h sy + out_off + m] = w[h, m] . x[t, h sx + x_off : + K] (graph.h HEAD_MATMUL)."""
         _f32(x, "x"), _f32(w, "per-head weights"), _f32(out, "out")
@@ -413,7 +414,8 @@ class Builder:
                  writes=(out,), reads=(x, w))
         return out
 
-    def copy_rows(self, x: np.ndarray, out: np.ndarray, rows: int, width: int, x_off: int = 0, out_off: int = 0) -> np.ndarray:
+    def copy_rows(self, x: np.ndarray, out: np.ndarray, rows: int, width: int, x_off: int = 0,
+                  out_off: int = 0) -> np.ndarray:
         """out viewed as `rows` rows, x as as many: out[r, out_off : + width] = x[r, x_off : + width]."""
         _f32(x, "x"), _f32(out, "out")
         sx, sy = divmod(x.size, rows), divmod(out.size, rows)
