@@ -56,3 +56,18 @@ def test_low_rank_queries_match_transformers(tmp_path):
     got, want = llamay.load(path, threads=1, kv="f32", n_ctx=case.n_ctx).logits(ids), hf_logits(model, ids)
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-3
     assert (got.argmax(1) == want.argmax(1)).all()
+
+
+def test_latent_layers_hold_their_values_once(tmp_path):
+    """A latent attention layer's values are its keys: the pool's V array is its K array (the memory once),
+    and the logits are those of the converted model (test_hybrid_state.py's fixtures run on this pool)."""
+    case = CASES["kimi-linear"]
+    model = build(case)
+    path = convert({"k": (case, model)}, tmp_path, CACHE)["k"]
+    llm = llamay.load(path, threads=1, kv="f32", n_ctx=case.n_ctx)
+    ids = token_ids(model.config.vocab_size, 24)
+    got = llm.logits(ids)
+    pool = llm.context_store.pool
+    assert len(pool.k) == 2 and all(v is k for k, v in zip(pool.k, pool.v))
+    want = hf_logits(model, ids)
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-3

@@ -489,7 +489,12 @@ class Builder:
         n_kv, hd = pool.dims[layer]
         _f32(k, "k", (batch.n_tokens, n_kv * hd)), _f32(v, "v", (batch.n_tokens, n_kv * hd))
         codes = kv_codes(pool.kv)
-        for arr, x, code in ((pool.k[layer], k, codes & 0xff), (pool.v[layer], v, codes >> 8)):
+        pairs = ((pool.k[layer], k, codes & 0xff), (pool.v[layer], v, codes >> 8))
+        if pool.v[layer] is pool.k[layer]:  # the layer's values are its keys: one array, written once
+            if v is not k:
+                raise ValueError(f"layer {layer}'s values are its keys: k and v must be one array")
+            pairs = pairs[:1]
+        for arr, x, code in pairs:
             self._op("kv_write", (arr, x, batch.struct), (n_kv, hd, code), writes=(arr,), keep=(batch,), reads=(x,))
 
     def attention(self, q: np.ndarray, pool, layer: int, batch: BatchSlot, n_head: int, scale: float,

@@ -72,16 +72,23 @@ def madvise_populate(a: np.ndarray, wait=None) -> bool:
 
 class PagePool:
     def __init__(self, n_layer: int, n_pages: int, page_size: int, n_kv_head: int, head_dim: int,
-                 kv: KVType = KV_TYPES[LOAD.kv], dims=None):
-        """dims: (KV heads, head size) per layer when they differ (n_kv_head and head_dim are then layer 0's)."""
+                 kv: KVType = KV_TYPES[LOAD.kv], dims=None, values_are_keys=()):
+        """dims: (KV heads, head size) per layer when they differ (n_kv_head and head_dim are then layer 0's).
+        values_are_keys: per layer, whether its values are its keys (latent attention's one head): with one
+        element type for both, its V array is its K array (the memory once; the records still carry both)."""
         self.n_pages, self.page_size, self.kv = n_pages, page_size, kv
         self.dims = [tuple(x) for x in dims] if dims is not None else [(n_kv_head, head_dim)] * n_layer
         self.n_kv_head, self.head_dim = self.dims[0] if self.dims else (n_kv_head, head_dim)
         n_slots = n_pages * page_size
         # np.zeros maps zero pages lazily: memory is only touched as slots are written (or prefault)
         self.k = [np.zeros((n_slots, h * kv.head_bytes("k", d)), np.uint8) for h, d in self.dims]
-        self.v = [np.zeros((n_slots, h * kv.head_bytes("v", d)), np.uint8) for h, d in self.dims]
+        self.v = [k if same and kv.k == kv.v else np.zeros((n_slots, h * kv.head_bytes("v", d)), np.uint8)
+                  for k, (h, d), same in zip(self.k, self.dims, tuple(values_are_keys) or (False,) * len(self.dims))]
         self._pages = [self.page_view(a) for kv_ in zip(self.k, self.v) for a in kv_]  # page_buffers' order
+
+    def _arrays(self) -> list[np.ndarray]:
+        """Every K and V array once (a layer whose values are its keys has one)."""
+        return self.k + [v for k, v in zip(self.k, self.v) if v is not k]
 
     @property
     def uniform(self) -> bool:
@@ -108,7 +115,7 @@ class PagePool:
         on 2 loaded cores, more than reading them from the disk tier."""
         n = min(n_pages, self.n_pages) * self.page_size
         try:
-            for a in self.k + self.v:
+            for a in self._arrays():
                 if a.size and n and not madvise_populate(a[:n], wait):
                     return False
         except (OSError, AttributeError):
@@ -117,6 +124,6 @@ class PagePool:
 
     def copy_page(self, src: int, dst: int):
         """Copy-on-write: the only copy of KV data there is."""
-        for a in self.k + self.v:
+        for a in self._arrays():
             v = self.page_view(a)
             v[dst] = v[src]

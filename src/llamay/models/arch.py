@@ -69,6 +69,11 @@ class ArchSpec:
         """(KV heads, head size) of each pool layer."""
         return tuple((p.n_head_kv, p.head_dim) for p in self.layers if p.writes_kv)
 
+    @property
+    def values_are_keys(self) -> tuple[bool, ...]:
+        """Of each pool layer, whether its values are its keys (latent attention's one head, models/latent.py)."""
+        return tuple(p.attn.kv_lora > 0 for p in self.layers if p.writes_kv)
+
     def long_short(self, n_ctx: int) -> str:
         """Which of LongRoPE's factor sets a context of n_ctx tokens takes: 'long' or 'short'."""
         return "long" if n_ctx > self.rope.n_ctx_orig else "short"

@@ -61,7 +61,7 @@ class Decoder:
     def new_pool(self, n_pages: int, page_size: int, kv: str = LOAD.kv) -> PagePool:
         dims = self.spec.kv_dims  # () when no layer attends (Mamba2): pages hold nothing, positions only
         return PagePool(len(dims), n_pages, page_size, *(dims[0] if dims else (0, 0)), kv_type(kv, *(d for _, d in dims)),
-                        dims=dims)
+                        dims=dims, values_are_keys=self.spec.values_are_keys)
 
     def new_states(self, n_slots: int, checkpoint_bytes: int = 0) -> StatePool | None:
         """The recurrent layers' state slots (None: the model has none): n_slots for contexts and as many
