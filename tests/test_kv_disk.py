@@ -258,3 +258,21 @@ def test_a_flush_or_the_write_wait_ends_a_tier_writes_wait_for_idle(tmp_path, mo
         time.sleep(0.01)
     assert tiers.pages_written["disk"] == 3
     tiers.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's nice value is its own on Linux only")
+def test_background_work_runs_at_the_lowest_priority_and_leaves_the_caller_alone():
+    """The tiers' writer and the prefault lower their own thread's priority (nice 19), not the process's."""
+    import threading
+
+    from llamay.engine.idle import background_priority
+    mine, seen = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), {}
+
+    def worker():
+        background_priority()
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen["nice"] == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine

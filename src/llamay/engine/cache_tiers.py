@@ -50,6 +50,7 @@ from ..kv.pool import PagePool
 from ..models.describe import state_bytes
 from ..settings import CACHE
 from .digest import weights_digest
+from .idle import background_priority
 from .context_store import EMA
 
 TIERS = ("disk", "shared")  # the order a prompt's pages are looked up in
@@ -219,6 +220,7 @@ class CacheTiers:
     # --- the writer's thread -------------------------------------------------------------------
 
     def _write_loop(self):
+        background_priority()
         while (item := self._jobs.get()) is not None:
             queued, job = item
             if self.idle is not None:

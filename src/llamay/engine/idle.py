@@ -6,6 +6,9 @@ record written in that gap slowed a regenerate of Qwen3.5-0.8B (its answer from 
 from 5-10 ms to 6-31 ms on 2 cores."""
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -21,3 +24,14 @@ def when_idle(idle_for: Callable[[], float], grace: float = IDLE_GRACE) -> Calla
         while (left := grace - idle_for()) > 0 and not (done is not None and done()):
             time.sleep(min(left, IDLE_POLL))
     return wait
+
+
+def background_priority():
+    """The calling thread at the lowest CPU priority (Linux: nice is per thread): a tier's write that its
+    wait let run beside a request (CACHE.write_wait) takes a core only when the request's threads leave it."""
+    if sys.platform != "linux":  # elsewhere a thread's id is no process id to renice: the wait alone
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except OSError:
+        pass

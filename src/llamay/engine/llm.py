@@ -22,7 +22,7 @@ from .context import Context, GenerationStats
 from .digest import weights_digest
 from . import snapshots
 from .embed import file_tokenizer
-from .idle import when_idle
+from .idle import background_priority, when_idle
 from .cache_tiers import cache_tiers
 from .draft_model import DraftModel
 from .context_store import ContextStore
@@ -309,6 +309,7 @@ def prefault(pool, n_pages: int, states, n_slots: int, wait):
         states.prefault(now)
 
     def run():
+        background_priority()
         pool.prefault(n_pages, wait)
         if now < n_slots:
             states.prefault(n_slots, wait, now)
