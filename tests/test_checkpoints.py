@@ -121,21 +121,3 @@ def test_prefaulting_slots_keeps_their_bytes():
     done = pool.prefault(3)
     assert isinstance(done, bool) and np.array_equal(pool.read(slot), np.arange(10, dtype=np.float32))
     assert not pool.read(1).any()
-
-
-def test_state_slots_are_zeros_on_huge_page_memory():
-    """The slot arrays are anonymous zeroed memory, 2 MiB aligned (memory.huge_zeros: a slot's first write
-    faults huge pages where the kernel gives them), and a slot allocated, written and released then
-    allocated again is zeros."""
-    import mmap
-
-    from llamay.kv.state_pool import StatePool
-    pool = StatePool(3, {0: ((3, 8), (2, 4, 4)), 2: ((5,),)})
-    arrays = [a for layer in pool.layers.values() for a in layer]
-    align = (2 << 20) if hasattr(mmap, "MAP_ANONYMOUS") else 64  # Windows: plain memory
-    assert all(a.dtype == np.float32 and not a.any() and a.ctypes.data % align == 0 for a in arrays)
-    slot = pool.alloc()
-    for a in arrays:
-        a[slot] = 1.0
-    pool.release(slot)
-    assert pool.alloc() == slot and not any(a[slot].any() for a in arrays)

@@ -8,7 +8,7 @@ LEAVES = {"files", "env", "events", "defaults", "settings", "memory", "gguf", "t
 ALLOWED = {name: set() for name in LEAVES} | {
     "toolcall": {"chat", "events"},
     "kernels": {"gguf", "env", "memory"},
-    "kv": {"files", "settings", "memory"},
+    "kv": {"files", "settings"},
     "models": {"gguf", "kernels", "kv", "settings"},
     "quantize": {"gguf", "kernels", "files"},
     "engine": {"models", "kernels", "kv", "tokenizer", "grammar", "gguf", "files", "settings", "env", "events"},

@@ -1,7 +1,8 @@
 """Anonymous memory for large arrays that are faulted in as they are first written: zeros on a 2 MiB boundary,
-with huge pages asked for where the kernel gives them on request (Linux THP "madvise"). A weight streamed whole
-each token then costs far fewer TLB misses, and a first write into a state slot faults 2 MiB at a time instead
-of 4 KiB (a 19 MB slot: ~1.5 ms instead of 40-60 ms on a Firecracker VM)."""
+with huge pages asked for where the kernel gives them on request (Linux THP "madvise"): a weight streamed whole
+each token then costs far fewer TLB misses. (Not for the state slots: on a VM whose guest memory the host backs
+on first touch, a slot's first write cost the same with huge pages, and the kernel's compaction for them can
+stall it longer.)"""
 from __future__ import annotations
 
 import mmap

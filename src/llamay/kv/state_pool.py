@@ -3,16 +3,15 @@ SSM's or a delta rule's matrix), one slot per context that has computed tokens. 
 a fork shares its parent's slot and the first branch that computes gets its own copy (writable), so a
 fork of n ways allocates nothing until a branch runs. A state checkpoint shares a slot the same way (no
 copy: engine/checkpoints.py), and a full pool asks its reclaim hook to give one back first. The arrays are
-allocated once (zeros faulted in as slots are used, on huge pages: memory.huge_zeros) because the forward
-graphs hold pointers into them; a slot used once is in memory from then on (a fresh copy per checkpoint
-page-faulted 19 MB each time on Qwen3.5-0.8B: 10-60 ms; a slot's first use, on 4 KiB pages, 40-60 ms)."""
+allocated once (np.zeros: touched only as slots are used) because the forward graphs hold pointers into
+them; a slot used once is in memory from then on (a fresh copy per checkpoint page-faulted 19 MB each time
+on Qwen3.5-0.8B: 10-60 ms)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
 
-from ..memory import huge_zeros
 from .allocator import InvariantError, OutOfPages
 from .pool import madvise_populate
 
@@ -26,7 +25,7 @@ class StatePool:
         """shapes: layer -> the shapes of the arrays one slot holds for it."""
         self.n_slots = n_slots
         self.reclaim: Callable[[], bool] | None = None  # frees a share of some slot -> whether it could
-        self.layers = {il: tuple(_zeros((n_slots, *shape)) for shape in s) for il, s in shapes.items()}
+        self.layers = {il: tuple(np.zeros((n_slots, *shape), np.float32) for shape in s) for il, s in shapes.items()}
         self.clear()
 
     def clear(self):
@@ -124,7 +123,3 @@ class StatePool:
                 raise InvariantError(f"state slot {slot}: refcount {self._refs[slot]} != holders {held.get(slot, 0)}")
         if sorted(self._free) != [s for s in range(self.n_slots) if not self._refs[s]]:
             raise InvariantError("state slots: the free list disagrees with the refcounts")
-
-
-def _zeros(shape: tuple) -> np.ndarray:
-    return huge_zeros(4 * int(np.prod(shape))).view(np.float32).reshape(shape)
