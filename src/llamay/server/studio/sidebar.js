@@ -4,11 +4,14 @@ import { api, call, el } from "./util.js";
 
 const url = (id) => `/studio/api/conversations/${id}`;
 
-async function rename(c, refresh) {
+// The open conversation takes the title before the PATCH is sent: a save of it that starts meanwhile (an answer
+// finishing) would otherwise PUT the old title after the new one.
+async function rename(c, hooks, relist) {
   const title = window.prompt("Rename the conversation:", c.title || "");
   if (title === null || !title.trim()) return;
+  await hooks.changed(c.id, title.trim());
   await api(url(c.id), { method: "PATCH", json: { title } });
-  await refresh(c.id, title.trim());
+  await relist();
 }
 
 // Fetched (it carries the API key, which a plain link cannot), then saved from memory.
@@ -40,7 +43,7 @@ export async function list(hooks) {
     class: `conv ${c.id === hooks.current() ? "active" : ""}`, "data-conversation": c.id, title: c.title,
     onclick: () => hooks.open(c.id) },
     el("span", { class: "title" }, c.title || "(untitled)"),
-    button("rename", "✎", () => rename(c, refresh)),
+    button("rename", "✎", () => rename(c, hooks, () => list(hooks))),
     button("export as JSON", "⤓", () => exportJson(c)),
     button("delete", "×", () => remove(c, refresh)))));
 }
