@@ -96,8 +96,9 @@ static void attend_group_f16(const ly_node *nd, int64_t t, int64_t kvh, int64_t 
 }
 
 /* Shares: (token, head) pairs (or (token, KV head) groups, of LY_MAX_GROUP heads at most) dealt round-robin,
- * so causal prefill work is balanced across threads. With fewer groups than threads (decode), a group's heads are split into the
- * fewest subgroups that give every thread one: each subgroup reads the K/V rows again, so no finer. */
+ * so causal prefill work is balanced across threads. With fewer groups than threads (decode), a group's heads
+ * are split into the fewest subgroups that give every thread one: each subgroup reads the K/V rows again, so
+ * no finer. */
 void ly_attention_slice(const ly_node *nd, int ith, int nth) {
     const ly_batch *b = nd->p[4];
     int64_t n_head = nd->n[0], max_pos = 0;

@@ -1,8 +1,9 @@
 /* The gated delta rule (graph.h DELTA_RULE): the recurrence of Qwen3-Next's and Qwen3.5's linear
- * attention (a decay per head), and of Kimi's delta attention (a decay per state row). Shares are v-head ranges; each head walks the batch's tokens in order on its sequence's
- * state slot, so a token's output depends only on that state and its own row, however the batch is made.
- * Reductions over the key dimension run i ascending, one multiply then one add per term (no FMA:
- * -ffp-contract=off); the loops over the value dimension are independent lanes. */
+ * attention (a decay per head), and of Kimi's delta attention (a decay per state row). Shares are v-head
+ * ranges; each head walks the batch's tokens in order on its sequence's state slot, so a token's output
+ * depends only on that state and its own row, however the batch is made. Reductions over the key dimension
+ * run i ascending, one multiply then one add per term (no FMA: -ffp-contract=off); the loops over the value
+ * dimension are independent lanes. */
 #include "graph.h"
 #include "kernels.h"
 #include "mathfn.h"

@@ -57,6 +57,9 @@ void ly_kv_acc_portable(int type, float *o, float p, const uint8_t *v, int64_t d
 void ly_conv_row_portable(const float *w, float *s, const float *x, float *y, const float *bias, int64_t lo,
                           int64_t hi, int64_t C, int64_t K);
 float ly_ssm_row_portable(float *s, const float *B, const float *C, float dA, float xdt, int64_t N);
+/* its states [from, N) onto lanes l that hold the states before (the vector rows' tails), -> the sum */
+float ly_ssm_row_from(float l[8], float *s, const float *B, const float *C, float dA, float xdt, int64_t from,
+                      int64_t N);
 void ly_ssm_cols_portable(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
                           const float *dt_bias, const float *D, float *y, int64_t lo, int64_t hi, int64_t H, int64_t N);
 void ly_delta_pass1_portable(float *S, const float *k, const float *decay, float *kv, int64_t dk, int64_t dv);

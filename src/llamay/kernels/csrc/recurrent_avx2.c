@@ -33,12 +33,7 @@ LY_AVX2 float ly_ssm_row_avx2(float *s, const float *B, const float *C, float dA
     }
     float l[8];
     _mm256_storeu_ps(l, acc);
-    for (int64_t i = whole; i < N; i++) {
-        float v = s[i] * dA + B[i] * xdt;
-        l[i & 7] = l[i & 7] + v * C[i];
-        s[i] = v;
-    }
-    return ly_lanes_reduce(l);
+    return ly_ssm_row_from(l, s, B, C, dA, xdt, whole, N);
 }
 
 /* ssm.c's columns (Mamba1), 8 channels at once, each lane one channel's operations in ly_ssm_cols_portable's

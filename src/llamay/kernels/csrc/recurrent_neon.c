@@ -35,12 +35,7 @@ float ly_ssm_row_neon(float *s, const float *B, const float *C, float dA, float 
     float l[8];
     vst1q_f32(l, acc[0]);
     vst1q_f32(l + 4, acc[1]);
-    for (int64_t i = whole; i < N; i++) {
-        float v = s[i] * dA + B[i] * xdt;
-        l[i & 7] = l[i & 7] + v * C[i];
-        s[i] = v;
-    }
-    return ly_lanes_reduce(l);
+    return ly_ssm_row_from(l, s, B, C, dA, xdt, whole, N);
 }
 
 /* ssm.c's columns (Mamba1), 4 channels at once, each lane one channel's operations in ly_ssm_cols_portable's

@@ -12,14 +12,19 @@
 #include "mathfn.h"
 #include <math.h>
 
-float ly_ssm_row_portable(float *s, const float *B, const float *C, float dA, float xdt, int64_t N) {
-    float l[8] = {0};
-    for (int64_t i = 0; i < N; i++) {
+float ly_ssm_row_from(float l[8], float *s, const float *B, const float *C, float dA, float xdt, int64_t from,
+                      int64_t N) {
+    for (int64_t i = from; i < N; i++) {
         float v = s[i] * dA + B[i] * xdt;
         l[i & 7] = l[i & 7] + v * C[i];
         s[i] = v;
     }
     return ly_lanes_reduce(l);
+}
+
+float ly_ssm_row_portable(float *s, const float *B, const float *C, float dA, float xdt, int64_t N) {
+    float l[8] = {0};
+    return ly_ssm_row_from(l, s, B, C, dA, xdt, 0, N);
 }
 
 void ly_ssm_cols_portable(float *s, const float *A, const float *B, const float *C, const float *x, const float *dt,
