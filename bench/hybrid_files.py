@@ -15,6 +15,7 @@ import transformers as tf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import arch_models  # noqa: E402
+import hybrid_kda  # noqa: E402
 import llamacpp_tree  # noqa: E402
 import tiny_tokenizers  # noqa: E402
 from conftest import CACHE  # noqa: E402
@@ -66,8 +67,7 @@ SHAPES = {  # name -> (model class, config class, the published config's fields 
         rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=1048576,
         linear_attn_config=dict(head_dim=128, num_heads=32, short_conv_kernel_size=4, kda_layers=[1, 2, 3, 5, 6, 7],
                                 full_attn_layers=[4, 8])),
-        dict(hf_config={"moe_router_activation_func": "sigmoid"},  # as tests/hybrid_kda.py
-             hf_rename={r"layers\.0\.block_sparse_moe\.": "layers.0.mlp."})),
+        hybrid_kda.PUBLISHED),
 }
 
 
@@ -83,11 +83,8 @@ def build(name: str, out: Path, quantize: str) -> Path:
             p.copy_(torch.ones_like(p) if pname.endswith("norm.weight") or "layernorm" in pname else
                     torch.randn_like(p) * 0.02)
     model.save_pretrained(hf)
-    edits = edits[0] if edits else {}
-    if "hf_config" in edits:  # where transformers saves what the published checkpoints spell otherwise
-        arch_models.edit_config(hf / "config.json", edits["hf_config"])
-    if "hf_rename" in edits:
-        arch_models.rename_tensors(hf, edits["hf_rename"])
+    edits = edits[0] if edits else {}  # where transformers saves what the published checkpoints spell otherwise
+    arch_models.as_published(hf, edits.get("hf_config"), edits.get("hf_rename"))
     edits.get("tokenizer", tiny_tokenizers.save_bpe_pairs)(hf, fields["vocab_size"])
     del model
     llamacpp_tree.convert(CACHE, [(hf, f16)], outtype="f16")

@@ -287,10 +287,7 @@ def convert(models: dict[str, tuple[Case, object]], out: Path, cache: Path) -> d
     for name, (case, model) in models.items():
         d = out / f"{name}-hf"
         model.save_pretrained(d)
-        if case.hf_config:
-            edit_config(d / "config.json", case.hf_config)
-        if case.hf_rename:
-            rename_tensors(d, case.hf_rename)
+        as_published(d, case.hf_config, case.hf_rename)
         save = (tiny_tokenizers.save_spm if case.arch in SPM else
                 tiny_tokenizers.save_bpe_spm if case.arch in BPE_SPM else tiny_tokenizers.save_bpe)
         save(d, model.config.vocab_size)
@@ -309,16 +306,21 @@ def edit_config(path: Path, keys: dict):
     path.write_text(json.dumps({k: v for k, v in config.items() if v is not None}, indent=2))
 
 
-def rename_tensors(d: Path, renames: dict):
+def as_published(d: Path, hf_config: dict | None = None, hf_rename: dict | None = None):
+    """A saved checkpoint as the published ones spell it: config.json keys set (edit_config), tensor names
+    rewritten (regex -> replacement; one safetensors file)."""
+    if hf_config:
+        edit_config(d / "config.json", hf_config)
+    if not hf_rename:
+        return
+    if (d / "model.safetensors.index.json").exists():
+        raise ValueError("renaming tensors of a sharded checkpoint")
     from safetensors.torch import load_file, save_file
     for f in d.glob("*.safetensors"):
         tensors = load_file(f)
-        for pattern, new in renames.items():
+        for pattern, new in hf_rename.items():
             tensors = {re.sub(pattern, new, k): v for k, v in tensors.items()}
         save_file(tensors, f, metadata={"format": "pt"})
-    index = d / "model.safetensors.index.json"
-    if index.exists():
-        raise ValueError("renaming tensors of a sharded checkpoint")
 
 
 def sha256(path: Path) -> str:

@@ -35,13 +35,16 @@ KIMI = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_la
                                     full_attn_layers=[2, 5]),
             pad_token_id=None, bos_token_id=None, eos_token_id=None)
 
+# As Kimi's published checkpoints are: their config names the router's function, which llama.cpp's converter
+# writes as expert_gating_func (transformers does not save it); layer 0's dense MLP is "mlp." (transformers
+# saves it under the experts' prefix too). bench/hybrid_files.py's Kimi-Linear shape takes the same.
+PUBLISHED = dict(hf_config={"moe_router_activation_func": "sigmoid"},
+                 hf_rename={r"layers\.0\.block_sparse_moe\.": "layers.0.mlp."})
+
 CASES = {"kimi-linear": Case("kimi-linear", "KimiLinearForCausalLM", "KimiLinearConfig", KIMI, common=False,
-                             n_tokens=N_TOKENS, n_ctx=N_CTX,
-                             hf_config={"moe_router_activation_func": "sigmoid"},  # as Kimi's checkpoints say
-                             # transformers saves layer 0's dense MLP under the experts' prefix too
-                             hf_rename={r"layers\.0\.block_sparse_moe\.": "layers.0.mlp."})}
+                             n_tokens=N_TOKENS, n_ctx=N_CTX, **PUBLISHED)}
 
 # Not in the state tests: a variant whose queries go through a low-rank pair (q_lora_rank), as DeepSeek's
 MORE = {"kimi-linear-qlora": Case("kimi-linear", "KimiLinearForCausalLM", "KimiLinearConfig",
                                   dict(KIMI, q_lora_rank=24), common=False, seed=3, n_tokens=N_TOKENS, n_ctx=N_CTX,
-                                  hf_config=CASES["kimi-linear"].hf_config, hf_rename=CASES["kimi-linear"].hf_rename)}
+                                  **PUBLISHED)}

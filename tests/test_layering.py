@@ -4,10 +4,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "llamay"
-LEAVES = {"files", "env", "events", "defaults", "settings", "memory", "gguf", "tokenizer", "grammar", "chat"}
+LEAVES = {"files", "env", "events", "defaults", "settings", "gguf", "tokenizer", "grammar", "chat"}
 ALLOWED = {name: set() for name in LEAVES} | {
     "toolcall": {"chat", "events"},
-    "kernels": {"gguf", "env", "memory"},
+    "kernels": {"gguf", "env"},
     "kv": {"files", "settings"},
     "models": {"gguf", "kernels", "kv", "settings"},
     "quantize": {"gguf", "kernels", "files"},

@@ -610,7 +610,7 @@ BUILDERS = {
     **{arch: (lambda meta, arch=arch: _delta_net(meta, arch)) for arch in ("qwen35", "qwen35moe", "qwen3next")},
 }
 _STATE = "its layers keep a recurrent or convolutional state besides the KV cache"
-_LATENT = "multi-head latent attention changes what a KV page holds"
+_LATENT = "multi-head latent attention with RoPE on part of each head (kimi-linear's, without, runs)"
 DECLINED = {
     # names as llama.cpp's llama-arch.cpp writes them
     **{arch: "a state-space model: " + _STATE for arch in ("plamo2",)},

@@ -356,9 +356,7 @@ def load_weights(reader: GGUFReader, spec: ArchSpec, n_ctx: int):
                                                reader.tensors[name].shape))
 
     def load(name, e: Expect):
-        if e.role == HEADS:  # [H, M, K] float32, whatever the file's type
-            return vec(name).astype(np.float32).reshape(tuple(reversed(e.shape)))
-        if e.role == VECTOR:  # in the expected shape (numpy's order) where the file left out its trailing 1s
+        if e.role in (VECTOR, HEADS):  # float32 in the expected shape (numpy's order), the file's trailing 1s too
             return vec(name).reshape(tuple(reversed(file_shape(reader.tensors[name], e))))
         return (QExperts if len(e.shape) == 3 else QWeight).from_gguf(reader, name)
 

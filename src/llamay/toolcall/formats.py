@@ -34,8 +34,8 @@ class CallFormat:
     # typed ("xml"); bound per request (toolcall/plan.py)
     schemas: tuple = field(default=(), compare=False)
 
-    def head_text(self, name: str, index: int = 0) -> str:
-        return self.head.replace("{name}", name).replace("{index}", str(index))
+    def head_text(self, name: str) -> str:
+        return self.head.replace("{name}", name)
 
     def with_tools(self, tools: list[dict]) -> CallFormat:
         """This format knowing the tools' parameter schemas (tools in the chat-template shape)."""

@@ -90,8 +90,7 @@ def tool_grammar(fmt: CallFormat, tools: list[dict], choice, parallel: bool, tok
 
 
 def _head(fmt: CallFormat, fn: dict) -> str:
-    name = json.dumps(fn["name"], ensure_ascii=False)[1:-1] if fmt.quoted_name else fn["name"]
-    return fmt.head.replace("{name}", name)
+    return fmt.head_text(json.dumps(fn["name"], ensure_ascii=False)[1:-1] if fmt.quoted_name else fn["name"])
 
 
 def _head_seq(head: str, seq) -> str:
